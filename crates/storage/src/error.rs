@@ -1,0 +1,113 @@
+//! The storage crate's error type.
+//!
+//! User errors (a bad batch, an unknown table, an unsupported type) are
+//! distinct variants from [`Error::Internal`], which always means a bug in
+//! quiverdb.
+
+use arrow_schema::{ArrowError, DataType};
+
+/// The result type of quiverdb-storage.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in quiverdb-storage.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A column was declared with an Arrow type quiverdb does not store.
+    #[error("column '{column}' has type {data_type}, which quiverdb does not support (supported: Boolean, Int8-64, UInt8-64, Float32/64, Utf8/LargeUtf8/Utf8View, Binary/LargeBinary/BinaryView, Date32, Timestamp, Decimal128)")]
+    UnsupportedType {
+        /// Column name.
+        column: String,
+        /// The rejected type.
+        data_type: DataType,
+    },
+
+    /// A table definition is invalid (no columns, duplicate names, bad key).
+    #[error("invalid table definition: {0}")]
+    InvalidSchema(String),
+
+    /// A table option is out of range.
+    #[error("invalid option {option}: {reason}")]
+    InvalidOption {
+        /// The option's name.
+        option: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// A table of that name already exists.
+    #[error("table '{0}' already exists")]
+    TableExists(String),
+
+    /// No table of that name exists.
+    #[error("table '{0}' does not exist")]
+    TableNotFound(String),
+
+    /// A column named by the caller does not exist.
+    #[error("column '{column}' does not exist in table '{table}'")]
+    ColumnNotFound {
+        /// Table name.
+        table: String,
+        /// The missing column.
+        column: String,
+    },
+
+    /// A batch or row does not have the table's shape.
+    #[error("data does not match the schema of table '{table}': {reason}")]
+    SchemaMismatch {
+        /// Table name.
+        table: String,
+        /// What differs.
+        reason: String,
+    },
+
+    /// A value has the wrong type for its column.
+    #[error("column '{column}' of table '{table}' expects {expected}, got {found}")]
+    TypeMismatch {
+        /// Table name.
+        table: String,
+        /// Column name.
+        column: String,
+        /// The column's type.
+        expected: String,
+        /// What was supplied.
+        found: String,
+    },
+
+    /// A NULL was supplied for a NOT NULL column.
+    #[error("column '{column}' of table '{table}' is NOT NULL but the data contains nulls")]
+    NullInNonNullable {
+        /// Table name.
+        table: String,
+        /// Column name.
+        column: String,
+    },
+
+    /// A delete named a record that does not exist in the snapshot it came from.
+    #[error("record {record} does not exist in shard {shard} of table '{table}'")]
+    RecordNotFound {
+        /// Table name.
+        table: String,
+        /// Shard id.
+        shard: u64,
+        /// Record id.
+        record: u32,
+    },
+
+    /// The snapshot a mutation was computed on is no longer current for the
+    /// shards it touches (a rebuild or truncate replaced them). Retry on a new
+    /// snapshot, or run the mutation inside [`crate::Table::transaction`].
+    #[error("table '{table}' changed since the snapshot the operation was computed on; retry with a new snapshot")]
+    Conflict {
+        /// Table name.
+        table: String,
+    },
+
+    /// An Arrow kernel failed.
+    #[error(transparent)]
+    Arrow(#[from] ArrowError),
+
+    /// An invariant was violated: this is a bug in quiverdb.
+    #[error("internal error (this is a bug in quiverdb, please report it): {0}")]
+    Internal(String),
+}

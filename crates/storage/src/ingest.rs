@@ -1,0 +1,184 @@
+//! Validation of incoming data against a table schema.
+//!
+//! Every append is validated whole before any byte of it is written:
+//! column count and names, types (strings and binary accept all three of
+//! their Arrow layouts), NOT NULL, and decimal precision. Single-row values
+//! are range-checked against the column type.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Decimal128Type;
+use arrow_array::{Array, RecordBatch};
+use arrow_buffer::ToByteSlice;
+use arrow_schema::{DataType, Field};
+
+use crate::delta::Cell;
+use crate::error::{Error, Result};
+use crate::types::{PhysicalType, TableSchema, Value, ingest_compatible, is_string};
+
+/// Checks that `batch` can be appended to `table` with schema `schema`.
+pub(crate) fn validate_batch(table: &str, schema: &TableSchema, batch: &RecordBatch) -> Result<()> {
+    if batch.num_columns() != schema.len() {
+        return Err(Error::SchemaMismatch {
+            table: table.into(),
+            reason: format!(
+                "the table has {} columns, the data has {}",
+                schema.len(),
+                batch.num_columns()
+            ),
+        });
+    }
+    let batch_schema = batch.schema();
+    for (i, array) in batch.columns().iter().enumerate() {
+        let field = schema.field(i);
+        let given = batch_schema.field(i);
+        if given.name() != field.name() {
+            return Err(Error::SchemaMismatch {
+                table: table.into(),
+                reason: format!(
+                    "column {} is '{}' in the table but '{}' in the data",
+                    i + 1,
+                    field.name(),
+                    given.name()
+                ),
+            });
+        }
+        validate_array(table, field, array.as_ref())?;
+    }
+    Ok(())
+}
+
+/// Checks one column of incoming data against its field.
+pub(crate) fn validate_array(table: &str, field: &Field, array: &dyn Array) -> Result<()> {
+    if !ingest_compatible(field.data_type(), array.data_type()) {
+        return Err(type_mismatch(table, field, array.data_type().to_string()));
+    }
+    if !field.is_nullable() && array.null_count() > 0 {
+        return Err(Error::NullInNonNullable { table: table.into(), column: field.name().clone() });
+    }
+    if let DataType::Decimal128(precision, _) = field.data_type() {
+        array
+            .as_primitive::<Decimal128Type>()
+            .validate_decimal_precision(*precision)
+            .map_err(|e| type_mismatch(table, field, format!("a value out of range ({e})")))?;
+    }
+    Ok(())
+}
+
+fn type_mismatch(table: &str, field: &Field, found: String) -> Error {
+    Error::TypeMismatch {
+        table: table.into(),
+        column: field.name().clone(),
+        expected: field.data_type().to_string(),
+        found,
+    }
+}
+
+/// Converts one value of a single-row append to the column's storage form.
+pub(crate) fn encode_value<'a>(
+    table: &str,
+    field: &Field,
+    physical: PhysicalType,
+    value: &Value<'a>,
+) -> Result<Cell<'a>> {
+    let mismatch = || type_mismatch(table, field, value.kind().to_string());
+    let out_of_range = || type_mismatch(table, field, format!("{value:?}, which is out of range"));
+    macro_rules! int {
+        ($t:ty) => {{
+            let v: $t = match *value {
+                Value::Int(i) => <$t>::try_from(i).map_err(|_| out_of_range())?,
+                Value::UInt(u) => <$t>::try_from(u).map_err(|_| out_of_range())?,
+                _ => return Err(mismatch()),
+            };
+            fixed(v.to_byte_slice())
+        }};
+    }
+    if let Value::Null = value {
+        return if field.is_nullable() {
+            Ok(Cell::Null)
+        } else {
+            Err(Error::NullInNonNullable { table: table.into(), column: field.name().clone() })
+        };
+    }
+    Ok(match physical {
+        PhysicalType::Boolean => match value {
+            Value::Boolean(b) => Cell::Bool(*b),
+            _ => return Err(mismatch()),
+        },
+        PhysicalType::Int8 => int!(i8),
+        PhysicalType::Int16 => int!(i16),
+        PhysicalType::Int32 => int!(i32),
+        PhysicalType::Int64 => int!(i64),
+        PhysicalType::UInt8 => int!(u8),
+        PhysicalType::UInt16 => int!(u16),
+        PhysicalType::UInt32 => int!(u32),
+        PhysicalType::UInt64 => int!(u64),
+        PhysicalType::Float32 => match *value {
+            Value::Float(f) => fixed((f as f32).to_byte_slice()),
+            Value::Int(i) => fixed((i as f32).to_byte_slice()),
+            _ => return Err(mismatch()),
+        },
+        PhysicalType::Float64 => match *value {
+            Value::Float(f) => fixed(f.to_byte_slice()),
+            Value::Int(i) => fixed((i as f64).to_byte_slice()),
+            _ => return Err(mismatch()),
+        },
+        PhysicalType::Decimal128 => {
+            let DataType::Decimal128(precision, scale) = field.data_type() else {
+                return Err(Error::Internal("Decimal128 physical type on a non-decimal".into()));
+            };
+            let unscaled = match *value {
+                Value::Decimal(v) => v,
+                Value::Int(i) => 10i128
+                    .checked_pow((*scale).max(0) as u32)
+                    .and_then(|m| (i as i128).checked_mul(m))
+                    .ok_or_else(out_of_range)?,
+                _ => return Err(mismatch()),
+            };
+            let limit = 10i128.checked_pow(*precision as u32).unwrap_or(i128::MAX);
+            if unscaled <= -limit || unscaled >= limit {
+                return Err(out_of_range());
+            }
+            fixed(unscaled.to_byte_slice())
+        }
+        PhysicalType::Bytes => match value {
+            Value::Str(s) => Cell::Bytes(s.as_bytes()),
+            Value::Bytes(b) if !is_string(field.data_type()) => Cell::Bytes(b),
+            _ => return Err(mismatch()),
+        },
+    })
+}
+
+fn fixed(bytes: &[u8]) -> Cell<'static> {
+    let mut buf = [0u8; 16];
+    buf[..bytes.len()].copy_from_slice(bytes);
+    Cell::Fixed(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_schema::Field;
+
+    #[test]
+    fn values_are_range_checked() {
+        let f = Field::new("a", DataType::Int8, false);
+        assert!(encode_value("t", &f, PhysicalType::Int8, &Value::Int(127)).is_ok());
+        assert!(matches!(
+            encode_value("t", &f, PhysicalType::Int8, &Value::Int(128)),
+            Err(Error::TypeMismatch { .. })
+        ));
+        assert!(matches!(
+            encode_value("t", &f, PhysicalType::Int8, &Value::Null),
+            Err(Error::NullInNonNullable { .. })
+        ));
+        assert!(matches!(
+            encode_value("t", &f, PhysicalType::Int8, &Value::Str("1")),
+            Err(Error::TypeMismatch { .. })
+        ));
+        let d = Field::new("d", DataType::Decimal128(5, 2), true);
+        assert!(encode_value("t", &d, PhysicalType::Decimal128, &Value::Int(999)).is_ok());
+        assert!(encode_value("t", &d, PhysicalType::Decimal128, &Value::Int(1000)).is_err());
+        let s = Field::new("s", DataType::Utf8, true);
+        assert!(encode_value("t", &s, PhysicalType::Bytes, &Value::Bytes(b"x")).is_err());
+    }
+}

@@ -1,0 +1,88 @@
+//! quiverdb-storage: tables kept as shards of compressed, immutable main
+//! storage plus an append-only columnar delta, rebuilt in the background.
+//!
+//! # Data model
+//!
+//! ```text
+//!   Database ── Table (Arrow schema, primary key, options)
+//!                 └── shards (≤ shard_capacity rows each, default 65,536)
+//!                       ├── main    encoded columns in 1,024-value blocks with zone maps
+//!                       ├── delta   columnar chunks, appended to in place
+//!                       └── deletes bitmap of dead record ids
+//! ```
+//!
+//! * Appends copy Arrow column slices into the last shard's delta; a batch
+//!   larger than the shard's room spills into new shards.
+//! * A **rebuild** re-encodes a shard's live rows into new main storage,
+//!   choosing per column the smallest of constant, sequence, bit-packing,
+//!   run-end, dictionary and plain ([`main`]). It runs in the background
+//!   when a shard fills up or accumulates deletions, or on demand.
+//! * Every write is atomic: [`Table::transaction`] publishes all its
+//!   appends and deletes with one pointer swap. A [`TableSnapshot`] is a
+//!   consistent view that stays valid while writers and rebuilds continue.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use arrow_array::{Int64Array, RecordBatch, StringArray};
+//! use arrow_schema::{DataType, Field, Schema};
+//! use quiverdb_storage::{Database, TableOptions};
+//!
+//! let db = Database::new();
+//! let schema = Schema::new(vec![
+//!     Field::new("id", DataType::Int64, false),
+//!     Field::new("name", DataType::Utf8, true),
+//! ]);
+//! let table = db.create_table("people", &schema, TableOptions::default())?;
+//! let batch = RecordBatch::try_new(
+//!     Arc::new(schema),
+//!     vec![
+//!         Arc::new(Int64Array::from(vec![1, 2, 3])),
+//!         Arc::new(StringArray::from(vec![Some("ada"), None, Some("grace")])),
+//!     ],
+//! )?;
+//! table.append(&batch)?;
+//! table.rebuild()?; // compress the delta into main storage
+//!
+//! let snapshot = table.snapshot();
+//! assert_eq!(snapshot.row_count(), 3);
+//! let batches = snapshot.to_record_batches(None)?;
+//! assert_eq!(batches[0].column(1).null_count(), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What this crate is not
+//!
+//! It evaluates no predicates and runs no queries: filtering, aggregation
+//! and ordered scans live in `quiverdb-mapreducer` and `quiverdb-scan`,
+//! SQL in `quiverdb-server`. It keeps everything in memory (durability is
+//! planned), and it records primary keys without enforcing uniqueness.
+
+// `main` is main storage (as opposed to the delta), not a binary's entry point.
+#![allow(special_module_name)]
+
+mod database;
+pub mod delta;
+mod error;
+mod ingest;
+pub mod main;
+mod memory;
+mod output;
+mod rebuild;
+mod shard;
+mod snapshot;
+mod table;
+pub mod types;
+
+pub use database::Database;
+pub use error::{Error, Result};
+pub use main::{BLOCK_SIZE, EncodingKind, MainColumn};
+pub use memory::{ColumnMemory, EncodingUsage, MemoryUsage};
+pub use shard::{DeleteSet, RecId, ShardId};
+pub use snapshot::{ShardSnapshot, TableSnapshot};
+pub use table::{
+    DEFAULT_REBUILD_DEAD_FRACTION, DEFAULT_SHARD_CAPACITY, MAX_SHARD_CAPACITY, Table, TableOptions,
+    Transaction,
+};
+pub use types::{PhysicalType, TableSchema, Value};

@@ -1,0 +1,270 @@
+//! Rebuild: turn a shard's live rows (main + delta, minus deletes) into new
+//! main storage, without stopping readers or losing concurrent writes.
+//!
+//! ```text
+//!   1. snapshot S of the shard          (no lock)  main M, delta[..Ls], deletes Ds
+//!   2. decode live rows of S, encode    (no lock)  → main M'  (rows renumbered 0..)
+//!   3. writer lock; current state C                 delta[..Lc], deletes Dc ⊇ Ds
+//!      carry over delta rows Ls..Lc     → new delta rows 0..
+//!      carry over deletes Dc \ Ds       → old id mapped to its new id:
+//!          id <  |M| + Ls : new id = id − |Ds ∩ [0, id)|      (its rank among S's live rows)
+//!          id >= |M| + Ls : new id = |M'| + (id − |M| − Ls)  (a carried delta row)
+//!      publish shard version v+1 with one pointer swap
+//! ```
+//!
+//! A shard's rebuilds are serialised by its version's `rebuild_lock`; only
+//! rebuilds replace a shard's data, so in step 3 the shard still has the
+//! data of step 1 (or was removed by a truncate, and the work is dropped).
+//! Appends and deletes during step 2 are neither lost nor resurrected.
+//! A rebuilt shard left with no live rows is removed, unless it is the
+//! last (append) shard.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+
+use arrow_array::ArrayRef;
+use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
+
+use crate::delta::Delta;
+use crate::error::{Error, Result};
+use crate::main::decode::Rows;
+use crate::main::{Main, MainColumn};
+use crate::shard::{DeleteSet, ShardData, ShardId, ShardState};
+use crate::snapshot::ShardSnapshot;
+use crate::table::TableInner;
+
+struct Job {
+    table: Weak<TableInner>,
+    shard: ShardId,
+}
+
+/// Jobs queued or running, with a condition variable to wait for zero.
+#[derive(Debug, Default)]
+struct Pending {
+    count: Mutex<usize>,
+    idle: Condvar,
+}
+
+/// The handle tables use to queue background rebuilds. The worker thread
+/// lives while any handle does.
+#[derive(Debug, Clone)]
+pub(crate) struct RebuildQueue {
+    tx: mpsc::Sender<Job>,
+    pending: Arc<Pending>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Job(shard {})", self.shard)
+    }
+}
+
+impl RebuildQueue {
+    /// Starts the background worker: one thread per database, which on a
+    /// 2-core machine leaves a core for foreground work.
+    pub(crate) fn start() -> Self {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let pending = Arc::new(Pending::default());
+        let worker_pending = Arc::clone(&pending);
+        std::thread::Builder::new()
+            .name("quiverdb-rebuild".into())
+            .spawn(move || {
+                for job in rx {
+                    if let Some(table) = job.table.upgrade()
+                        && let Err(e) = rebuild_shard(&table, job.shard, false)
+                    {
+                        table.rebuild_failures.fetch_add(1, Ordering::Relaxed);
+                        if let Ok(mut last) = table.last_rebuild_error.lock() {
+                            *last = Some(e.to_string());
+                        }
+                    }
+                    let mut count = worker_pending.count.lock().unwrap_or_else(|e| e.into_inner());
+                    *count -= 1;
+                    if *count == 0 {
+                        worker_pending.idle.notify_all();
+                    }
+                }
+            })
+            .expect("spawning the rebuild thread");
+        Self { tx, pending }
+    }
+
+    /// Queues a rebuild of `data` unless one is already queued.
+    pub(crate) fn schedule(&self, table: &Weak<TableInner>, data: &Arc<ShardData>) {
+        if data.rebuild_queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *self.pending.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        if self.tx.send(Job { table: table.clone(), shard: data.id }).is_err() {
+            data.rebuild_queued.store(false, Ordering::Release);
+            let mut count = self.pending.count.lock().unwrap_or_else(|e| e.into_inner());
+            *count -= 1;
+        }
+    }
+
+    /// Blocks until no background rebuild is queued or running.
+    pub(crate) fn wait_idle(&self) {
+        let mut count = self.pending.count.lock().unwrap_or_else(|e| e.into_inner());
+        while *count > 0 {
+            count = self.pending.idle.wait(count).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Rebuilds every shard of `table` that has delta rows or deletions, on all
+/// cores, and returns when they are done.
+pub(crate) fn rebuild_table(table: &TableInner) -> Result<()> {
+    let state = table.state.load_full();
+    let ids: Vec<ShardId> = state
+        .shards
+        .iter()
+        .filter(|s| s.delta_len > 0 || s.deleted() > 0)
+        .map(|s| s.data.id)
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(ids.len());
+    let next = AtomicUsize::new(0);
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&id) = ids.get(i) else { break };
+                    if let Err(e) = rebuild_shard(table, id, true) {
+                        let mut slot = first_error.lock().unwrap_or_else(|e| e.into_inner());
+                        slot.get_or_insert(e);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    match first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Rebuilds shard `id`. With `thorough`, a shard that another rebuild
+/// replaced meanwhile is rebuilt again if it still has delta rows or
+/// deletions (so the caller knows the shard is compact when this returns).
+pub(crate) fn rebuild_shard(table: &TableInner, id: ShardId, thorough: bool) -> Result<()> {
+    loop {
+        let Some(data) = current_data(table, id) else { return Ok(()) };
+        let _rebuilding = data
+            .rebuild_lock
+            .lock()
+            .map_err(|_| Error::Internal("a rebuild panicked".into()))?;
+        data.rebuild_queued.store(false, Ordering::Release);
+        let state = table.state.load_full();
+        let Some(pos) = state.shards.position(id) else { return Ok(()) };
+        let snap = state.shards.get(pos).clone();
+        if !Arc::ptr_eq(&snap.data, &data) {
+            if thorough {
+                continue;
+            }
+            return Ok(());
+        }
+        if snap.delta_len == 0 && snap.deleted() == 0 {
+            return Ok(());
+        }
+        let batch = ShardSnapshot::new(&snap, &table.schema).to_record_batch(None)?;
+        let columns = batch
+            .columns()
+            .iter()
+            .map(|a| MainColumn::from_array(a.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let main = Main::new(batch.num_rows(), columns);
+        return publish(table, &snap, main);
+    }
+}
+
+fn current_data(table: &TableInner, id: ShardId) -> Option<Arc<ShardData>> {
+    let state = table.state.load();
+    state.shards.position(id).map(|p| Arc::clone(&state.shards.get(p).data))
+}
+
+/// Step 3: carry over what changed since `snap`, publish the new version.
+fn publish(table: &TableInner, snap: &ShardState, main: Main) -> Result<()> {
+    let data = &snap.data;
+    let _writer = table
+        .writer
+        .lock()
+        .map_err(|_| Error::Internal(format!("a writer of table '{}' panicked", table.name)))?;
+    let state = table.state.load_full();
+    let Some(pos) = state.shards.position(data.id) else {
+        return Ok(()); // truncated meanwhile
+    };
+    let cur = state.shards.get(pos);
+    if !Arc::ptr_eq(&cur.data, data) {
+        return Err(Error::Internal(format!(
+            "shard {} was replaced while its rebuild held the rebuild lock",
+            data.id
+        )));
+    }
+    let new_rows = main.rows();
+    let carried = cur.delta_len - snap.delta_len;
+    let delta = Delta::new(&table.schema, data.capacity - new_rows);
+    if carried > 0 {
+        let arrays = (0..table.schema.len())
+            .map(|c| data.delta.column(c).decode(cur.delta_len, Rows::Range(snap.delta_len, carried)))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        delta.write_batch(0, &arrays, 0, carried)?;
+    }
+    let deletes = carry_deletes(snap, cur, new_rows)?;
+    let live = new_rows + carried - deletes.as_ref().map_or(0, DeleteSet::count);
+    let new_data = Arc::new(ShardData::new(data.id, data.version + 1, data.capacity, main, delta));
+    new_data.delta.commit(carried);
+    let mut next = (*state).clone();
+    if live == 0 && pos + 1 < next.shards.len() {
+        next.shards.remove(pos);
+    } else {
+        *next.shards.get_mut(pos) = ShardState { data: new_data, delta_len: carried, deletes };
+    }
+    table.state.store(Arc::new(next));
+    Ok(())
+}
+
+/// Maps the deletions made since `snap` onto the rebuilt shard's ids.
+fn carry_deletes(snap: &ShardState, cur: &ShardState, new_rows: usize) -> Result<Option<DeleteSet>> {
+    if cur.deleted() == snap.deleted() {
+        return Ok(None);
+    }
+    let rows = cur.rows();
+    let cur_bits = cur
+        .deletes
+        .as_ref()
+        .ok_or_else(|| Error::Internal("deletions counted without a set".into()))?
+        .bits()
+        .slice(0, rows);
+    let snap_bits = match &snap.deletes {
+        Some(d) => d.bits().slice(0, rows),
+        None => BooleanBuffer::new_unset(rows),
+    };
+    let newly = &cur_bits & &!&snap_bits;
+    // Prefix counts of S's deletions per 64-bit word, for ranks.
+    let words: Vec<u64> = snap_bits.bit_chunks().iter_padded().collect();
+    let mut before = Vec::with_capacity(words.len() + 1);
+    let mut acc = 0usize;
+    for w in &words {
+        before.push(acc);
+        acc += w.count_ones() as usize;
+    }
+    let snap_rows = snap.rows();
+    let mut bits = BooleanBufferBuilder::new(snap.data.capacity);
+    bits.append_n(snap.data.capacity, false);
+    let mut count = 0;
+    for id in newly.set_indices() {
+        let new_id = if id < snap_rows {
+            let (w, b) = (id / 64, id % 64);
+            let dead_before = before[w] + (words[w] & ((1u64 << b) - 1)).count_ones() as usize;
+            id - dead_before
+        } else {
+            new_rows + (id - snap_rows)
+        };
+        bits.set_bit(new_id, true);
+        count += 1;
+    }
+    Ok(Some(DeleteSet::new(bits.finish(), count)))
+}

@@ -1,0 +1,485 @@
+//! Tables: a schema, a list of shards, and the protocol that makes every
+//! write atomic and every read a consistent snapshot.
+//!
+//! ```text
+//!   writers ──▶ writer lock ──▶ Transaction                    readers
+//!                               ├ copy of the state (cheap)    │
+//!                               ├ appends: copy into deltas    │ state.load()
+//!                               │   past the committed length  │   = one pointer
+//!                               ├ deletes: copy-on-write sets  ▼
+//!                               └ commit: delta.commit(len),  TableSnapshot
+//!                                  then state.store(new) ────▶ (Arc<TableState>)
+//! ```
+//!
+//! All of a transaction (a multi-shard append, an update's delete and
+//! append) becomes visible with one pointer swap, or not at all if it
+//! fails. Readers never take the lock; writers hold it only while they copy
+//! their own data. A rebuild builds its new shard version without the lock
+//! and takes it only to carry over what changed meanwhile and publish.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use arc_swap::ArcSwap;
+use arrow_array::RecordBatch;
+use arrow_buffer::BooleanBufferBuilder;
+use arrow_schema::SchemaRef;
+
+use crate::delta::Delta;
+use crate::error::{Error, Result};
+use crate::ingest::{encode_value, validate_batch};
+use crate::main::Main;
+use crate::rebuild::{self, RebuildQueue};
+use crate::shard::{DeleteSet, RecId, ShardData, ShardId, ShardList, ShardState};
+use crate::snapshot::TableSnapshot;
+use crate::types::{TableSchema, Value};
+
+/// Default maximum rows per shard (MemCP's shard size: big enough that
+/// per-shard overheads vanish, small enough that a rebuild takes ~10 ms).
+pub const DEFAULT_SHARD_CAPACITY: usize = 65_536;
+
+/// Default fraction of deleted rows at which a shard is rebuilt: above it a
+/// scan spends more than a fifth of its work skipping dead rows.
+pub const DEFAULT_REBUILD_DEAD_FRACTION: f64 = 0.2;
+
+/// Largest shard capacity: record ids are `u32`.
+pub const MAX_SHARD_CAPACITY: usize = 1 << 31;
+
+/// Settings of a table.
+#[derive(Debug, Clone)]
+pub struct TableOptions {
+    /// Maximum rows per shard.
+    pub shard_capacity: usize,
+    /// Fraction of deleted rows (0..=1) at which a shard is rebuilt.
+    pub rebuild_dead_fraction: f64,
+    /// Rebuild full or mostly-dead shards in the background. When false,
+    /// shards change only through [`Table::rebuild`].
+    pub background_rebuild: bool,
+    /// Primary key columns (recorded, and made NOT NULL; uniqueness is not
+    /// enforced by the storage layer).
+    pub primary_key: Vec<String>,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        Self {
+            shard_capacity: DEFAULT_SHARD_CAPACITY,
+            rebuild_dead_fraction: DEFAULT_REBUILD_DEAD_FRACTION,
+            background_rebuild: true,
+            primary_key: Vec::new(),
+        }
+    }
+}
+
+impl TableOptions {
+    /// Sets the shard capacity.
+    pub fn with_shard_capacity(mut self, capacity: usize) -> Self {
+        self.shard_capacity = capacity;
+        self
+    }
+
+    /// Sets the dead fraction that triggers a rebuild.
+    pub fn with_rebuild_dead_fraction(mut self, fraction: f64) -> Self {
+        self.rebuild_dead_fraction = fraction;
+        self
+    }
+
+    /// Enables or disables background rebuilds.
+    pub fn with_background_rebuild(mut self, enabled: bool) -> Self {
+        self.background_rebuild = enabled;
+        self
+    }
+
+    /// Declares the primary key.
+    pub fn with_primary_key<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
+        self.primary_key = columns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.shard_capacity == 0 || self.shard_capacity > MAX_SHARD_CAPACITY {
+            return Err(Error::InvalidOption {
+                option: "shard_capacity",
+                reason: format!("must be in 1..={MAX_SHARD_CAPACITY}, got {}", self.shard_capacity),
+            });
+        }
+        if !(self.rebuild_dead_fraction > 0.0 && self.rebuild_dead_fraction <= 1.0) {
+            return Err(Error::InvalidOption {
+                option: "rebuild_dead_fraction",
+                reason: format!("must be in (0, 1], got {}", self.rebuild_dead_fraction),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The published state of a table: its shards, each at a delta length and
+/// deletion set. Immutable; replaced whole by every commit.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TableState {
+    pub(crate) shards: ShardList,
+}
+
+/// What the writer lock protects.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    next_shard_id: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct TableInner {
+    pub(crate) name: String,
+    pub(crate) schema: TableSchema,
+    pub(crate) options: TableOptions,
+    pub(crate) state: ArcSwap<TableState>,
+    pub(crate) writer: Mutex<Writer>,
+    pub(crate) dropped: AtomicBool,
+    pub(crate) rebuilds: RebuildQueue,
+    /// Background rebuilds that failed (each is a bug; see `last_rebuild_error`).
+    pub(crate) rebuild_failures: AtomicU64,
+    pub(crate) last_rebuild_error: Mutex<Option<String>>,
+    pub(crate) self_ref: Weak<TableInner>,
+}
+
+/// A table handle. Cheap to clone; all clones share the table.
+#[derive(Debug, Clone)]
+pub struct Table {
+    pub(crate) inner: Arc<TableInner>,
+}
+
+impl Table {
+    pub(crate) fn new(
+        name: String,
+        schema: TableSchema,
+        options: TableOptions,
+        rebuilds: RebuildQueue,
+    ) -> Self {
+        let inner = Arc::new_cyclic(|self_ref| TableInner {
+            name,
+            schema,
+            options,
+            state: ArcSwap::from_pointee(TableState::default()),
+            writer: Mutex::new(Writer { next_shard_id: 0 }),
+            dropped: AtomicBool::new(false),
+            rebuilds,
+            rebuild_failures: AtomicU64::new(0),
+            last_rebuild_error: Mutex::new(None),
+            self_ref: self_ref.clone(),
+        });
+        Self { inner }
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The validated schema.
+    pub fn schema(&self) -> &TableSchema {
+        &self.inner.schema
+    }
+
+    /// The Arrow schema.
+    pub fn arrow_schema(&self) -> &SchemaRef {
+        self.inner.schema.arrow()
+    }
+
+    /// The table's options.
+    pub fn options(&self) -> &TableOptions {
+        &self.inner.options
+    }
+
+    /// A consistent view of every shard as of now. It stays valid (and
+    /// unchanged) while writers and rebuilds continue.
+    pub fn snapshot(&self) -> TableSnapshot {
+        TableSnapshot::new(self.inner.schema.clone(), self.inner.state.load_full())
+    }
+
+    /// Number of live rows.
+    pub fn row_count(&self) -> usize {
+        self.inner.state.load().shards.iter().map(ShardState::live).sum()
+    }
+
+    /// Runs `f` as one atomic write: everything it appends and deletes
+    /// becomes visible together when it returns `Ok`, and nothing does if it
+    /// returns `Err`. Writers are serialised; readers are never blocked.
+    pub fn transaction<R>(&self, f: impl FnOnce(&mut Transaction<'_>) -> Result<R>) -> Result<R> {
+        let mut txn = Transaction::begin(&self.inner)?;
+        let out = f(&mut txn)?;
+        txn.commit();
+        Ok(out)
+    }
+
+    /// Appends a batch; returns the number of rows appended. The batch is
+    /// validated whole first (column names, types, NOT NULL, decimal
+    /// precision) and rejected whole on any error.
+    pub fn append(&self, batch: &RecordBatch) -> Result<usize> {
+        self.transaction(|t| t.append(batch))
+    }
+
+    /// Appends one row given as one [`Value`] per column.
+    pub fn append_row(&self, row: &[Value<'_>]) -> Result<()> {
+        self.transaction(|t| t.append_row(row))
+    }
+
+    /// Deletes records chosen on `snapshot`: for each shard id, the record
+    /// ids to delete. Returns the number of rows deleted (records already
+    /// deleted are not counted). Fails with [`Error::Conflict`] if a chosen
+    /// shard was rebuilt or removed since the snapshot.
+    pub fn delete(&self, snapshot: &TableSnapshot, selection: &[(ShardId, Vec<RecId>)]) -> Result<usize> {
+        self.transaction(|t| t.delete_selection(snapshot, selection))
+    }
+
+    /// Replaces records chosen on `snapshot` by the rows of `rows`,
+    /// atomically (a delete plus an append in one transaction). Returns the
+    /// number of rows deleted.
+    pub fn update(
+        &self,
+        snapshot: &TableSnapshot,
+        selection: &[(ShardId, Vec<RecId>)],
+        rows: &RecordBatch,
+    ) -> Result<usize> {
+        self.transaction(|t| {
+            let deleted = t.delete_selection(snapshot, selection)?;
+            t.append(rows)?;
+            Ok(deleted)
+        })
+    }
+
+    /// Removes every row; returns how many were live.
+    pub fn truncate(&self) -> Result<usize> {
+        self.transaction(|t| Ok(t.truncate()))
+    }
+
+    /// Rebuilds every shard that has delta rows or deletions into fresh
+    /// main storage, in parallel, and returns when all are done.
+    pub fn rebuild(&self) -> Result<()> {
+        rebuild::rebuild_table(&self.inner)
+    }
+
+    /// Number of background rebuilds that failed, and the last error. A
+    /// failure leaves the shard as it was (still correct, just not
+    /// compacted); any failure is a bug in quiverdb.
+    pub fn background_rebuild_failures(&self) -> (u64, Option<String>) {
+        let last = self.inner.last_rebuild_error.lock().ok().and_then(|e| e.clone());
+        (self.inner.rebuild_failures.load(Ordering::Relaxed), last)
+    }
+}
+
+/// An atomic write in progress; see [`Table::transaction`].
+#[derive(Debug)]
+pub struct Transaction<'t> {
+    table: &'t TableInner,
+    writer: MutexGuard<'t, Writer>,
+    base: Arc<TableState>,
+    work: TableState,
+    /// Copy-on-write delete bitmaps of touched shards: position → (bits, newly deleted).
+    deletes: BTreeMap<usize, (BooleanBufferBuilder, usize)>,
+    /// Positions of shards whose delta grew (or that are new).
+    appended: Vec<usize>,
+}
+
+impl<'t> Transaction<'t> {
+    fn begin(table: &'t TableInner) -> Result<Self> {
+        let writer = table.writer.lock().map_err(|_| {
+            Error::Internal(format!("a writer of table '{}' panicked", table.name))
+        })?;
+        if table.dropped.load(Ordering::Acquire) {
+            return Err(Error::TableNotFound(table.name.clone()));
+        }
+        let base = table.state.load_full();
+        let work = (*base).clone();
+        Ok(Self { table, writer, base, work, deletes: BTreeMap::new(), appended: Vec::new() })
+    }
+
+    /// The table as it was when the transaction began: the snapshot that
+    /// record ids passed to [`Transaction::delete`] refer to.
+    pub fn snapshot(&self) -> TableSnapshot {
+        TableSnapshot::new(self.table.schema.clone(), Arc::clone(&self.base))
+    }
+
+    /// The tail shard, with room for at least one row (creating a shard if needed).
+    fn tail_with_room(&mut self) -> usize {
+        if self.work.shards.last().is_none_or(|s| s.room() == 0) {
+            let id = ShardId(self.writer.next_shard_id);
+            self.writer.next_shard_id += 1;
+            let capacity = self.table.options.shard_capacity;
+            let data = ShardData::new(
+                id,
+                0,
+                capacity,
+                Main::empty(self.table.schema.len()),
+                Delta::new(&self.table.schema, capacity),
+            );
+            self.work.shards.push(ShardState { data: Arc::new(data), delta_len: 0, deletes: None });
+        }
+        self.work.shards.len() - 1
+    }
+
+    /// Appends a batch (validated whole first); returns its row count.
+    pub fn append(&mut self, batch: &RecordBatch) -> Result<usize> {
+        validate_batch(&self.table.name, &self.table.schema, batch)?;
+        let n = batch.num_rows();
+        let mut done = 0;
+        while done < n {
+            let idx = self.tail_with_room();
+            let shard = self.work.shards.get_mut(idx);
+            let k = shard.room().min(n - done);
+            shard.data.delta.write_batch(shard.delta_len, batch.columns(), done, k)?;
+            shard.delta_len += k;
+            done += k;
+            self.appended.push(idx);
+        }
+        Ok(n)
+    }
+
+    /// Appends one row (validated whole first).
+    pub fn append_row(&mut self, row: &[Value<'_>]) -> Result<()> {
+        let schema = &self.table.schema;
+        if row.len() != schema.len() {
+            return Err(Error::SchemaMismatch {
+                table: self.table.name.clone(),
+                reason: format!("the table has {} columns, the row has {}", schema.len(), row.len()),
+            });
+        }
+        let cell = |i: usize| encode_value(&self.table.name, schema.field(i), schema.physical(i), &row[i]);
+        for i in 0..row.len() {
+            cell(i)?;
+        }
+        let idx = self.tail_with_room();
+        let shard = self.work.shards.get(idx);
+        shard.data.delta.write_row(shard.delta_len, cell)?;
+        self.work.shards.get_mut(idx).delta_len += 1;
+        self.appended.push(idx);
+        Ok(())
+    }
+
+    /// Deletes records of shard `shard` given by ids of this transaction's
+    /// snapshot; returns how many were live.
+    pub fn delete(&mut self, shard: ShardId, ids: &[RecId]) -> Result<usize> {
+        let missing = || Error::RecordNotFound {
+            table: self.table.name.clone(),
+            shard: shard.0,
+            record: ids.first().copied().unwrap_or(0),
+        };
+        let pos = self.base.shards.position(shard).ok_or_else(missing)?;
+        let base = self.base.shards.get(pos);
+        // A truncate earlier in this transaction removed the shard.
+        if pos >= self.work.shards.len() || !Arc::ptr_eq(&self.work.shards.get(pos).data, &base.data) {
+            return Err(missing());
+        }
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= base.rows()) {
+            return Err(Error::RecordNotFound { table: self.table.name.clone(), shard: shard.0, record: bad });
+        }
+        // Ids refer to the base; the shard keeps its position in `work`
+        // (shards are only removed by rebuilds, which hold this lock to publish).
+        let (bits, newly) = self.deletes.entry(pos).or_insert_with(|| {
+            let cur = self.work.shards.get(pos);
+            let bits = match &cur.deletes {
+                Some(d) => d.to_builder(),
+                None => {
+                    let mut b = BooleanBufferBuilder::new(cur.data.capacity);
+                    b.append_n(cur.data.capacity, false);
+                    b
+                }
+            };
+            (bits, 0)
+        });
+        let before = *newly;
+        for &id in ids {
+            if !bits.get_bit(id as usize) {
+                bits.set_bit(id as usize, true);
+                *newly += 1;
+            }
+        }
+        Ok(*newly - before)
+    }
+
+    /// Deletes a selection made on `snapshot` (which may be older than this
+    /// transaction): fails with [`Error::Conflict`] if a chosen shard was
+    /// rebuilt or removed since.
+    pub fn delete_selection(
+        &mut self,
+        snapshot: &TableSnapshot,
+        selection: &[(ShardId, Vec<RecId>)],
+    ) -> Result<usize> {
+        let mut total = 0;
+        for (shard, ids) in selection {
+            if ids.is_empty() {
+                continue;
+            }
+            let conflict = || Error::Conflict { table: self.table.name.clone() };
+            let then = snapshot.state().shards.position(*shard).map(|p| snapshot.state().shards.get(p));
+            let now = self.base.shards.position(*shard).map(|p| self.base.shards.get(p));
+            match (then, now) {
+                (Some(t), Some(n)) if Arc::ptr_eq(&t.data, &n.data) => {
+                    if let Some(&bad) = ids.iter().find(|&&id| id as usize >= t.rows()) {
+                        return Err(Error::RecordNotFound {
+                            table: self.table.name.clone(),
+                            shard: shard.0,
+                            record: bad,
+                        });
+                    }
+                    total += self.delete(*shard, ids)?;
+                }
+                (Some(_), _) => return Err(conflict()),
+                (None, _) => {
+                    return Err(Error::RecordNotFound {
+                        table: self.table.name.clone(),
+                        shard: shard.0,
+                        record: ids[0],
+                    });
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// Removes every shard; returns the number of live rows removed.
+    pub fn truncate(&mut self) -> usize {
+        let live: usize = self.work.shards.iter().map(ShardState::live).sum::<usize>()
+            - self.deletes.values().map(|(_, n)| n).sum::<usize>();
+        self.work.shards = ShardList::default();
+        self.deletes.clear();
+        self.appended.clear();
+        live
+    }
+
+    /// Publishes everything at once.
+    fn commit(mut self) {
+        let mut touched = std::mem::take(&mut self.appended);
+        for (pos, (mut bits, newly)) in std::mem::take(&mut self.deletes) {
+            if newly == 0 {
+                continue;
+            }
+            let shard = self.work.shards.get_mut(pos);
+            let count = shard.deleted() + newly;
+            shard.deletes = Some(DeleteSet::new(bits.finish(), count));
+            touched.push(pos);
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        let mut to_rebuild = Vec::new();
+        for &pos in &touched {
+            let shard = self.work.shards.get(pos);
+            shard.data.delta.commit(shard.delta_len);
+            if self.needs_rebuild(shard) {
+                to_rebuild.push(Arc::clone(&shard.data));
+            }
+        }
+        self.table.state.store(Arc::new(self.work));
+        drop(self.writer);
+        if self.table.options.background_rebuild {
+            for data in to_rebuild {
+                self.table.rebuilds.schedule(&self.table.self_ref, &data);
+            }
+        }
+    }
+
+    fn needs_rebuild(&self, shard: &ShardState) -> bool {
+        let full = shard.room() == 0 && shard.delta_len > 0;
+        let dead = shard.deleted() as f64 > self.table.options.rebuild_dead_fraction * shard.rows() as f64;
+        full || (dead && shard.deleted() > 0)
+    }
+}
