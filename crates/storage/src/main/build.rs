@@ -119,8 +119,9 @@ impl MainColumn {
 
     /// Encodes an Arrow array as a main column; with `force`, uses that
     /// encoding if it applies to the values, or returns
-    /// [`Error::InvalidOption`] if it does not (constant for differing
-    /// values, sequence or run-end for strings).
+    /// [`Error::InvalidOption`] if it does not: constant for differing
+    /// values; anything but dictionary and plain for strings and binary;
+    /// anything but plain for decimals beyond the i64 range.
     pub fn from_array_with(array: &dyn Array, force: Option<EncodingKind>) -> Result<Self> {
         let data_type = array.data_type().clone();
         let physical = PhysicalType::of(&data_type).ok_or_else(|| Error::UnsupportedType {

@@ -1,0 +1,419 @@
+//! Tables against a plain reference: appends, deletes, updates, truncates
+//! and rebuilds in random orders over tiny and default shard capacities;
+//! bad input; snapshot stability; the catalog.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::*;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use quiverdb_storage::{
+    Database, EncodingKind, Error, RecId, ShardId, Table, TableOptions, TableSnapshot, Value,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// A reference row: key, nullable value, string.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    k: i64,
+    v: Option<i32>,
+    s: Option<String>,
+}
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int32, true),
+        Field::new("s", DataType::Utf8, true),
+    ]))
+}
+
+fn batch(rows: &[Row]) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.k))),
+            Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.v))),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.s.clone()))),
+        ],
+    )
+    .expect("valid batch")
+}
+
+fn rows_of(batch: &RecordBatch) -> Vec<Row> {
+    let k = batch.column(0).as_primitive::<Int64Type>();
+    let v = batch.column(1).as_primitive::<arrow_array::types::Int32Type>();
+    let s = batch.column(2).as_string::<i32>();
+    (0..batch.num_rows())
+        .map(|i| Row {
+            k: k.value(i),
+            v: v.is_valid(i).then(|| v.value(i)),
+            s: s.is_valid(i).then(|| s.value(i).to_string()),
+        })
+        .collect()
+}
+
+fn contents(snapshot: &TableSnapshot) -> Vec<Row> {
+    snapshot.to_record_batches(None).expect("decode").iter().flat_map(rows_of).collect()
+}
+
+fn random_rows(rng: &mut StdRng, next_key: &mut i64, n: usize) -> Vec<Row> {
+    (0..n)
+        .map(|_| {
+            *next_key += 1;
+            Row {
+                k: *next_key,
+                v: (rng.random_range(0..5) > 0).then(|| rng.random_range(-50..50)),
+                s: (rng.random_range(0..5) > 0).then(|| format!("s{}", rng.random_range(0..30))),
+            }
+        })
+        .collect()
+}
+
+/// Picks about `fraction` of the live rows of `snapshot`: the selection and the keys it covers.
+fn pick(snapshot: &TableSnapshot, rng: &mut StdRng, fraction: f64) -> (Vec<(ShardId, Vec<RecId>)>, Vec<i64>) {
+    let mut selection = Vec::new();
+    let mut keys = Vec::new();
+    for shard in snapshot.shards() {
+        let ids: Vec<RecId> = shard.live_ids().into_iter().filter(|_| rng.random_bool(fraction)).collect();
+        if ids.is_empty() {
+            continue;
+        }
+        let gathered = shard.gather(&ids, Some(&[0])).expect("gather");
+        keys.extend(gathered.column(0).as_primitive::<Int64Type>().values().iter().copied());
+        selection.push((shard.id(), ids));
+    }
+    (selection, keys)
+}
+
+fn new_table(capacity: usize, background: bool) -> (Database, Table) {
+    let db = Database::new();
+    let options = TableOptions::default().with_shard_capacity(capacity).with_background_rebuild(background);
+    let table = db.create_table("t", &schema(), options).expect("create");
+    (db, table)
+}
+
+/// Random operation sequences; after each, the table equals the reference,
+/// row for row and in order.
+fn run_sequence(capacity: usize, background: bool, seed: u64, steps: usize) {
+    let (db, table) = new_table(capacity, background);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut reference: Vec<Row> = Vec::new();
+    let mut next_key = 0;
+    for step in 0..steps {
+        match rng.random_range(0..100) {
+            0..=39 => {
+                let n = rng.random_range(0..=capacity.min(600) * 3);
+                let rows = random_rows(&mut rng, &mut next_key, n);
+                assert_eq!(table.append(&batch(&rows)).expect("append"), n);
+                reference.extend(rows);
+            }
+            40..=49 => {
+                let row = random_rows(&mut rng, &mut next_key, 1).remove(0);
+                let s = row.s.clone();
+                table
+                    .append_row(&[
+                        Value::Int(row.k),
+                        row.v.map_or(Value::Null, |v| Value::Int(v as i64)),
+                        s.as_deref().map_or(Value::Null, Value::Str),
+                    ])
+                    .expect("append_row");
+                reference.push(row);
+            }
+            50..=64 => {
+                let snapshot = table.snapshot();
+                let fraction = rng.random_range(0.0..0.6);
+                let (selection, keys) = pick(&snapshot, &mut rng, fraction);
+                match table.delete(&snapshot, &selection) {
+                    Ok(n) => {
+                        assert_eq!(n, keys.len());
+                        reference.retain(|r| !keys.contains(&r.k));
+                    }
+                    // A background rebuild replaced a chosen shard: nothing changed.
+                    Err(Error::Conflict { .. }) => assert!(background),
+                    Err(e) => panic!("delete: {e}"),
+                }
+            }
+            65..=74 => {
+                // Update through a transaction: delete some rows, append
+                // their replacements with new values.
+                let mut replaced = Vec::new();
+                table
+                    .transaction(|t| {
+                        let snapshot = t.snapshot();
+                        let (selection, keys) = pick(&snapshot, &mut rng, 0.1);
+                        for (shard, ids) in &selection {
+                            t.delete(*shard, ids)?;
+                        }
+                        replaced = keys
+                            .iter()
+                            .map(|&k| Row { k, v: Some(7777), s: Some("updated".into()) })
+                            .collect();
+                        t.append(&batch(&replaced))
+                    })
+                    .expect("update");
+                reference.retain(|r| !replaced.iter().any(|x| x.k == r.k));
+                reference.extend(replaced);
+            }
+            75..=89 => table.rebuild().expect("rebuild"),
+            90..=92 => {
+                let live = reference.len();
+                assert_eq!(table.truncate().expect("truncate"), live);
+                reference.clear();
+            }
+            _ => {
+                // A delete and an append that must roll back together.
+                let snapshot = table.snapshot();
+                let (selection, _) = pick(&snapshot, &mut rng, 0.5);
+                let bad = Row { k: -1, v: None, s: None };
+                let err = table.transaction(|t| {
+                    t.delete_selection(&snapshot, &selection)?;
+                    t.append(&batch(&[bad.clone()]))?;
+                    t.append_row(&[Value::Null, Value::Null, Value::Null])
+                });
+                assert!(matches!(err, Err(Error::NullInNonNullable { .. }) | Err(Error::Conflict { .. })));
+            }
+        }
+        let snapshot = table.snapshot();
+        assert_eq!(snapshot.row_count(), reference.len(), "seed {seed} step {step}");
+        assert_eq!(contents(&snapshot), reference, "seed {seed} step {step}: contents");
+        for shard in snapshot.shards() {
+            assert!(shard.rows() <= capacity, "shard over capacity");
+        }
+    }
+    db.wait_for_background_rebuilds();
+    assert_eq!(table.background_rebuild_failures().0, 0, "{:?}", table.background_rebuild_failures().1);
+    table.rebuild().expect("final rebuild");
+    let snapshot = table.snapshot();
+    assert_eq!(contents(&snapshot), reference);
+    for shard in snapshot.shards() {
+        assert_eq!(shard.delta_len(), 0, "rebuild moved everything into main");
+        assert!(shard.deletes().is_none(), "rebuild dropped the deleted rows");
+    }
+}
+
+#[test]
+fn sequences_tiny_shards() {
+    for seed in 0..12 {
+        run_sequence(7, seed % 2 == 0, seed, 60);
+    }
+}
+
+#[test]
+fn sequences_small_shards() {
+    for seed in 100..106 {
+        run_sequence(1000, seed % 2 == 0, seed, 60);
+    }
+}
+
+#[test]
+fn sequences_default_shards() {
+    run_sequence(65_536, true, 7, 40);
+}
+
+#[test]
+fn appends_split_across_shards() {
+    let (_db, table) = new_table(7, false);
+    let mut key = 0;
+    let mut rng = StdRng::seed_from_u64(1);
+    let rows = random_rows(&mut rng, &mut key, 100);
+    table.append(&batch(&rows)).expect("append");
+    let snapshot = table.snapshot();
+    assert_eq!(snapshot.num_shards(), 15);
+    assert!(snapshot.shards().take(14).all(|s| s.rows() == 7));
+    assert_eq!(snapshot.shard(14).rows(), 2);
+    assert_eq!(contents(&snapshot), rows);
+}
+
+#[test]
+fn rebuild_compresses_and_reports_memory() {
+    let (_db, table) = new_table(65_536, false);
+    let rows: Vec<Row> = (0..20_000)
+        .map(|i| Row { k: i, v: Some((i % 100) as i32), s: Some(format!("name_{:04}", i % 1000)) })
+        .collect();
+    table.append(&batch(&rows)).expect("append");
+    let before = table.memory_usage();
+    assert_eq!(before.delta_rows, 20_000);
+    table.rebuild().expect("rebuild");
+    let after = table.memory_usage();
+    assert_eq!((after.main_rows, after.delta_rows), (20_000, 0));
+    assert_eq!(after.columns[0].dominant_encoding(), Some(EncodingKind::Sequence));
+    assert_eq!(after.columns[2].dominant_encoding(), Some(EncodingKind::Dictionary));
+    assert!(after.columns[2].dictionary_bytes > 0);
+    assert!(after.total_bytes() * 4 < before.total_bytes(), "{after}\nvs\n{before}");
+    assert_eq!(contents(&table.snapshot()), rows);
+}
+
+#[test]
+fn snapshots_do_not_change() {
+    let (_db, table) = new_table(10, false);
+    let mut key = 0;
+    let mut rng = StdRng::seed_from_u64(3);
+    let first = random_rows(&mut rng, &mut key, 35);
+    table.append(&batch(&first)).expect("append");
+    let snapshot = table.snapshot();
+    table.append(&batch(&random_rows(&mut rng, &mut key, 20))).expect("append");
+    let (selection, _) = pick(&table.snapshot(), &mut rng, 0.5);
+    table.delete(&table.snapshot(), &selection).expect("delete");
+    table.rebuild().expect("rebuild");
+    assert_eq!(contents(&snapshot), first, "an old snapshot sees the old contents");
+    table.truncate().expect("truncate");
+    assert_eq!(contents(&snapshot), first);
+    assert_eq!(table.snapshot().row_count(), 0);
+}
+
+#[test]
+fn stale_snapshot_conflicts() {
+    let (_db, table) = new_table(100, false);
+    let mut key = 0;
+    let mut rng = StdRng::seed_from_u64(4);
+    table.append(&batch(&random_rows(&mut rng, &mut key, 50))).expect("append");
+    let stale = table.snapshot();
+    let (selection, _) = pick(&stale, &mut rng, 0.5);
+    table.rebuild().expect("rebuild");
+    assert!(matches!(table.delete(&stale, &selection), Err(Error::Conflict { .. })));
+    assert_eq!(table.snapshot().row_count(), 50);
+}
+
+#[test]
+fn bad_input_is_rejected_whole() {
+    let (_db, table) = new_table(7, false);
+    let mut key = 0;
+    let mut rng = StdRng::seed_from_u64(5);
+    let good = random_rows(&mut rng, &mut key, 10);
+    table.append(&batch(&good)).expect("append");
+    let check_unchanged = |table: &Table| assert_eq!(contents(&table.snapshot()), good);
+
+    // Wrong column count.
+    let narrow = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)])),
+        vec![Arc::new(Int64Array::from(vec![1]))],
+    )
+    .expect("batch");
+    assert!(matches!(table.append(&narrow), Err(Error::SchemaMismatch { .. })));
+    // Wrong column name.
+    let renamed = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("x", DataType::Int32, true),
+            Field::new("s", DataType::Utf8, true),
+        ])),
+        batch(&good).columns().to_vec(),
+    )
+    .expect("batch");
+    assert!(matches!(table.append(&renamed), Err(Error::SchemaMismatch { .. })));
+    // Wrong type in the last column of a 20-row batch that spans shards.
+    let wrong = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Int32, true),
+            Field::new("s", DataType::Int64, true),
+        ])),
+        vec![
+            Arc::new(Int64Array::from_iter_values(100..120)),
+            Arc::new(Int32Array::from_iter_values(0..20)),
+            Arc::new(Int64Array::from_iter_values(0..20)),
+        ],
+    )
+    .expect("batch");
+    let err = table.append(&wrong).expect_err("type mismatch");
+    assert!(err.to_string().contains("column 's'"), "{err}");
+    // NULL in the NOT NULL column.
+    let nullable_k = Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("v", DataType::Int32, true),
+        Field::new("s", DataType::Utf8, true),
+    ]);
+    let nulls = RecordBatch::try_new(
+        Arc::new(nullable_k),
+        vec![
+            Arc::new(Int64Array::from(vec![Some(1), None])),
+            Arc::new(Int32Array::from(vec![1, 2])),
+            Arc::new(StringArray::from(vec!["a", "b"])),
+        ],
+    )
+    .expect("batch");
+    assert!(matches!(table.append(&nulls), Err(Error::NullInNonNullable { .. })));
+    // Single rows: arity, type, range, NULL.
+    assert!(matches!(table.append_row(&[Value::Int(1)]), Err(Error::SchemaMismatch { .. })));
+    assert!(matches!(
+        table.append_row(&[Value::Str("x"), Value::Null, Value::Null]),
+        Err(Error::TypeMismatch { .. })
+    ));
+    assert!(matches!(
+        table.append_row(&[Value::Int(1), Value::Int(1 << 40), Value::Null]),
+        Err(Error::TypeMismatch { .. })
+    ));
+    assert!(matches!(
+        table.append_row(&[Value::Null, Value::Null, Value::Null]),
+        Err(Error::NullInNonNullable { .. })
+    ));
+    // Deleting a record that does not exist changes nothing, even with a valid one beside it.
+    let snapshot = table.snapshot();
+    let shard = snapshot.shard(0).id();
+    assert!(matches!(
+        table.delete(&snapshot, &[(shard, vec![0]), (shard, vec![999])]),
+        Err(Error::RecordNotFound { .. })
+    ));
+    // An update whose replacement is bad deletes nothing.
+    assert!(table.update(&snapshot, &[(shard, vec![0, 1])], &narrow).is_err());
+    check_unchanged(&table);
+}
+
+#[test]
+fn unsupported_types_and_bad_options() {
+    let db = Database::new();
+    let bad = Schema::new(vec![Field::new("t", DataType::Time64(arrow_schema::TimeUnit::Nanosecond), true)]);
+    let err = db.create_table("x", &bad, TableOptions::default()).expect_err("unsupported");
+    assert!(matches!(err, Error::UnsupportedType { .. }));
+    assert!(err.to_string().contains("Time64"), "{err}");
+    assert!(matches!(
+        db.create_table("x", &schema(), TableOptions::default().with_shard_capacity(0)),
+        Err(Error::InvalidOption { .. })
+    ));
+    assert!(matches!(
+        db.create_table("x", &schema(), TableOptions::default().with_rebuild_dead_fraction(1.5)),
+        Err(Error::InvalidOption { .. })
+    ));
+    assert!(matches!(
+        db.create_table("x", &schema(), TableOptions::default().with_primary_key(["nope"])),
+        Err(Error::InvalidSchema(_))
+    ));
+    assert!(db.table_names().is_empty(), "failed creates leave no table");
+}
+
+#[test]
+fn catalog() {
+    let db = Database::new();
+    let t = db
+        .create_table("b", &schema(), TableOptions::default().with_primary_key(["k", "v"]))
+        .expect("create");
+    db.create_table("a", &schema(), TableOptions::default()).expect("create");
+    assert!(matches!(db.create_table("a", &schema(), TableOptions::default()), Err(Error::TableExists(_))));
+    assert_eq!(db.table_names(), ["a", "b"]);
+    assert_eq!(t.schema().primary_key(), &[0, 1]);
+    assert!(!t.arrow_schema().field(1).is_nullable(), "primary key columns are NOT NULL");
+    assert_eq!(db.table("b").expect("get").name(), "b");
+    db.drop_table("b").expect("drop");
+    assert!(matches!(db.table("b"), Err(Error::TableNotFound(_))));
+    assert!(matches!(db.drop_table("b"), Err(Error::TableNotFound(_))));
+    let mut key = 0;
+    let rows = random_rows(&mut StdRng::seed_from_u64(0), &mut key, 3);
+    assert!(matches!(t.append(&batch(&rows)), Err(Error::TableNotFound(_))), "writes to a dropped table fail");
+}
+
+#[test]
+fn schemas_round_trip() {
+    let arrow = Schema::new(vec![
+        Field::new("a", DataType::Decimal128(20, 3), true),
+        Field::new("b", DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("UTC".into())), false),
+        Field::new("c", DataType::Utf8View, true),
+        Field::new("d", DataType::Binary, true),
+    ])
+    .with_metadata([("owner".to_string(), "quiverdb".to_string())].into());
+    let db = Database::new();
+    let t = db.create_table("r", &arrow, TableOptions::default()).expect("create");
+    assert_eq!(t.arrow_schema().as_ref(), &arrow);
+}
