@@ -61,6 +61,7 @@
 
 // `main` is main storage (as opposed to the delta), not a binary's entry point.
 #![allow(special_module_name)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod database;
 pub mod delta;

@@ -10,6 +10,7 @@
 //!   * a batch is all-or-nothing: if any of its rows is present, every row
 //!     not under a delete that started before t1 is present;
 //!   * a row whose delete was acknowledged before t0 is absent.
+//!
 //! At the end the table equals all acknowledged appends minus all
 //! acknowledged deletes.
 

@@ -170,7 +170,7 @@ fn run_sequence(capacity: usize, background: bool, seed: u64, steps: usize) {
                 let bad = Row { k: -1, v: None, s: None };
                 let err = table.transaction(|t| {
                     t.delete_selection(&snapshot, &selection)?;
-                    t.append(&batch(&[bad.clone()]))?;
+                    t.append(&batch(std::slice::from_ref(&bad)))?;
                     t.append_row(&[Value::Null, Value::Null, Value::Null])
                 });
                 assert!(matches!(err, Err(Error::NullInNonNullable { .. }) | Err(Error::Conflict { .. })));
