@@ -38,6 +38,25 @@ fn patterns(rng: &mut StdRng) -> Vec<(&'static str, Vec<u32>)> {
     vec![("random 1/8", random), ("every 1024th", sparse)]
 }
 
+/// Decode of all rows plus a gather per access pattern, for one column.
+fn bench_column(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    label: impl std::fmt::Display,
+    col: &MainColumn,
+    patterns: &[(&str, Vec<u32>)],
+) {
+    group.throughput(Throughput::Elements(ROWS as u64));
+    group.bench_function(BenchmarkId::new("decode contiguous", &label), |b| {
+        b.iter(|| black_box(col.decode_range(0, ROWS).expect("decode")))
+    });
+    for (name, ids) in patterns {
+        group.throughput(Throughput::Elements(ids.len() as u64));
+        group.bench_function(BenchmarkId::new(format!("gather {name}"), &label), |b| {
+            b.iter(|| black_box(col.gather(ids).expect("gather")))
+        });
+    }
+}
+
 fn bench_main(c: &mut Criterion) {
     let mut rng = StdRng::seed_from_u64(7);
     let pats = patterns(&mut rng);
@@ -45,16 +64,7 @@ fn bench_main(c: &mut Criterion) {
     group.sample_size(20);
     for kind in EncodingKind::ALL {
         let col = MainColumn::from_array_with(column_for(kind, &mut rng).as_ref(), Some(kind)).expect("encode");
-        group.throughput(Throughput::Elements(ROWS as u64));
-        group.bench_function(BenchmarkId::new("decode contiguous", kind), |b| {
-            b.iter(|| black_box(col.decode_range(0, ROWS).expect("decode")))
-        });
-        for (name, ids) in &pats {
-            group.throughput(Throughput::Elements(ids.len() as u64));
-            group.bench_function(BenchmarkId::new(format!("gather {name}"), kind), |b| {
-                b.iter(|| black_box(col.gather(ids).expect("gather")))
-            });
-        }
+        bench_column(&mut group, kind, &col, &pats);
     }
     group.finish();
 
@@ -64,16 +74,7 @@ fn bench_main(c: &mut Criterion) {
     group.sample_size(20);
     for kind in [EncodingKind::Dictionary, EncodingKind::Plain] {
         let col = MainColumn::from_array_with(&strings, Some(kind)).expect("encode");
-        group.throughput(Throughput::Elements(ROWS as u64));
-        group.bench_function(BenchmarkId::new("decode contiguous", kind), |b| {
-            b.iter(|| black_box(col.decode_range(0, ROWS).expect("decode")))
-        });
-        for (name, ids) in &pats {
-            group.throughput(Throughput::Elements(ids.len() as u64));
-            group.bench_function(BenchmarkId::new(format!("gather {name}"), kind), |b| {
-                b.iter(|| black_box(col.gather(ids).expect("gather")))
-            });
-        }
+        bench_column(&mut group, kind, &col, &pats);
     }
     group.finish();
 }
@@ -114,6 +115,7 @@ fn bench_delta(c: &mut Criterion) {
             });
         }
     }
+    group.throughput(Throughput::Elements(ROWS as u64));
     group.bench_function("append 8192-row batches", |b| {
         let small = batch.slice(0, 8192);
         b.iter(|| {
