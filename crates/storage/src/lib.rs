@@ -77,6 +77,7 @@ mod table;
 pub mod types;
 
 pub use database::Database;
+pub use delta::{DeltaBytes, DeltaColumnReader, DeltaReader};
 pub use error::{Error, Result};
 pub use main::{BLOCK_SIZE, EncodingKind, MainColumn};
 pub use memory::{ColumnMemory, EncodingUsage, MemoryUsage};

@@ -417,3 +417,48 @@ fn schemas_round_trip() {
     let t = db.create_table("r", &arrow, TableOptions::default()).expect("create");
     assert_eq!(t.arrow_schema().as_ref(), &arrow);
 }
+
+#[test]
+fn delta_reader_and_deletion_words() {
+    let (_db, table) = new_table(5000, false);
+    let mut key = 0;
+    let mut rng = StdRng::seed_from_u64(9);
+    let rows = random_rows(&mut rng, &mut key, 2500);
+    table.append(&batch(&rows)).expect("append");
+    let snapshot = table.snapshot();
+    let shard = snapshot.shard(0);
+    let reader = shard.delta().reader(shard.delta_len());
+    assert_eq!((reader.len(), reader.num_chunks(), reader.chunk_len(2)), (2500, 3, 452));
+    let mut validity = [0u64; 16];
+    for c in 0..reader.num_chunks() {
+        let keys: &[i64] = reader.column(0).values(c);
+        let values: &[i32] = reader.column(1).values(c);
+        assert!(!reader.column(0).validity(c, &mut validity), "NOT NULL column has no bitmap");
+        assert!(reader.column(1).validity(c, &mut validity));
+        let strings = reader.column(2).bytes(c);
+        for (i, row) in rows[c * 1024..c * 1024 + reader.chunk_len(c)].iter().enumerate() {
+            assert_eq!(keys[i], row.k);
+            assert_eq!(validity[i / 64] >> (i % 64) & 1 == 1, row.v.is_some());
+            if let Some(v) = row.v {
+                assert_eq!(values[i], v);
+            }
+            assert_eq!(strings.get(i), row.s.as_deref().unwrap_or("").as_bytes());
+        }
+        let tail = reader.chunk_len(c);
+        if tail < 1024 {
+            assert_eq!(validity[tail / 64] >> (tail % 64), 0, "bits past the chunk are zero");
+        }
+    }
+    let doomed: Vec<RecId> = (0..2500).filter(|i| i % 7 == 3 || (1000..1100).contains(i)).collect();
+    table.delete(&snapshot, &[(shard.id(), doomed.clone())]).expect("delete");
+    let snapshot = table.snapshot();
+    let deletes = snapshot.shard(0).deletes().expect("deletes");
+    let mut words = [0u64; 16];
+    for (start, len) in [(0, 1024), (1000, 1024), (37, 100), (2400, 100)] {
+        deletes.words(start, len, &mut words);
+        for i in 0..1024 {
+            let expected = i < len && doomed.contains(&((start + i) as RecId));
+            assert_eq!(words[i / 64] >> (i % 64) & 1 == 1, expected, "start {start} bit {i}");
+        }
+    }
+}

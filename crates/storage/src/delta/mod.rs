@@ -173,6 +173,152 @@ impl Delta {
     pub fn size_bytes(&self) -> usize {
         self.columns.iter().map(DeltaColumn::size_bytes).sum()
     }
+
+    /// A reader of the first `len` rows (a snapshot's delta length, which
+    /// never exceeds the committed length).
+    pub fn reader(&self, len: usize) -> DeltaReader<'_> {
+        assert!(len <= self.committed(), "a snapshot never sees uncommitted delta rows");
+        DeltaReader { delta: self, len }
+    }
+}
+
+/// Read access to the committed rows `0 .. len` of a delta, chunk by chunk
+/// (chunk `c` holds rows `c * 1024 ..`).
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaReader<'a> {
+    delta: &'a Delta,
+    len: usize,
+}
+
+impl<'a> DeltaReader<'a> {
+    /// Rows readable.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of chunks holding the rows.
+    pub fn num_chunks(&self) -> usize {
+        self.len.div_ceil(DELTA_CHUNK_ROWS)
+    }
+
+    /// Rows of chunk `c` within the readable length.
+    pub fn chunk_len(&self, c: usize) -> usize {
+        (self.len - c * DELTA_CHUNK_ROWS).min(DELTA_CHUNK_ROWS)
+    }
+
+    /// Column `i`.
+    pub fn column(&self, i: usize) -> DeltaColumnReader<'a> {
+        DeltaColumnReader { col: &self.delta.columns[i], len: self.len }
+    }
+}
+
+/// Read access to one column of a [`DeltaReader`].
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaColumnReader<'a> {
+    col: &'a DeltaColumn,
+    len: usize,
+}
+
+impl<'a> DeltaColumnReader<'a> {
+    /// The column's physical type.
+    pub fn physical(&self) -> PhysicalType {
+        self.col.physical
+    }
+
+    /// The column's Arrow type.
+    pub fn data_type(&self) -> &'a DataType {
+        &self.col.data_type
+    }
+
+    fn chunk_len(&self, c: usize) -> usize {
+        (self.len - c * DELTA_CHUNK_ROWS).min(DELTA_CHUNK_ROWS)
+    }
+
+    /// The fixed-width values of chunk `c`. `T` must be the native type of
+    /// the column's physical type.
+    pub fn values<T: ArrowNativeType>(&self, c: usize) -> &'a [T] {
+        assert_eq!(size_of::<T>(), self.col.physical.byte_width(), "native type of the column");
+        self.col.fixed::<T>(c, 0, self.chunk_len(c))
+    }
+
+    /// Writes chunk `c`'s validity into `out` (bit `i` = row `i` is valid;
+    /// bits past the chunk's rows are zero). Returns false, leaving `out`
+    /// untouched, when the column has no validity bitmap (no row is null).
+    pub fn validity(&self, c: usize, out: &mut [u64; 16]) -> bool {
+        match &self.col.chunk(c).validity {
+            None => false,
+            Some(bits) => {
+                copy_words(bits, self.chunk_len(c), out);
+                true
+            }
+        }
+    }
+
+    /// Writes chunk `c`'s boolean values into `out` (booleans only).
+    pub fn booleans(&self, c: usize, out: &mut [u64; 16]) {
+        match &self.col.chunk(c).values {
+            ChunkValues::Bool(bits) => copy_words(bits, self.chunk_len(c), out),
+            _ => panic!("booleans() of a non-boolean column"),
+        }
+    }
+
+    /// The byte values of chunk `c` (strings and binary only).
+    pub fn bytes(&self, c: usize) -> DeltaBytes<'a> {
+        let ChunkValues::Bytes(b) = &self.col.chunk(c).values else {
+            panic!("bytes() of a non-bytes column")
+        };
+        let rows = self.chunk_len(c);
+        // SAFETY: offsets `..=rows` of committed rows are written and never change.
+        let offsets = unsafe { b.offsets.slice::<u64>(0, rows + 1) };
+        DeltaBytes { offsets, page: b.page.load_full() }
+    }
+}
+
+/// The committed byte values of one delta chunk; holds the chunk's page.
+#[derive(Debug, Clone)]
+pub struct DeltaBytes<'a> {
+    offsets: &'a [u64],
+    page: Arc<RawAppend>,
+}
+
+impl DeltaBytes<'_> {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// True when there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Value `i` (empty for a null row).
+    #[inline]
+    pub fn get(&self, i: usize) -> &[u8] {
+        let (s, e) = (self.offsets[i] as usize, self.offsets[i + 1] as usize);
+        // SAFETY: committed bytes `s..e` are in every page published after
+        // they were written, including this one.
+        unsafe { self.page.slice::<u8>(s, e - s) }
+    }
+}
+
+/// Copies the first `rows` bits of `bits` into `out`, zeroing the rest.
+fn copy_words(bits: &BitWords, rows: usize, out: &mut [u64; 16]) {
+    for (w, slot) in out.iter_mut().enumerate() {
+        let lo = w * 64;
+        *slot = if lo >= rows {
+            0
+        } else if rows - lo >= 64 {
+            bits.word(w)
+        } else {
+            bits.word(w) & ((1u64 << (rows - lo)) - 1)
+        };
+    }
 }
 
 fn poisoned() -> Error {
