@@ -10,19 +10,13 @@
 //! `name_0999` (Int64, Int64, Int64, Utf8), from a fixed RNG seed. The last
 //! line printed is one JSON object with the figures.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::{Int64Array, RecordBatch, StringArray};
-use arrow_schema::{DataType, Field, Schema};
 use quiverdb::{Database, TableOptions};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
-/// Rows per appended batch (the ingest unit; DataFusion's default batch size).
-const BATCH_ROWS: usize = 8192;
-/// The fixed RNG seed of the seed table.
-const SEED: u64 = 42;
+#[path = "common/seed.rs"]
+mod seed;
+
 /// Loads measured: the first into fresh memory, the rest reusing it.
 const RUNS: usize = 3;
 
@@ -32,14 +26,10 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let rows = parse_rows()?;
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("value", DataType::Int64, false),
-        Field::new("category", DataType::Int64, false),
-        Field::new("name", DataType::Utf8, false),
-    ]));
-    let batches = seed_batches(&schema, rows);
+    let flags = seed::flags()?;
+    let rows = seed::flag(&flags, "rows", 2_000_000)?;
+    let schema = seed::schema();
+    let batches = seed::batches(rows);
 
     // Each run loads a fresh table; the figures are medians over the runs.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -103,34 +93,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         columns.join(",")
     );
     Ok(())
-}
-
-fn parse_rows() -> Result<usize, String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.as_slice() {
-        [] => Ok(2_000_000),
-        [flag, n] if flag == "--rows" => n.parse().map_err(|e| format!("--rows {n}: {e}")),
-        _ => Err("usage: seed_stats [--rows N]".into()),
-    }
-}
-
-/// The seed table in 8,192-row batches.
-pub fn seed_batches(schema: &Arc<Schema>, rows: usize) -> Vec<RecordBatch> {
-    let mut rng = StdRng::seed_from_u64(SEED);
-    let names: Vec<String> = (0..1000).map(|i| format!("name_{i:04}")).collect();
-    (0..rows)
-        .step_by(BATCH_ROWS)
-        .map(|start| {
-            let n = BATCH_ROWS.min(rows - start);
-            let id = Int64Array::from_iter_values(start as i64..(start + n) as i64);
-            let value = Int64Array::from_iter_values((0..n).map(|_| rng.random_range(0..=1_000_000)));
-            let category = Int64Array::from_iter_values((0..n).map(|_| rng.random_range(0..1000)));
-            let name = StringArray::from_iter_values((0..n).map(|_| &names[rng.random_range(0..1000)]));
-            RecordBatch::try_new(
-                Arc::clone(schema),
-                vec![Arc::new(id), Arc::new(value), Arc::new(category), Arc::new(name)],
-            )
-            .expect("seed batch matches its schema")
-        })
-        .collect()
 }

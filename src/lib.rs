@@ -3,7 +3,10 @@
 //! as Apache Arrow.
 //!
 //! This facade is the one dependency a Rust program adds. It re-exports the
-//! layers: [`storage`] (tables, shards, encodings, snapshots).
+//! layers: [`storage`] (tables, shards, encodings, snapshots),
+//! [`mapreducer`] (the batched map+reduce interface and its reducers) and
+//! [`scan`] (predicates, unordered and ordered scans, DELETE/UPDATE by
+//! predicate).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -19,5 +22,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub use quiverdb_mapreducer as mapreducer;
+pub use quiverdb_scan as scan;
 pub use quiverdb_storage as storage;
 pub use quiverdb_storage::{Database, Error, Result, Table, TableOptions, TableSnapshot, Value};

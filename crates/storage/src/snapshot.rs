@@ -85,6 +85,11 @@ impl<'a> ShardSnapshot<'a> {
         Self { state, schema }
     }
 
+    /// The table schema.
+    pub fn schema(&self) -> &'a TableSchema {
+        self.schema
+    }
+
     /// The shard's id.
     pub fn id(&self) -> ShardId {
         self.state.data.id

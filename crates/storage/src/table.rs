@@ -204,7 +204,11 @@ impl Table {
     /// Runs `f` as one atomic write: everything it appends and deletes
     /// becomes visible together when it returns `Ok`, and nothing does if it
     /// returns `Err`. Writers are serialised; readers are never blocked.
-    pub fn transaction<R>(&self, f: impl FnOnce(&mut Transaction<'_>) -> Result<R>) -> Result<R> {
+    /// `f` may fail with any error type that storage errors convert into.
+    pub fn transaction<R, E: From<Error>>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
         let mut txn = Transaction::begin(&self.inner)?;
         let out = f(&mut txn)?;
         txn.commit();

@@ -131,6 +131,20 @@ impl BitPacked {
         unsafe { u64::unchecked_unfor_pack(f.width as usize, words, f.reference, out) };
     }
 
+    /// Unpacks block `block`'s deltas (values minus the block's
+    /// reference) into `out`; padding slots past the column's end are 0.
+    #[inline]
+    pub fn decode_block_deltas(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
+        let width = self.frames[block].width as usize;
+        if width == 0 {
+            out.fill(0);
+            return;
+        }
+        // SAFETY: `block_words` has exactly 16 * width words and `out`
+        // exactly 1,024 values.
+        unsafe { u64::unchecked_unpack(width, self.block_words(block), out) };
+    }
+
     /// The value at `index`.
     #[inline]
     pub fn get(&self, index: usize) -> u64 {

@@ -1,0 +1,269 @@
+//! Group keys: value → group id maps that live in the accumulator.
+//!
+//! ```text
+//!   key 0 value ──KeyMap──▶ id0 ┐
+//!   key 1 value ──KeyMap──▶ id1 ├─ one key: group = id0
+//!   ...                         ┘  several:  group = composite[(id0, id1, ..)]
+//! ```
+//!
+//! Integer keys use a direct-mapped window (array aggregation) for values
+//! near the first ones seen, which covers small ranges such as
+//! `category % 100` or dictionary codes, and a hash map for the rest.
+//! Maps are keyed by values, not by a shard's codes, so accumulators of
+//! different shards merge by key value.
+
+use hashbrown::HashMap;
+
+use crate::error::{Error, Result};
+
+/// Width of the direct-mapped window of an integer key map: 8,192 slots
+/// (32 KiB) cover the small domains group keys usually have (codes,
+/// categories, `x % n`) with one array lookup per row.
+pub(crate) const DENSE_WINDOW: usize = 8192;
+
+/// Most group keys a statement may have (composite ids are packed into u128).
+pub(crate) const MAX_KEYS: usize = 4;
+
+/// Id of a key value within its [`KeyMap`].
+pub(crate) type KeyId = u32;
+
+/// A key value, shard-independent.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum KeyValue<'a> {
+    Null,
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    I128(i128),
+    Bytes(&'a [u8]),
+}
+
+/// Values of one group key, by id.
+#[derive(Debug, Clone)]
+pub(crate) enum KeyMap {
+    I64(IntMap),
+    U64(HashMapKeys<u64>),
+    /// Floats by their bits (so NaN groups with NaN, and -0.0 apart from 0.0).
+    F64(HashMapKeys<u64>),
+    I128(HashMapKeys<i128>),
+    Bytes(BytesMap),
+}
+
+/// Integer keys: direct-mapped window plus hash map.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct IntMap {
+    base: i64,
+    /// Slot `v - base` holds `id + 1`, or 0 when unassigned.
+    window: Vec<u32>,
+    hash: HashMap<i64, KeyId>,
+    pub(crate) values: Vec<i64>,
+    pub(crate) null: Option<KeyId>,
+}
+
+/// Keys by hash.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HashMapKeys<T> {
+    hash: HashMap<T, KeyId>,
+    pub(crate) values: Vec<T>,
+    pub(crate) null: Option<KeyId>,
+}
+
+/// Byte-string keys; values are stored once, in an arena.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BytesMap {
+    hash: HashMap<Box<[u8]>, KeyId>,
+    pub(crate) spans: Vec<(usize, usize)>,
+    pub(crate) arena: Vec<u8>,
+    pub(crate) null: Option<KeyId>,
+}
+
+impl IntMap {
+    /// Sets the window to start at `min` (before any key is assigned).
+    pub(crate) fn init_window(&mut self, min: i64) {
+        if self.window.is_empty() && self.values.is_empty() {
+            self.base = min;
+            self.window = vec![0; DENSE_WINDOW];
+        }
+    }
+
+    #[inline]
+    pub(crate) fn id(&mut self, v: i64) -> KeyId {
+        let slot = v.wrapping_sub(self.base) as u64;
+        if (slot as usize) < self.window.len() && slot < DENSE_WINDOW as u64 {
+            let e = self.window[slot as usize];
+            if e != 0 {
+                return e - 1;
+            }
+            let id = self.values.len() as KeyId;
+            self.values.push(v);
+            self.window[slot as usize] = id + 1;
+            return id;
+        }
+        let next = self.values.len() as KeyId;
+        let id = *self.hash.entry(v).or_insert(next);
+        if id == next {
+            self.values.push(v);
+        }
+        id
+    }
+}
+
+impl<T: Copy + Eq + std::hash::Hash> HashMapKeys<T> {
+    #[inline]
+    pub(crate) fn id(&mut self, v: T) -> KeyId {
+        let next = self.values.len() as KeyId;
+        let id = *self.hash.entry(v).or_insert(next);
+        if id == next {
+            self.values.push(v);
+        }
+        id
+    }
+}
+
+impl BytesMap {
+    #[inline]
+    pub(crate) fn id(&mut self, v: &[u8]) -> KeyId {
+        if let Some(&id) = self.hash.get(v) {
+            return id;
+        }
+        let id = self.spans.len() as KeyId;
+        let start = self.arena.len();
+        self.arena.extend_from_slice(v);
+        self.spans.push((start, v.len()));
+        self.hash.insert(v.into(), id);
+        id
+    }
+
+    pub(crate) fn value(&self, id: KeyId) -> &[u8] {
+        let (s, n) = self.spans[id as usize];
+        &self.arena[s..s + n]
+    }
+}
+
+/// Reserves a values slot for the null key on first use, so that ids stay
+/// indexes into `values`; returns the null key's id.
+macro_rules! null_slot {
+    ($map:expr, $placeholder:expr) => {{
+        match $map.null {
+            Some(id) => id,
+            None => {
+                let id = $map.values.len() as KeyId;
+                $map.values.push($placeholder);
+                $map.null = Some(id);
+                id
+            }
+        }
+    }};
+}
+
+impl IntMap {
+    pub(crate) fn null_id(&mut self) -> KeyId {
+        null_slot!(self, 0)
+    }
+}
+
+impl<T: Copy + Default> HashMapKeys<T> {
+    pub(crate) fn null_id(&mut self) -> KeyId {
+        null_slot!(self, T::default())
+    }
+}
+
+impl BytesMap {
+    pub(crate) fn null_id(&mut self) -> KeyId {
+        match self.null {
+            Some(id) => id,
+            None => {
+                let id = self.spans.len() as KeyId;
+                self.spans.push((self.arena.len(), 0));
+                self.null = Some(id);
+                id
+            }
+        }
+    }
+}
+
+impl KeyMap {
+    /// The id of the null key (ids index the values; the null key's slot
+    /// holds a placeholder).
+    pub(crate) fn null(&mut self) -> KeyId {
+        match self {
+            KeyMap::I64(m) => m.null_id(),
+            KeyMap::U64(m) | KeyMap::F64(m) => m.null_id(),
+            KeyMap::I128(m) => m.null_id(),
+            KeyMap::Bytes(m) => m.null_id(),
+        }
+    }
+
+    /// The id of `v` (assigning one if new).
+    pub(crate) fn id_of(&mut self, v: &KeyValue<'_>) -> Result<KeyId> {
+        Ok(match (self, v) {
+            (m, KeyValue::Null) => m.null(),
+            (KeyMap::I64(m), KeyValue::I64(x)) => m.id(*x),
+            (KeyMap::U64(m), KeyValue::U64(x)) => m.id(*x),
+            (KeyMap::F64(m), KeyValue::F64(x)) => m.id(x.to_bits()),
+            (KeyMap::I128(m), KeyValue::I128(x)) => m.id(*x),
+            (KeyMap::Bytes(m), KeyValue::Bytes(b)) => m.id(b),
+            _ => return Err(Error::Internal("group key of another type".into())),
+        })
+    }
+
+    /// The value of id `id`.
+    pub(crate) fn value(&self, id: KeyId) -> KeyValue<'_> {
+        let i = id as usize;
+        match self {
+            KeyMap::I64(m) if m.null != Some(id) => KeyValue::I64(m.values[i]),
+            KeyMap::U64(m) if m.null != Some(id) => KeyValue::U64(m.values[i]),
+            KeyMap::F64(m) if m.null != Some(id) => KeyValue::F64(f64::from_bits(m.values[i])),
+            KeyMap::I128(m) if m.null != Some(id) => KeyValue::I128(m.values[i]),
+            KeyMap::Bytes(m) if m.null != Some(id) => KeyValue::Bytes(m.value(id)),
+            _ => KeyValue::Null,
+        }
+    }
+}
+
+/// The groups of an accumulator: per-key maps and, for several keys, the
+/// composite map.
+#[derive(Debug, Clone)]
+pub(crate) struct Groups {
+    pub(crate) keys: Vec<KeyMap>,
+    composite: HashMap<[KeyId; MAX_KEYS], u32>,
+    tuples: Vec<[KeyId; MAX_KEYS]>,
+    /// Number of groups (1 for an aggregate without keys).
+    pub(crate) len: usize,
+}
+
+impl Groups {
+    pub(crate) fn new(keys: Vec<KeyMap>) -> Self {
+        let len = if keys.is_empty() { 1 } else { 0 };
+        Self { keys, composite: HashMap::new(), tuples: Vec::new(), len }
+    }
+
+    /// The group of a tuple of key ids (assigning one if new).
+    #[inline]
+    pub(crate) fn group(&mut self, ids: &[KeyId]) -> u32 {
+        if ids.len() == 1 {
+            let g = ids[0];
+            self.len = self.len.max(g as usize + 1);
+            return g;
+        }
+        let mut tuple = [0; MAX_KEYS];
+        tuple[..ids.len()].copy_from_slice(ids);
+        let next = self.tuples.len() as u32;
+        let g = *self.composite.entry(tuple).or_insert(next);
+        if g == next {
+            self.tuples.push(tuple);
+            self.len += 1;
+        }
+        g
+    }
+
+    /// The key ids of group `g`.
+    pub(crate) fn tuple(&self, g: u32) -> [KeyId; MAX_KEYS] {
+        if self.keys.len() == 1 {
+            let mut t = [0; MAX_KEYS];
+            t[0] = g;
+            return t;
+        }
+        self.tuples[g as usize]
+    }
+}

@@ -1,0 +1,287 @@
+//! Aggregate states: one column of per-group accumulators per aggregate,
+//! with the accumulate / merge / finish shape.
+//!
+//! Integer sums accumulate exactly in 128 bits and are checked against the
+//! result type when finished; decimal sums are checked on every addition.
+//! MIN and MAX of floats follow IEEE total order (-0.0 < 0.0 < NaN), as
+//! Arrow's sort and comparison kernels do.
+
+use std::sync::Arc;
+
+use arrow_array::ArrayRef;
+use arrow_schema::DataType;
+use quiverdb_storage::types::KeyNative;
+
+use crate::error::{Error, Result};
+use crate::output::{bytes_array, f64_array, i64_array, native_array, nulls_from};
+
+/// How one aggregate accumulates.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StateKind {
+    /// COUNT(*) or COUNT(expr).
+    Count,
+    /// SUM or AVG over an input domain.
+    Sum { domain: SumDomain, avg: bool },
+    /// MIN or MAX.
+    MinMax { max: bool, domain: MinMaxDomain },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SumDomain {
+    /// Signed integers (and booleans); result Int64.
+    Signed,
+    /// Unsigned integers; result UInt64.
+    Unsigned,
+    /// Floats; result Float64.
+    Float,
+    /// Decimals of precision `p`, scale `s`.
+    Decimal(u8, i8),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MinMaxDomain {
+    I64,
+    U64,
+    F64,
+    I128,
+    Bytes,
+}
+
+/// Per-group accumulators of one aggregate.
+#[derive(Debug, Clone)]
+pub(crate) enum StateColumn {
+    Count(Vec<u64>),
+    SumI { sum: Vec<i128>, n: Vec<u64> },
+    SumU { sum: Vec<u128>, n: Vec<u64> },
+    SumF { sum: Vec<f64>, n: Vec<u64> },
+    SumD { sum: Vec<i128>, n: Vec<u64> },
+    MinMaxI { v: Vec<i64>, has: Vec<bool> },
+    MinMaxU { v: Vec<u64>, has: Vec<bool> },
+    MinMaxF { v: Vec<f64>, has: Vec<bool> },
+    MinMaxD { v: Vec<i128>, has: Vec<bool> },
+    MinMaxB { v: Vec<Vec<u8>>, has: Vec<bool> },
+}
+
+/// True when `a` should replace `b` as the best (smaller for MIN, larger for MAX).
+#[inline(always)]
+pub(crate) fn better<T: PartialOrd>(a: T, b: T, max: bool) -> bool {
+    if max { a > b } else { a < b }
+}
+
+/// Total order of floats, as Arrow sorts them.
+#[inline(always)]
+pub(crate) fn f64_better(a: f64, b: f64, max: bool) -> bool {
+    better(a.to_key(), b.to_key(), max)
+}
+
+impl StateColumn {
+    pub(crate) fn new(kind: &StateKind) -> Self {
+        match kind {
+            StateKind::Count => StateColumn::Count(Vec::new()),
+            StateKind::Sum { domain: SumDomain::Signed, .. } => StateColumn::SumI { sum: Vec::new(), n: Vec::new() },
+            StateKind::Sum { domain: SumDomain::Unsigned, .. } => StateColumn::SumU { sum: Vec::new(), n: Vec::new() },
+            StateKind::Sum { domain: SumDomain::Float, .. } => StateColumn::SumF { sum: Vec::new(), n: Vec::new() },
+            StateKind::Sum { domain: SumDomain::Decimal(..), .. } => StateColumn::SumD { sum: Vec::new(), n: Vec::new() },
+            StateKind::MinMax { domain, .. } => match domain {
+                MinMaxDomain::I64 => StateColumn::MinMaxI { v: Vec::new(), has: Vec::new() },
+                MinMaxDomain::U64 => StateColumn::MinMaxU { v: Vec::new(), has: Vec::new() },
+                MinMaxDomain::F64 => StateColumn::MinMaxF { v: Vec::new(), has: Vec::new() },
+                MinMaxDomain::I128 => StateColumn::MinMaxD { v: Vec::new(), has: Vec::new() },
+                MinMaxDomain::Bytes => StateColumn::MinMaxB { v: Vec::new(), has: Vec::new() },
+            },
+        }
+    }
+
+    /// Grows to `groups` accumulators.
+    pub(crate) fn ensure(&mut self, groups: usize) {
+        match self {
+            StateColumn::Count(c) => c.resize(groups, 0),
+            StateColumn::SumI { sum, n } | StateColumn::SumD { sum, n } => {
+                sum.resize(groups, 0);
+                n.resize(groups, 0);
+            }
+            StateColumn::SumU { sum, n } => {
+                sum.resize(groups, 0);
+                n.resize(groups, 0);
+            }
+            StateColumn::SumF { sum, n } => {
+                sum.resize(groups, 0.0);
+                n.resize(groups, 0);
+            }
+            StateColumn::MinMaxI { v, has } => {
+                v.resize(groups, 0);
+                has.resize(groups, false);
+            }
+            StateColumn::MinMaxU { v, has } => {
+                v.resize(groups, 0);
+                has.resize(groups, false);
+            }
+            StateColumn::MinMaxF { v, has } => {
+                v.resize(groups, 0.0);
+                has.resize(groups, false);
+            }
+            StateColumn::MinMaxD { v, has } => {
+                v.resize(groups, 0);
+                has.resize(groups, false);
+            }
+            StateColumn::MinMaxB { v, has } => {
+                v.resize_with(groups, Vec::new);
+                has.resize(groups, false);
+            }
+        }
+    }
+
+    /// Adds a count to group `g`.
+    #[inline]
+    pub(crate) fn add_count(&mut self, g: usize, k: u64) {
+        if let StateColumn::Count(c) = self {
+            c[g] += k;
+        }
+    }
+
+    /// Offers a byte string to MIN/MAX group `g`.
+    pub(crate) fn offer_bytes(&mut self, g: usize, value: &[u8], max: bool) {
+        if let StateColumn::MinMaxB { v, has } = self {
+            if !has[g] || better(value, v[g].as_slice(), max) {
+                v[g].clear();
+                v[g].extend_from_slice(value);
+                has[g] = true;
+            }
+        }
+    }
+
+    /// Merges accumulator `h` of `other` into accumulator `g` of `self`.
+    pub(crate) fn merge_entry(&mut self, g: usize, other: &StateColumn, h: usize, kind: &StateKind) -> Result<()> {
+        let max = matches!(kind, StateKind::MinMax { max: true, .. });
+        match (self, other) {
+            (StateColumn::Count(a), StateColumn::Count(b)) => a[g] += b[h],
+            (StateColumn::SumI { sum, n }, StateColumn::SumI { sum: s2, n: n2 }) => {
+                sum[g] += s2[h];
+                n[g] += n2[h];
+            }
+            (StateColumn::SumU { sum, n }, StateColumn::SumU { sum: s2, n: n2 }) => {
+                sum[g] += s2[h];
+                n[g] += n2[h];
+            }
+            (StateColumn::SumF { sum, n }, StateColumn::SumF { sum: s2, n: n2 }) => {
+                sum[g] += s2[h];
+                n[g] += n2[h];
+            }
+            (StateColumn::SumD { sum, n }, StateColumn::SumD { sum: s2, n: n2 }) => {
+                sum[g] = sum[g].checked_add(s2[h]).ok_or_else(|| Error::Overflow("decimal SUM".into()))?;
+                n[g] += n2[h];
+            }
+            (StateColumn::MinMaxI { v, has }, StateColumn::MinMaxI { v: v2, has: h2 }) => {
+                if h2[h] && (!has[g] || better(v2[h], v[g], max)) {
+                    (v[g], has[g]) = (v2[h], true);
+                }
+            }
+            (StateColumn::MinMaxU { v, has }, StateColumn::MinMaxU { v: v2, has: h2 }) => {
+                if h2[h] && (!has[g] || better(v2[h], v[g], max)) {
+                    (v[g], has[g]) = (v2[h], true);
+                }
+            }
+            (StateColumn::MinMaxF { v, has }, StateColumn::MinMaxF { v: v2, has: h2 }) => {
+                if h2[h] && (!has[g] || f64_better(v2[h], v[g], max)) {
+                    (v[g], has[g]) = (v2[h], true);
+                }
+            }
+            (StateColumn::MinMaxD { v, has }, StateColumn::MinMaxD { v: v2, has: h2 }) => {
+                if h2[h] && (!has[g] || better(v2[h], v[g], max)) {
+                    (v[g], has[g]) = (v2[h], true);
+                }
+            }
+            (s @ StateColumn::MinMaxB { .. }, StateColumn::MinMaxB { v: v2, has: h2 }) => {
+                if h2[h] {
+                    s.offer_bytes(g, &v2[h], max);
+                }
+            }
+            _ => return Err(Error::Internal("merging states of different aggregates".into())),
+        }
+        Ok(())
+    }
+
+    /// The final values, one per group, as an array of `output`.
+    pub(crate) fn finish(&self, kind: &StateKind, output: &DataType) -> Result<ArrayRef> {
+        Ok(match (self, kind) {
+            (StateColumn::Count(c), _) => {
+                native_array(output, c.iter().map(|&v| v as i64).collect::<Vec<i64>>(), None)?
+            }
+            (StateColumn::SumI { sum, n }, StateKind::Sum { avg: false, .. }) => {
+                let values = sum
+                    .iter()
+                    .map(|&s| i64::try_from(s).map_err(|_| Error::Overflow(format!("SUM = {s} does not fit Int64"))))
+                    .collect::<Result<Vec<i64>>>()?;
+                native_array(output, values, nulls_from(&has_rows(n)))?
+            }
+            (StateColumn::SumU { sum, n }, StateKind::Sum { avg: false, .. }) => {
+                let values = sum
+                    .iter()
+                    .map(|&s| u64::try_from(s).map_err(|_| Error::Overflow(format!("SUM = {s} does not fit UInt64"))))
+                    .collect::<Result<Vec<u64>>>()?;
+                native_array(output, values, nulls_from(&has_rows(n)))?
+            }
+            (StateColumn::SumF { sum, n }, StateKind::Sum { avg: false, .. }) => {
+                f64_array(output, sum, nulls_from(&has_rows(n)))?
+            }
+            (StateColumn::SumD { sum, n }, StateKind::Sum { avg: false, .. }) => {
+                let DataType::Decimal128(p, _) = output else {
+                    return Err(Error::Internal("decimal SUM of a non-decimal type".into()));
+                };
+                let limit = 10i128.checked_pow(*p as u32).unwrap_or(i128::MAX);
+                if let Some(s) = sum.iter().find(|s| **s <= -limit || **s >= limit) {
+                    return Err(Error::Overflow(format!("SUM = {s} does not fit {output}")));
+                }
+                native_array(output, sum.clone(), nulls_from(&has_rows(n)))?
+            }
+            (StateColumn::SumI { sum, n }, StateKind::Sum { avg: true, .. }) => {
+                avg_f64(sum.iter().map(|&s| s as f64), n)?
+            }
+            (StateColumn::SumU { sum, n }, StateKind::Sum { avg: true, .. }) => {
+                avg_f64(sum.iter().map(|&s| s as f64), n)?
+            }
+            (StateColumn::SumF { sum, n }, StateKind::Sum { avg: true, .. }) => avg_f64(sum.iter().copied(), n)?,
+            (StateColumn::SumD { sum, n }, StateKind::Sum { avg: true, domain: SumDomain::Decimal(_, s) }) => {
+                let DataType::Decimal128(_, out_scale) = output else {
+                    return Err(Error::Internal("decimal AVG of a non-decimal type".into()));
+                };
+                let shift = 10i128.pow((*out_scale - *s).max(0) as u32);
+                let values = sum
+                    .iter()
+                    .zip(n)
+                    .map(|(&total, &count)| {
+                        if count == 0 {
+                            return Ok(0);
+                        }
+                        let scaled = total.checked_mul(shift).ok_or_else(|| Error::Overflow("decimal AVG".into()))?;
+                        Ok(div_round_half_away(scaled, count as i128))
+                    })
+                    .collect::<Result<Vec<i128>>>()?;
+                native_array(output, values, nulls_from(&has_rows(n)))?
+            }
+            (StateColumn::MinMaxI { v, has }, _) => i64_array(output, v, nulls_from(has))?,
+            (StateColumn::MinMaxU { v, has }, _) => native_array(output, v.clone(), nulls_from(has))?,
+            (StateColumn::MinMaxF { v, has }, _) => f64_array(output, v, nulls_from(has))?,
+            (StateColumn::MinMaxD { v, has }, _) => native_array(output, v.clone(), nulls_from(has))?,
+            (StateColumn::MinMaxB { v, has }, _) => {
+                bytes_array(output, v.iter().zip(has).map(|(b, h)| h.then_some(b.as_slice())))?
+            }
+            _ => return Err(Error::Internal("state and aggregate disagree".into())),
+        })
+    }
+}
+
+fn has_rows(n: &[u64]) -> Vec<bool> {
+    n.iter().map(|&c| c > 0).collect()
+}
+
+fn avg_f64(sums: impl Iterator<Item = f64>, n: &[u64]) -> Result<ArrayRef> {
+    let values: Vec<f64> = sums.zip(n).map(|(s, &c)| if c == 0 { 0.0 } else { s / c as f64 }).collect();
+    Ok(Arc::new(arrow_array::Float64Array::new(values.into(), nulls_from(&has_rows(n)))))
+}
+
+/// `a / b` rounded half away from zero (b > 0).
+fn div_round_half_away(a: i128, b: i128) -> i128 {
+    let (q, r) = (a / b, a % b);
+    if 2 * r.abs() >= b { q + a.signum() } else { q }
+}

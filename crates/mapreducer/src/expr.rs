@@ -1,0 +1,691 @@
+//! Map expressions: column references, literals, arithmetic and numeric
+//! casts, evaluated a block at a time.
+//!
+//! ```text
+//!   MapExpr (tree, typed)  ──compile──▶  CompiledExpr (one vector per node,
+//!                                         allocated once per shard reducer)
+//!   eval(block, sel):  post-order; a column node fetches, a literal stays a
+//!                      scalar, an operator runs one tight loop over the lanes
+//! ```
+//!
+//! Semantics follow Arrow's default (wrapping) arithmetic kernels, which is
+//! what DataFusion runs: integers wrap to their type's width; integer
+//! division or remainder by zero is an error (on active, non-null lanes
+//! only); floats follow IEEE; `Float32` is rounded after every operation,
+//! which gives exactly `f32` arithmetic. Decimals support `+` and `-` at
+//! one precision and scale, and fail on leaving the precision. Casts fail
+//! when a value does not fit the target type (as SQL `CAST` does).
+
+use arrow_schema::DataType;
+use quiverdb_storage::TableSchema;
+
+use crate::columns::{Scratch, ShardColumns};
+use crate::error::{Error, Result};
+use crate::scalar::{Domain, IntWidth, Num, Scalar, wrap_i64};
+use crate::vector::{Bits, LANES, NumVector, Sel, Values};
+
+/// An arithmetic operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ArithOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/` (integer division truncates toward zero)
+    Div,
+    /// `%` (sign of the dividend)
+    Rem,
+}
+
+impl std::fmt::Display for ArithOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ArithOp::Add => "+",
+            ArithOp::Sub => "-",
+            ArithOp::Mul => "*",
+            ArithOp::Div => "/",
+            ArithOp::Rem => "%",
+        })
+    }
+}
+
+/// A typed expression over the columns of one table row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MapExpr {
+    /// The value of table column `i`.
+    Column(usize),
+    /// A constant of `data_type` (NULL allowed).
+    Literal {
+        /// The value.
+        value: Scalar,
+        /// Its type.
+        data_type: DataType,
+    },
+    /// `left op right`; both sides have the same type, and so has the result.
+    Arith {
+        /// The operator.
+        op: ArithOp,
+        /// Left operand.
+        left: Box<MapExpr>,
+        /// Right operand.
+        right: Box<MapExpr>,
+    },
+    /// A numeric cast.
+    Cast {
+        /// The operand.
+        expr: Box<MapExpr>,
+        /// The target type.
+        to: DataType,
+    },
+}
+
+impl std::fmt::Display for MapExpr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MapExpr::Column(i) => write!(f, "#{i}"),
+            MapExpr::Literal { value, .. } => match value {
+                Scalar::Null => f.write_str("NULL"),
+                Scalar::Boolean(b) => write!(f, "{b}"),
+                Scalar::Int(v) => write!(f, "{v}"),
+                Scalar::UInt(v) => write!(f, "{v}"),
+                Scalar::Float(v) => write!(f, "{v}"),
+                Scalar::Decimal(v) => write!(f, "{v}d"),
+                Scalar::Bytes(b) => write!(f, "'{}'", String::from_utf8_lossy(b)),
+            },
+            MapExpr::Arith { op, left, right } => write!(f, "({left} {op} {right})"),
+            MapExpr::Cast { expr, to } => write!(f, "CAST({expr} AS {to})"),
+        }
+    }
+}
+
+impl MapExpr {
+    /// A column reference.
+    pub fn col(i: usize) -> Self {
+        MapExpr::Column(i)
+    }
+
+    /// A literal.
+    pub fn lit(value: Scalar, data_type: DataType) -> Self {
+        MapExpr::Literal { value, data_type }
+    }
+
+    /// `self op right`.
+    pub fn arith(self, op: ArithOp, right: MapExpr) -> Self {
+        MapExpr::Arith { op, left: Box::new(self), right: Box::new(right) }
+    }
+
+    /// `CAST(self AS to)`.
+    pub fn cast(self, to: DataType) -> Self {
+        MapExpr::Cast { expr: Box::new(self), to }
+    }
+
+    /// The column index if this is a plain column reference.
+    pub fn as_column(&self) -> Option<usize> {
+        match self {
+            MapExpr::Column(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// Appends the columns the expression reads to `out`.
+    pub fn columns(&self, out: &mut Vec<usize>) {
+        match self {
+            MapExpr::Column(i) => out.push(*i),
+            MapExpr::Literal { .. } => {}
+            MapExpr::Arith { left, right, .. } => {
+                left.columns(out);
+                right.columns(out);
+            }
+            MapExpr::Cast { expr, .. } => expr.columns(out),
+        }
+    }
+
+    /// The expression's type, or why it does not type-check.
+    pub fn data_type(&self, schema: &TableSchema) -> Result<DataType> {
+        match self {
+            MapExpr::Column(i) => {
+                if *i >= schema.len() {
+                    return Err(Error::InvalidExpression(format!(
+                        "column #{i} does not exist (the table has {} columns)",
+                        schema.len()
+                    )));
+                }
+                Ok(schema.field(*i).data_type().clone())
+            }
+            MapExpr::Literal { value, data_type } => {
+                let fits = match Domain::of(data_type) {
+                    _ if value.is_null() => true,
+                    Some(d) => value.to_num(d).is_some(),
+                    None => value.as_bytes().is_some(),
+                };
+                if !fits {
+                    return Err(Error::InvalidExpression(format!(
+                        "literal {value:?} is not a value of type {data_type}"
+                    )));
+                }
+                Ok(data_type.clone())
+            }
+            MapExpr::Arith { op, left, right } => {
+                let (l, r) = (left.data_type(schema)?, right.data_type(schema)?);
+                if l != r {
+                    return Err(Error::InvalidExpression(format!(
+                        "operands of {op} have different types: {l} and {r} (cast one first)"
+                    )));
+                }
+                if !arithmetic_type(&l) {
+                    return Err(Error::Unsupported(format!("arithmetic on {l}")));
+                }
+                if matches!(l, DataType::Decimal128(..)) && !matches!(op, ArithOp::Add | ArithOp::Sub) {
+                    return Err(Error::Unsupported(format!("decimal {op}")));
+                }
+                Ok(l)
+            }
+            MapExpr::Cast { expr, to } => {
+                let from = expr.data_type(schema)?;
+                cast_supported(&from, to)?;
+                Ok(to.clone())
+            }
+        }
+    }
+}
+
+/// Types arithmetic is defined on.
+fn arithmetic_type(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64
+            | DataType::Float32
+            | DataType::Float64
+            | DataType::Decimal128(..)
+    )
+}
+
+fn cast_supported(from: &DataType, to: &DataType) -> Result<()> {
+    let numeric = |t: &DataType| arithmetic_type(t) || matches!(t, DataType::Boolean);
+    let ok = match (from, to) {
+        (f, t) if f == t => true,
+        (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2)) => s2 >= s1,
+        (DataType::Decimal128(..), DataType::Float32 | DataType::Float64) => true,
+        (DataType::Decimal128(..), _) => false,
+        (f, DataType::Decimal128(..)) => numeric(f) && !matches!(f, DataType::Float32 | DataType::Float64),
+        (f, t) => numeric(f) && numeric(t) && !matches!(t, DataType::Boolean),
+    };
+    if ok { Ok(()) } else { Err(Error::Unsupported(format!("CAST from {from} to {to}"))) }
+}
+
+/// Where a step reads from.
+#[derive(Debug, Clone, Copy)]
+pub enum Side {
+    /// Main block `b`.
+    Main(usize),
+    /// Delta chunk `c`.
+    Delta(usize),
+}
+
+/// A compiled expression with its vectors allocated.
+#[derive(Debug)]
+pub struct CompiledExpr {
+    root: Node,
+}
+
+#[derive(Debug)]
+struct Node {
+    kind: NodeKind,
+    data_type: DataType,
+    domain: Domain,
+    width: IntWidth,
+    out: NumVector,
+}
+
+#[derive(Debug)]
+enum NodeKind {
+    Column(usize),
+    Literal(Option<Num>),
+    Arith { op: ArithOp, left: Box<Node>, right: Box<Node> },
+    Cast(Box<Node>),
+}
+
+/// An evaluated operand: a vector, or a constant for all lanes.
+#[derive(Debug, Clone, Copy)]
+pub enum Operand<'v> {
+    /// One value per lane.
+    Vector(&'v NumVector),
+    /// The same value in every lane (`None` = NULL).
+    Scalar(Option<Num>),
+}
+
+impl CompiledExpr {
+    /// Type-checks and compiles `expr` for a table of `schema`. The
+    /// expression must be numeric (string columns are read directly by the
+    /// reducers and predicates that support them).
+    pub fn compile(expr: &MapExpr, schema: &TableSchema) -> Result<Self> {
+        let data_type = expr.data_type(schema)?;
+        if Domain::of(&data_type).is_none() {
+            return Err(Error::Unsupported(format!("numeric evaluation of {data_type}")));
+        }
+        Ok(Self { root: Node::compile(expr, schema)? })
+    }
+
+    /// The result type.
+    pub fn data_type(&self) -> &DataType {
+        &self.root.data_type
+    }
+
+    /// The result domain.
+    pub fn domain(&self) -> Domain {
+        self.root.domain
+    }
+
+    /// Evaluates the rows `sel` of `side`; `active` are the lanes whose
+    /// errors count (division by zero, overflow).
+    pub fn eval<'s>(
+        &'s mut self,
+        cols: &ShardColumns<'_>,
+        side: Side,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> Result<Operand<'s>> {
+        let active = sel.active();
+        self.root.eval(cols, side, sel, &active, scratch)
+    }
+}
+
+impl Node {
+    fn compile(expr: &MapExpr, schema: &TableSchema) -> Result<Self> {
+        let data_type = expr.data_type(schema)?;
+        let domain = Domain::of(&data_type)
+            .ok_or_else(|| Error::Unsupported(format!("numeric evaluation of {data_type}")))?;
+        let kind = match expr {
+            MapExpr::Column(i) => NodeKind::Column(*i),
+            MapExpr::Literal { value, .. } => NodeKind::Literal(value.to_num(domain)),
+            MapExpr::Arith { op, left, right } => NodeKind::Arith {
+                op: *op,
+                left: Box::new(Node::compile(left, schema)?),
+                right: Box::new(Node::compile(right, schema)?),
+            },
+            MapExpr::Cast { expr, .. } => NodeKind::Cast(Box::new(Node::compile(expr, schema)?)),
+        };
+        // Literals never fill their vector; don't allocate one.
+        let out = if matches!(kind, NodeKind::Literal(_)) {
+            NumVector { len: 0, values: Values::I64(Box::new([0; LANES])), validity: Bits::EMPTY, has_nulls: false }
+        } else {
+            NumVector::new(domain)
+        };
+        Ok(Self { width: IntWidth::of(&data_type), kind, data_type, domain, out })
+    }
+
+    fn eval<'s>(
+        &'s mut self,
+        cols: &ShardColumns<'_>,
+        side: Side,
+        sel: Sel<'_>,
+        active: &Bits,
+        scratch: &mut Scratch,
+    ) -> Result<Operand<'s>> {
+        match &mut self.kind {
+            NodeKind::Column(c) => {
+                let src = cols.column(*c);
+                match side {
+                    Side::Main(b) => src.fetch_main(b, sel, scratch, &mut self.out)?,
+                    Side::Delta(ch) => src.fetch_delta(ch, sel, &mut self.out)?,
+                }
+                Ok(Operand::Vector(&self.out))
+            }
+            NodeKind::Literal(v) => Ok(Operand::Scalar(*v)),
+            NodeKind::Arith { op, left, right } => {
+                let l = left.eval(cols, side, sel, active, scratch)?;
+                let r = right.eval(cols, side, sel, active, scratch)?;
+                if let (Operand::Scalar(a), Operand::Scalar(b)) = (l, r) {
+                    return Ok(Operand::Scalar(scalar_arith(*op, a, b, self.width, &self.data_type)?));
+                }
+                arith(*op, l, r, sel.lanes(), active, self.width, &self.data_type, &mut self.out)?;
+                Ok(Operand::Vector(&self.out))
+            }
+            NodeKind::Cast(child) => {
+                let from_type = child.data_type.clone();
+                match child.eval(cols, side, sel, active, scratch)? {
+                    Operand::Scalar(v) => Ok(Operand::Scalar(match v {
+                        None => None,
+                        Some(n) => Some(cast_one(n, &from_type, &self.data_type)?),
+                    })),
+                    Operand::Vector(v) => {
+                        cast_vector(v, &from_type, &self.data_type, active, &mut self.out)?;
+                        Ok(Operand::Vector(&self.out))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Power of ten as i128, for decimal scales.
+fn pow10(s: i8) -> Result<i128> {
+    10i128.checked_pow(s.max(0) as u32).ok_or_else(|| Error::Overflow(format!("10^{s}")))
+}
+
+fn decimal_fits(v: i128, t: &DataType) -> bool {
+    match t {
+        DataType::Decimal128(p, _) => {
+            let limit = 10i128.checked_pow(*p as u32).unwrap_or(i128::MAX);
+            v > -limit && v < limit
+        }
+        _ => true,
+    }
+}
+
+fn scalar_arith(op: ArithOp, a: Option<Num>, b: Option<Num>, width: IntWidth, t: &DataType) -> Result<Option<Num>> {
+    let (Some(a), Some(b)) = (a, b) else { return Ok(None) };
+    Ok(Some(match (a, b) {
+        (Num::I64(x), Num::I64(y)) => Num::I64(i64_op(op, x, y, width).ok_or(Error::DivideByZero)?),
+        (Num::U64(x), Num::U64(y)) => Num::U64(u64_op(op, x, y).ok_or(Error::DivideByZero)?),
+        (Num::F64(x), Num::F64(y)) => Num::F64(f64_op(op, x, y, matches!(t, DataType::Float32))),
+        (Num::I128(x), Num::I128(y)) => {
+            let v = i128_op(op, x, y).filter(|v| decimal_fits(*v, t));
+            Num::I128(v.ok_or_else(|| Error::Overflow(format!("{x} {op} {y} does not fit {t}")))?)
+        }
+        _ => return Err(Error::Internal("operands of different domains".into())),
+    }))
+}
+
+#[inline(always)]
+fn i64_op(op: ArithOp, x: i64, y: i64, width: IntWidth) -> Option<i64> {
+    let v = match op {
+        ArithOp::Add => x.wrapping_add(y),
+        ArithOp::Sub => x.wrapping_sub(y),
+        ArithOp::Mul => x.wrapping_mul(y),
+        ArithOp::Div => x.checked_div(y).or_else(|| (y != 0).then(|| x.wrapping_div(y)))?,
+        ArithOp::Rem => x.checked_rem(y).or_else(|| (y != 0).then_some(0))?,
+    };
+    Some(wrap_i64(v, width))
+}
+
+#[inline(always)]
+fn u64_op(op: ArithOp, x: u64, y: u64) -> Option<u64> {
+    Some(match op {
+        ArithOp::Add => x.wrapping_add(y),
+        ArithOp::Sub => x.wrapping_sub(y),
+        ArithOp::Mul => x.wrapping_mul(y),
+        ArithOp::Div => x.checked_div(y)?,
+        ArithOp::Rem => x.checked_rem(y)?,
+    })
+}
+
+#[inline(always)]
+fn f64_op(op: ArithOp, x: f64, y: f64, f32_round: bool) -> f64 {
+    let v = match op {
+        ArithOp::Add => x + y,
+        ArithOp::Sub => x - y,
+        ArithOp::Mul => x * y,
+        ArithOp::Div => x / y,
+        ArithOp::Rem => x % y,
+    };
+    if f32_round { v as f32 as f64 } else { v }
+}
+
+#[inline(always)]
+fn i128_op(op: ArithOp, x: i128, y: i128) -> Option<i128> {
+    match op {
+        ArithOp::Add => x.checked_add(y),
+        ArithOp::Sub => x.checked_sub(y),
+        _ => None,
+    }
+}
+
+/// Applies `op` lane by lane into `out`.
+#[allow(clippy::too_many_arguments)]
+fn arith(
+    op: ArithOp,
+    l: Operand<'_>,
+    r: Operand<'_>,
+    lanes: usize,
+    active: &Bits,
+    width: IntWidth,
+    data_type: &DataType,
+    out: &mut NumVector,
+) -> Result<()> {
+    // Validity: the AND of the operands'; a NULL scalar makes every lane NULL.
+    let mut validity = Bits::first(lanes);
+    let mut has_nulls = false;
+    for operand in [l, r] {
+        match operand {
+            Operand::Scalar(None) => {
+                out.len = lanes;
+                out.validity = Bits::EMPTY;
+                out.has_nulls = true;
+                return Ok(());
+            }
+            Operand::Scalar(Some(_)) => {}
+            Operand::Vector(v) if v.has_nulls => {
+                validity = validity.and(&v.validity);
+                has_nulls = true;
+            }
+            Operand::Vector(_) => {}
+        }
+    }
+    let checked = if has_nulls { active.and(&validity) } else { *active };
+    let failed = match (op, data_type) {
+        (_, DataType::Float32 | DataType::Float64) => {
+            let round = matches!(data_type, DataType::Float32);
+            lanewise::<f64>(l, r, lanes, &checked, &mut out.values, |x, y| Some(f64_op(op, x, y, round)))?
+        }
+        (_, DataType::UInt64) => lanewise::<u64>(l, r, lanes, &checked, &mut out.values, |x, y| u64_op(op, x, y))?,
+        (_, DataType::Decimal128(..)) => lanewise::<i128>(l, r, lanes, &checked, &mut out.values, |x, y| {
+            i128_op(op, x, y).filter(|v| decimal_fits(*v, data_type))
+        })?,
+        _ => lanewise::<i64>(l, r, lanes, &checked, &mut out.values, |x, y| i64_op(op, x, y, width))?,
+    };
+    if failed {
+        return Err(match (op, data_type) {
+            (ArithOp::Div | ArithOp::Rem, t) if !matches!(t, DataType::Decimal128(..)) => Error::DivideByZero,
+            _ => Error::Overflow(format!("{op} on {data_type} left its range")),
+        });
+    }
+    out.len = lanes;
+    out.validity = validity;
+    out.has_nulls = has_nulls;
+    Ok(())
+}
+
+/// A native type of one numeric domain.
+pub(crate) trait DomainValue: Copy + Default {
+    fn slice(values: &Values) -> Option<&[Self; LANES]>;
+    fn slice_mut(values: &mut Values) -> Option<&mut [Self; LANES]>;
+    fn from_num(n: Num) -> Option<Self>;
+}
+
+macro_rules! domain_value {
+    ($t:ty, $variant:ident) => {
+        impl DomainValue for $t {
+            #[inline]
+            fn slice(values: &Values) -> Option<&[Self; LANES]> {
+                match values {
+                    Values::$variant(s) => Some(s),
+                    _ => None,
+                }
+            }
+            #[inline]
+            fn slice_mut(values: &mut Values) -> Option<&mut [Self; LANES]> {
+                match values {
+                    Values::$variant(s) => Some(s),
+                    _ => None,
+                }
+            }
+            #[inline]
+            fn from_num(n: Num) -> Option<Self> {
+                match n {
+                    Num::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+domain_value!(i64, I64);
+domain_value!(u64, U64);
+domain_value!(f64, F64);
+domain_value!(i128, I128);
+
+/// One side of a lane-wise operation, resolved before the loop.
+#[derive(Clone, Copy)]
+enum Src<'a, T> {
+    Slice(&'a [T; LANES]),
+    Const(T),
+}
+
+fn src<T: DomainValue>(o: Operand<'_>) -> Result<Src<'_, T>> {
+    let wrong = || Error::Internal("operands of different domains".into());
+    match o {
+        Operand::Vector(v) => T::slice(&v.values).map(Src::Slice).ok_or_else(wrong),
+        Operand::Scalar(Some(n)) => T::from_num(n).map(Src::Const).ok_or_else(wrong),
+        Operand::Scalar(None) => Err(wrong()),
+    }
+}
+
+/// `dst[i] = f(l[i], r[i])` for `lanes` lanes, one monomorphic loop per
+/// operand shape. Returns true if `f` failed on a lane in `checked`.
+fn lanewise<T: DomainValue>(
+    l: Operand<'_>,
+    r: Operand<'_>,
+    lanes: usize,
+    checked: &Bits,
+    out: &mut Values,
+    f: impl Fn(T, T) -> Option<T>,
+) -> Result<bool> {
+    let dst = T::slice_mut(out).ok_or_else(|| Error::Internal("arith output of another domain".into()))?;
+    let failed = match (src::<T>(l)?, src::<T>(r)?) {
+        (Src::Slice(a), Src::Slice(b)) => run_lanes(lanes, dst, |i| (a[i], b[i]), &f),
+        (Src::Slice(a), Src::Const(y)) => run_lanes(lanes, dst, |i| (a[i], y), &f),
+        (Src::Const(x), Src::Slice(b)) => run_lanes(lanes, dst, |i| (x, b[i]), &f),
+        (Src::Const(x), Src::Const(y)) => run_lanes(lanes, dst, |_| (x, y), &f),
+    };
+    Ok(!failed.and(checked).is_empty())
+}
+
+/// The loop of [`lanewise`], monomorphised per operand shape.
+#[inline(always)]
+fn run_lanes<T: DomainValue>(
+    lanes: usize,
+    dst: &mut [T; LANES],
+    get: impl Fn(usize) -> (T, T),
+    f: &impl Fn(T, T) -> Option<T>,
+) -> Bits {
+    let mut failed = Bits::EMPTY;
+    for (i, d) in dst.iter_mut().enumerate().take(lanes) {
+        let (x, y) = get(i);
+        match f(x, y) {
+            Some(v) => *d = v,
+            None => {
+                *d = T::default();
+                failed.set(i);
+            }
+        }
+    }
+    failed
+}
+
+/// Casts one value.
+fn cast_one(v: Num, from: &DataType, to: &DataType) -> Result<Num> {
+    let out_of_range = || Error::Overflow(format!("CAST of {v:?} from {from} to {to}"));
+    Ok(match (v, to) {
+        (_, t) if t == from => v,
+        // To floats.
+        (Num::I64(x), DataType::Float64) => Num::F64(x as f64),
+        (Num::I64(x), DataType::Float32) => Num::F64(x as f32 as f64),
+        (Num::U64(x), DataType::Float64) => Num::F64(x as f64),
+        (Num::U64(x), DataType::Float32) => Num::F64(x as f32 as f64),
+        (Num::F64(x), DataType::Float64) => Num::F64(x),
+        (Num::F64(x), DataType::Float32) => Num::F64(x as f32 as f64),
+        (Num::I128(x), DataType::Float32 | DataType::Float64) => {
+            let DataType::Decimal128(_, s) = from else { return Err(out_of_range()) };
+            let f = x as f64 / 10f64.powi(*s as i32);
+            Num::F64(if matches!(to, DataType::Float32) { f as f32 as f64 } else { f })
+        }
+        // To decimals.
+        (Num::I128(x), DataType::Decimal128(_, s2)) => {
+            let DataType::Decimal128(_, s1) = from else { return Err(out_of_range()) };
+            let scaled = x.checked_mul(pow10(s2 - s1)?).filter(|v| decimal_fits(*v, to));
+            Num::I128(scaled.ok_or_else(out_of_range)?)
+        }
+        (Num::I64(x), DataType::Decimal128(_, s)) => {
+            let scaled = (x as i128).checked_mul(pow10(*s)?).filter(|v| decimal_fits(*v, to));
+            Num::I128(scaled.ok_or_else(out_of_range)?)
+        }
+        (Num::U64(x), DataType::Decimal128(_, s)) => {
+            let scaled = (x as i128).checked_mul(pow10(*s)?).filter(|v| decimal_fits(*v, to));
+            Num::I128(scaled.ok_or_else(out_of_range)?)
+        }
+        // To integers.
+        (Num::U64(x), DataType::UInt64) => Num::U64(x),
+        (Num::I64(x), DataType::UInt64) => Num::U64(u64::try_from(x).map_err(|_| out_of_range())?),
+        (Num::F64(x), DataType::UInt64) => {
+            if !(x > -1.0 && x < 18_446_744_073_709_551_616.0) {
+                return Err(out_of_range());
+            }
+            Num::U64(x as u64)
+        }
+        (Num::U64(x), t) => {
+            let (lo, hi) = IntWidth::of(t).range();
+            let v = i64::try_from(x).map_err(|_| out_of_range())?;
+            if v < lo || v > hi {
+                return Err(out_of_range());
+            }
+            Num::I64(v)
+        }
+        (Num::I64(x), t) => {
+            let (lo, hi) = IntWidth::of(t).range();
+            if x < lo || x > hi {
+                return Err(out_of_range());
+            }
+            Num::I64(x)
+        }
+        (Num::F64(x), t) => {
+            let (lo, hi) = IntWidth::of(t).range();
+            // Truncate toward zero; NaN and out-of-range values fail.
+            let tr = x.trunc();
+            if tr.is_nan() || tr < lo as f64 || tr >= hi as f64 + 1.0 {
+                return Err(out_of_range());
+            }
+            Num::I64(tr as i64)
+        }
+        _ => return Err(Error::Unsupported(format!("CAST from {from} to {to}"))),
+    })
+}
+
+fn cast_vector(v: &NumVector, from: &DataType, to: &DataType, active: &Bits, out: &mut NumVector) -> Result<()> {
+    let checked = v.valid(active);
+    let get = |i: usize| -> Num {
+        match &v.values {
+            Values::I64(s) => Num::I64(s[i]),
+            Values::U64(s) => Num::U64(s[i]),
+            Values::F64(s) => Num::F64(s[i]),
+            Values::I128(s) => Num::I128(s[i]),
+        }
+    };
+    for i in 0..v.len {
+        let c = match cast_one(get(i), from, to) {
+            Ok(c) => c,
+            Err(e) if checked.get(i) => return Err(e),
+            Err(_) => continue,
+        };
+        match (&mut out.values, c) {
+            (Values::I64(d), Num::I64(x)) => d[i] = x,
+            (Values::U64(d), Num::U64(x)) => d[i] = x,
+            (Values::F64(d), Num::F64(x)) => d[i] = x,
+            (Values::I128(d), Num::I128(x)) => d[i] = x,
+            _ => return Err(Error::Internal("cast output of another domain".into())),
+        }
+    }
+    out.len = v.len;
+    out.validity = v.validity;
+    out.has_nulls = v.has_nulls;
+    Ok(())
+}

@@ -1,0 +1,497 @@
+//! Gather: materialise expressions of the streamed rows as Arrow
+//! `RecordBatch`es of a target size.
+//!
+//! ```text
+//!   per block:  numeric expr ──eval──▶ vector ──▶ column builder (domain values)
+//!               string column ─────────────────▶ column builder (bytes / views)
+//!   builders reach the batch size ──▶ RecordBatch (values converted to the
+//!                                     declared type; Int64 moves without copy)
+//! ```
+//!
+//! A `Utf8View` or `BinaryView` output of a dictionary-encoded column
+//! points its views into the dictionary's buffer instead of copying strings.
+
+use std::sync::Arc;
+
+use arrow_array::builder::make_view;
+use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_data::ArrayDataBuilder;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use quiverdb_storage::TableSchema;
+use quiverdb_storage::main::Encoding;
+
+use crate::columns::{ColumnSource, Scratch, ShardColumns, gather_keys};
+use crate::error::{Error, Result};
+use crate::expr::{CompiledExpr, MapExpr, Operand, Side};
+use crate::output::{f64_array, i64_array, native_array};
+use crate::scalar::{Domain, Num};
+use crate::shard::Kernel;
+use crate::vector::{Bits, LANES, Sel, Values, sel_offsets};
+
+/// Longest value an Arrow view stores inline.
+const MAX_INLINE: usize = 12;
+
+/// What to gather: named expressions over one table, and the batch size.
+#[derive(Debug)]
+pub struct GatherSpec {
+    table: TableSchema,
+    exprs: Vec<MapExpr>,
+    schema: SchemaRef,
+    batch_size: usize,
+}
+
+impl GatherSpec {
+    /// Gathers `exprs` (each with its output column name) into batches of
+    /// about `batch_size` rows. String and binary values can only be
+    /// gathered as plain column references.
+    pub fn new(exprs: Vec<(MapExpr, String)>, table: &TableSchema, batch_size: usize) -> Result<Self> {
+        let mut fields = Vec::with_capacity(exprs.len());
+        for (e, name) in &exprs {
+            let t = e.data_type(table)?;
+            if Domain::of(&t).is_none() && e.as_column().is_none() {
+                return Err(Error::Unsupported(format!("gather of computed {t}")));
+            }
+            let nullable = match e.as_column() {
+                Some(c) => table.field(c).is_nullable(),
+                None => true,
+            };
+            let mut field = Field::new(name, t, nullable);
+            if let Some(c) = e.as_column() {
+                field = field.with_metadata(table.field(c).metadata().clone());
+            }
+            fields.push(field);
+        }
+        Ok(Self {
+            table: table.clone(),
+            schema: Arc::new(Schema::new(fields)),
+            exprs: exprs.into_iter().map(|(e, _)| e).collect(),
+            batch_size: batch_size.max(1),
+        })
+    }
+
+    /// Gathers table columns `projection` (all when `None`) under their names.
+    pub fn columns(table: &TableSchema, projection: Option<&[usize]>, batch_size: usize) -> Result<Self> {
+        let all: Vec<usize> = (0..table.len()).collect();
+        let cols = projection.unwrap_or(&all);
+        let exprs = cols
+            .iter()
+            .map(|&c| {
+                if c >= table.len() {
+                    return Err(Error::InvalidExpression(format!("column #{c} does not exist")));
+                }
+                Ok((MapExpr::Column(c), table.field(c).name().clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Self::new(exprs, table, batch_size)
+    }
+
+    /// The schema of the output batches.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// An empty accumulator.
+    pub fn new_acc(self: &Arc<Self>) -> GatherAcc {
+        GatherAcc {
+            builders: self.schema.fields().iter().map(|f| ColumnBuilder::new(f.data_type())).collect(),
+            spec: Arc::clone(self),
+            rows: 0,
+            batches: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+/// Rows gathered so far: finished batches plus the batch being built.
+#[derive(Debug)]
+pub struct GatherAcc {
+    spec: Arc<GatherSpec>,
+    builders: Vec<ColumnBuilder>,
+    rows: usize,
+    batches: Vec<RecordBatch>,
+    error: Option<Error>,
+}
+
+impl GatherAcc {
+    /// The first error met while streaming, if any.
+    pub fn error(&self) -> Option<&Error> {
+        self.error.as_ref()
+    }
+
+    /// Rows gathered (finished and pending).
+    pub fn num_rows(&self) -> usize {
+        self.rows + self.batches.iter().map(RecordBatch::num_rows).sum::<usize>()
+    }
+
+    /// Removes and returns the finished batches.
+    pub fn take_batches(&mut self) -> Result<Vec<RecordBatch>> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        Ok(std::mem::take(&mut self.batches))
+    }
+
+    /// All rows as batches.
+    pub fn finish(mut self) -> Result<Vec<RecordBatch>> {
+        self.flush()?;
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        Ok(self.batches)
+    }
+
+    /// Appends `b`'s rows after `self`'s.
+    pub fn merge(mut self, mut b: GatherAcc) -> GatherAcc {
+        if self.error.is_none() {
+            self.error = b.error.take();
+        }
+        if self.error.is_some() {
+            return self;
+        }
+        if let Err(e) = self.flush().and_then(|_| b.flush()) {
+            self.error = Some(e);
+            return self;
+        }
+        self.batches.append(&mut b.batches);
+        self
+    }
+
+    /// Turns the pending rows into a batch.
+    fn flush(&mut self) -> Result<()> {
+        if self.rows == 0 {
+            return Ok(());
+        }
+        let columns = self
+            .builders
+            .iter_mut()
+            .zip(self.spec.schema.fields())
+            .map(|(b, f)| b.finish(f.data_type()))
+            .collect::<Result<Vec<_>>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(self.rows));
+        self.batches.push(RecordBatch::try_new_with_options(Arc::clone(&self.spec.schema), columns, &options)?);
+        self.rows = 0;
+        Ok(())
+    }
+}
+
+/// Values of one output column being built, in the column's domain.
+#[derive(Debug)]
+enum ColumnBuilder {
+    I64(Vec<i64>, BooleanBufferBuilder),
+    U64(Vec<u64>, BooleanBufferBuilder),
+    F64(Vec<f64>, BooleanBufferBuilder),
+    I128(Vec<i128>, BooleanBufferBuilder),
+    /// Offsets + bytes (Utf8, LargeUtf8, Binary, LargeBinary).
+    Bytes { offsets: Vec<i64>, bytes: Vec<u8>, valid: BooleanBufferBuilder },
+    /// Views; buffer 0 holds copied values, later buffers are shared
+    /// dictionaries.
+    Views { views: Vec<u128>, own: Vec<u8>, shared: Vec<Buffer>, valid: BooleanBufferBuilder },
+}
+
+impl ColumnBuilder {
+    fn new(data_type: &DataType) -> Self {
+        let valid = BooleanBufferBuilder::new(0);
+        match Domain::of(data_type) {
+            Some(Domain::I64) => ColumnBuilder::I64(Vec::new(), valid),
+            Some(Domain::U64) => ColumnBuilder::U64(Vec::new(), valid),
+            Some(Domain::F64) => ColumnBuilder::F64(Vec::new(), valid),
+            Some(Domain::I128) => ColumnBuilder::I128(Vec::new(), valid),
+            None if matches!(data_type, DataType::Utf8View | DataType::BinaryView) => {
+                ColumnBuilder::Views { views: Vec::new(), own: Vec::new(), shared: Vec::new(), valid }
+            }
+            None => ColumnBuilder::Bytes { offsets: vec![0], bytes: Vec::new(), valid },
+        }
+    }
+
+    fn valid_mut(&mut self) -> &mut BooleanBufferBuilder {
+        match self {
+            ColumnBuilder::I64(_, v)
+            | ColumnBuilder::U64(_, v)
+            | ColumnBuilder::F64(_, v)
+            | ColumnBuilder::I128(_, v)
+            | ColumnBuilder::Bytes { valid: v, .. }
+            | ColumnBuilder::Views { valid: v, .. } => v,
+        }
+    }
+
+    /// Appends the `lanes` of an evaluated operand.
+    fn push_operand(&mut self, o: Operand<'_>, lanes: &Bits, dense: Option<usize>) -> Result<()> {
+        match o {
+            Operand::Scalar(v) => {
+                let k = lanes.count();
+                match (self, v) {
+                    (b, None) => {
+                        b.push_defaults(k);
+                        b.valid_mut().append_n(k, false);
+                    }
+                    (ColumnBuilder::I64(x, valid), Some(Num::I64(v))) => {
+                        x.extend(std::iter::repeat_n(v, k));
+                        valid.append_n(k, true);
+                    }
+                    (ColumnBuilder::U64(x, valid), Some(Num::U64(v))) => {
+                        x.extend(std::iter::repeat_n(v, k));
+                        valid.append_n(k, true);
+                    }
+                    (ColumnBuilder::F64(x, valid), Some(Num::F64(v))) => {
+                        x.extend(std::iter::repeat_n(v, k));
+                        valid.append_n(k, true);
+                    }
+                    (ColumnBuilder::I128(x, valid), Some(Num::I128(v))) => {
+                        x.extend(std::iter::repeat_n(v, k));
+                        valid.append_n(k, true);
+                    }
+                    _ => return Err(Error::Internal("gather of a constant of another domain".into())),
+                }
+            }
+            Operand::Vector(vec) => {
+                macro_rules! push {
+                    ($dst:expr, $valid:expr, $src:expr) => {{
+                        match dense {
+                            // Every lane, in order: one copy.
+                            Some(n) => $dst.extend_from_slice(&$src[..n]),
+                            None => lanes.for_each_one(|l| $dst.push($src[l])),
+                        }
+                        if vec.has_nulls {
+                            lanes.for_each_one(|l| $valid.append(vec.validity.get(l)));
+                        } else {
+                            $valid.append_n(lanes.count(), true);
+                        }
+                    }};
+                }
+                match (self, &vec.values) {
+                    (ColumnBuilder::I64(x, valid), Values::I64(src)) => push!(x, valid, src),
+                    (ColumnBuilder::U64(x, valid), Values::U64(src)) => push!(x, valid, src),
+                    (ColumnBuilder::F64(x, valid), Values::F64(src)) => push!(x, valid, src),
+                    (ColumnBuilder::I128(x, valid), Values::I128(src)) => push!(x, valid, src),
+                    _ => return Err(Error::Internal("gather of a vector of another domain".into())),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn push_defaults(&mut self, k: usize) {
+        match self {
+            ColumnBuilder::I64(x, _) => x.resize(x.len() + k, 0),
+            ColumnBuilder::U64(x, _) => x.resize(x.len() + k, 0),
+            ColumnBuilder::F64(x, _) => x.resize(x.len() + k, 0.0),
+            ColumnBuilder::I128(x, _) => x.resize(x.len() + k, 0),
+            ColumnBuilder::Bytes { offsets, bytes, .. } => {
+                offsets.extend(std::iter::repeat_n(bytes.len() as i64, k));
+            }
+            ColumnBuilder::Views { views, .. } => views.extend(std::iter::repeat_n(0u128, k)),
+        }
+    }
+
+    /// Appends one byte value (or NULL).
+    #[inline]
+    fn push_bytes(&mut self, v: Option<&[u8]>) {
+        match self {
+            ColumnBuilder::Bytes { offsets, bytes, valid } => {
+                if let Some(v) = v {
+                    bytes.extend_from_slice(v);
+                }
+                offsets.push(bytes.len() as i64);
+                valid.append(v.is_some());
+            }
+            ColumnBuilder::Views { views, own, valid, .. } => {
+                let v_bytes = v.unwrap_or_default();
+                let offset = own.len() as u32;
+                if v_bytes.len() > MAX_INLINE {
+                    own.extend_from_slice(v_bytes);
+                }
+                views.push(make_view(v_bytes, 0, offset));
+                valid.append(v.is_some());
+            }
+            _ => {}
+        }
+    }
+
+    /// The array of the rows so far, as `data_type`; resets the builder.
+    fn finish(&mut self, data_type: &DataType) -> Result<ArrayRef> {
+        let fresh = ColumnBuilder::new(data_type);
+        let old = std::mem::replace(self, fresh);
+        Ok(match old {
+            ColumnBuilder::I64(x, mut v) => i64_array(data_type, &x, nulls(&mut v))?,
+            ColumnBuilder::U64(x, mut v) => native_array(data_type, x, nulls(&mut v))?,
+            ColumnBuilder::F64(x, mut v) => f64_array(data_type, &x, nulls(&mut v))?,
+            ColumnBuilder::I128(x, mut v) => native_array(data_type, x, nulls(&mut v))?,
+            ColumnBuilder::Bytes { offsets, bytes, mut valid } => {
+                let nulls = nulls(&mut valid);
+                let len = offsets.len() - 1;
+                let offsets_buf = if matches!(data_type, DataType::LargeUtf8 | DataType::LargeBinary) {
+                    Buffer::from_vec(offsets)
+                } else {
+                    let narrow: Vec<i32> = offsets
+                        .iter()
+                        .map(|&o| i32::try_from(o).map_err(|_| Error::Unsupported("more than 2 GiB of strings in one batch; use LargeUtf8".into())))
+                        .collect::<Result<_>>()?;
+                    OffsetBuffer::new(ScalarBuffer::from(narrow)).into_inner().into_inner()
+                };
+                let data = ArrayDataBuilder::new(data_type.clone())
+                    .len(len)
+                    .add_buffer(offsets_buf)
+                    .add_buffer(Buffer::from_vec(bytes))
+                    .nulls(nulls)
+                    .build()?;
+                arrow_array::make_array(data)
+            }
+            ColumnBuilder::Views { views, own, shared, mut valid } => {
+                let nulls = nulls(&mut valid);
+                let mut buffers = vec![Buffer::from_vec(own)];
+                buffers.extend(shared);
+                let data = ArrayDataBuilder::new(data_type.clone())
+                    .len(views.len())
+                    .add_buffer(ScalarBuffer::from(views).into_inner())
+                    .add_buffers(buffers)
+                    .nulls(nulls)
+                    .build()?;
+                arrow_array::make_array(data)
+            }
+        })
+    }
+}
+
+fn nulls(valid: &mut BooleanBufferBuilder) -> Option<NullBuffer> {
+    Some(NullBuffer::new(valid.finish())).filter(|n| n.null_count() > 0)
+}
+
+/// How the kernel produces one output column.
+#[derive(Debug)]
+enum Source {
+    Num(CompiledExpr),
+    Bytes(usize),
+}
+
+/// The [`Kernel`] of a gather over one shard.
+#[derive(Debug)]
+pub struct GatherKernel {
+    spec: Arc<GatherSpec>,
+    sources: Vec<Source>,
+}
+
+impl GatherKernel {
+    /// Compiles `spec`'s expressions.
+    pub fn new(spec: Arc<GatherSpec>) -> Result<Self> {
+        let sources = spec
+            .exprs
+            .iter()
+            .map(|e| {
+                let t = e.data_type(&spec.table)?;
+                Ok(match (Domain::of(&t), e.as_column()) {
+                    (Some(_), _) => Source::Num(CompiledExpr::compile(e, &spec.table)?),
+                    (None, Some(c)) => Source::Bytes(c),
+                    (None, None) => return Err(Error::Unsupported(format!("gather of {e}"))),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { spec, sources })
+    }
+
+    fn process(&mut self, cols: &ShardColumns<'_>, mut acc: GatherAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> GatherAcc {
+        if acc.error.is_none()
+            && sel.lanes() > 0
+            && let Err(e) = self.fold(cols, &mut acc, side, sel, scratch)
+        {
+            acc.error = Some(e);
+        }
+        acc
+    }
+
+    fn fold(&mut self, cols: &ShardColumns<'_>, acc: &mut GatherAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> Result<()> {
+        let lanes = sel.active();
+        let dense = sel.dense().then(|| sel.lanes());
+        for (source, builder) in self.sources.iter_mut().zip(&mut acc.builders) {
+            match source {
+                Source::Num(expr) => {
+                    let o = expr.eval(cols, side, sel, scratch)?;
+                    builder.push_operand(o, &lanes, dense)?;
+                }
+                Source::Bytes(col) => {
+                    let src = cols.column(*col);
+                    push_bytes_column(builder, src, side, sel, &lanes, scratch);
+                }
+            }
+        }
+        acc.rows += lanes.count();
+        if acc.rows >= self.spec.batch_size {
+            acc.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Appends the `lanes` of a bytes column to `builder`.
+fn push_bytes_column(
+    builder: &mut ColumnBuilder,
+    src: &ColumnSource<'_>,
+    side: Side,
+    sel: Sel<'_>,
+    lanes: &Bits,
+    scratch: &mut Scratch,
+) {
+    let validity = match side {
+        Side::Main(b) => src.main_validity(b, sel),
+        Side::Delta(c) => src.delta_validity(c, sel),
+    };
+    let valid = |l: usize| validity.as_ref().is_none_or(|v| v.get(l));
+    match side {
+        Side::Main(block) => {
+            let Some(col) = src.main() else { return };
+            if let (Encoding::StrDict(dict), ColumnBuilder::Views { views, shared: bufs, valid: vb, .. }) =
+                (col.encoding(), &mut *builder)
+            {
+                // Views into the dictionary: no string is copied. Buffer 0
+                // is the builder's own; shared dictionaries follow.
+                let dict_buf = dict.dict_bytes();
+                let index = match bufs.iter().position(|b| b.as_ptr() == dict_buf.as_ptr()) {
+                    Some(i) => i as u32 + 1,
+                    None => {
+                        bufs.push(dict_buf.clone());
+                        bufs.len() as u32
+                    }
+                };
+                gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
+                let codes = &scratch.keys;
+                let starts = dict.dict_offsets();
+                lanes.for_each_one(|l| {
+                    let code = codes[l] as usize;
+                    let v = dict.dict_value(code);
+                    views.push(make_view(v, index, starts[code]));
+                    vb.append(valid(l));
+                });
+                return;
+            }
+            let start = block * LANES;
+            sel_offsets(sel, lanes, |l, o| builder.push_bytes(valid(l).then(|| src.main_bytes(start + o))));
+        }
+        Side::Delta(chunk) => {
+            sel_offsets(sel, lanes, |l, o| builder.push_bytes(valid(l).then(|| src.delta_bytes(chunk, o))))
+        }
+    }
+}
+
+impl Kernel for GatherKernel {
+    type Acc = GatherAcc;
+
+    fn columns(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        for e in &self.spec.exprs {
+            e.columns(&mut out);
+        }
+        out
+    }
+
+    fn process_main_block(&mut self, cols: &ShardColumns<'_>, acc: GatherAcc, block: usize, sel: Sel<'_>, scratch: &mut Scratch) -> GatherAcc {
+        self.process(cols, acc, Side::Main(block), sel, scratch)
+    }
+
+    fn process_delta_block(&mut self, cols: &ShardColumns<'_>, acc: GatherAcc, chunk: usize, sel: Sel<'_>, scratch: &mut Scratch) -> GatherAcc {
+        self.process(cols, acc, Side::Delta(chunk), sel, scratch)
+    }
+
+    fn merge(a: GatherAcc, b: GatherAcc) -> GatherAcc {
+        a.merge(b)
+    }
+}

@@ -1,0 +1,247 @@
+//! Block-sized vectors: the unit map expressions and reducers work on.
+//!
+//! A step of a scan covers the rows of one block (main storage) or one
+//! chunk (delta), chosen by a [`Sel`]. Values are laid out in *lanes*:
+//!
+//! ```text
+//!   Sel::Range(a, b)   lanes 0..b-a  = rows a..b of the block   (all active)
+//!   Sel::Mask(m, n)    lanes 0..n    = rows 0..n of the block   (active where m is set)
+//!   Sel::Ids(ids, base) lanes 0..k   = records ids[0..k]         (all active)
+//! ```
+//!
+//! Dense selections keep the block's layout so no compaction is needed;
+//! sparse ones (and the unsorted ids of ordered scans) are gathered.
+
+use quiverdb_storage::{BLOCK_SIZE, RecId};
+
+/// Lanes in a vector: one block.
+pub const LANES: usize = BLOCK_SIZE;
+
+/// 64-bit words of a lane bitmap.
+pub const WORDS: usize = LANES / 64;
+
+/// The rows of one block or chunk that a step covers.
+#[derive(Debug, Clone, Copy)]
+pub enum Sel<'s> {
+    /// Rows at offsets `start .. end` of the block.
+    Range(usize, usize),
+    /// Rows whose bit is set, in a block of `len` rows.
+    Mask(&'s [u64; WORDS], usize),
+    /// Records `ids`, each at offset `id - base` of the block, in this order.
+    Ids(&'s [RecId], RecId),
+}
+
+impl Sel<'_> {
+    /// Number of lanes.
+    #[inline]
+    pub fn lanes(&self) -> usize {
+        match *self {
+            Sel::Range(a, b) => b - a,
+            Sel::Mask(_, len) => len,
+            Sel::Ids(ids, _) => ids.len(),
+        }
+    }
+
+    /// Number of selected rows.
+    #[inline]
+    pub fn count(&self) -> usize {
+        match *self {
+            Sel::Mask(m, _) => m.iter().map(|w| w.count_ones() as usize).sum(),
+            _ => self.lanes(),
+        }
+    }
+
+    /// The active lanes as a bitmap.
+    #[inline]
+    pub fn active(&self) -> Bits {
+        match *self {
+            Sel::Mask(m, _) => Bits(*m),
+            _ => Bits::first(self.lanes()),
+        }
+    }
+
+    /// True when every lane is active (no mask).
+    #[inline]
+    pub fn dense(&self) -> bool {
+        !matches!(self, Sel::Mask(..))
+    }
+
+    /// Calls `f(lane, offset)` for every active lane in lane order.
+    #[inline]
+    pub fn for_each(&self, mut f: impl FnMut(usize, usize)) {
+        match *self {
+            Sel::Range(a, b) => (a..b).enumerate().for_each(|(l, o)| f(l, o)),
+            Sel::Mask(m, _) => Bits(*m).for_each_one(|l| f(l, l)),
+            Sel::Ids(ids, base) => ids.iter().enumerate().for_each(|(l, &id)| f(l, (id - base) as usize)),
+        }
+    }
+}
+
+/// Calls `f(lane, offset)` for each lane of `sel` that is set in `lanes`.
+#[inline]
+pub(crate) fn sel_offsets(sel: Sel<'_>, lanes: &Bits, mut f: impl FnMut(usize, usize)) {
+    match sel {
+        Sel::Range(a, _) => lanes.for_each_one(|l| f(l, a + l)),
+        Sel::Mask(..) => lanes.for_each_one(|l| f(l, l)),
+        Sel::Ids(ids, base) => lanes.for_each_one(|l| f(l, (ids[l] - base) as usize)),
+    }
+}
+
+/// A bitmap of lanes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bits(pub [u64; WORDS]);
+
+impl Bits {
+    /// No lane set.
+    pub const EMPTY: Bits = Bits([0; WORDS]);
+
+    /// Lanes `0..n` set.
+    #[inline]
+    pub fn first(n: usize) -> Bits {
+        let mut w = [0u64; WORDS];
+        for (i, word) in w.iter_mut().enumerate() {
+            let lo = i * 64;
+            *word = if n >= lo + 64 {
+                u64::MAX
+            } else if n > lo {
+                (1u64 << (n - lo)) - 1
+            } else {
+                0
+            };
+        }
+        Bits(w)
+    }
+
+    /// Lanes `a..b` set.
+    #[inline]
+    pub fn range(a: usize, b: usize) -> Bits {
+        Bits::first(b).and_not(&Bits::first(a))
+    }
+
+    /// Lane-wise AND.
+    #[inline]
+    pub fn and(&self, o: &Bits) -> Bits {
+        let mut w = self.0;
+        for (a, b) in w.iter_mut().zip(&o.0) {
+            *a &= *b;
+        }
+        Bits(w)
+    }
+
+    /// Lane-wise OR.
+    #[inline]
+    pub fn or(&self, o: &Bits) -> Bits {
+        let mut w = self.0;
+        for (a, b) in w.iter_mut().zip(&o.0) {
+            *a |= *b;
+        }
+        Bits(w)
+    }
+
+    /// `self & !o`.
+    #[inline]
+    pub fn and_not(&self, o: &Bits) -> Bits {
+        let mut w = self.0;
+        for (a, b) in w.iter_mut().zip(&o.0) {
+            *a &= !*b;
+        }
+        Bits(w)
+    }
+
+    /// Number of set lanes.
+    #[inline]
+    pub fn count(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// True when no lane is set.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+
+    /// Lane `i`.
+    #[inline]
+    pub fn get(&self, i: usize) -> bool {
+        self.0[i / 64] >> (i % 64) & 1 == 1
+    }
+
+    /// Sets lane `i`.
+    #[inline]
+    pub fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+
+    /// Calls `f` for each set lane, in order, 64 lanes at a time.
+    #[inline]
+    pub fn for_each_one(&self, mut f: impl FnMut(usize)) {
+        for (wi, &word) in self.0.iter().enumerate() {
+            let mut w = word;
+            while w != 0 {
+                let bit = w.trailing_zeros() as usize;
+                f(wi * 64 + bit);
+                w &= w - 1;
+            }
+        }
+    }
+
+    /// The lowest set lane.
+    pub fn first_one(&self) -> Option<usize> {
+        self.0
+            .iter()
+            .enumerate()
+            .find(|(_, w)| **w != 0)
+            .map(|(i, w)| i * 64 + w.trailing_zeros() as usize)
+    }
+}
+
+/// Values of one numeric domain, one per lane.
+#[derive(Debug, Clone)]
+pub enum Values {
+    /// I64 domain.
+    I64(Box<[i64; LANES]>),
+    /// U64 domain.
+    U64(Box<[u64; LANES]>),
+    /// F64 domain.
+    F64(Box<[f64; LANES]>),
+    /// I128 domain.
+    I128(Box<[i128; LANES]>),
+}
+
+impl Values {
+    /// Zeroed values of `domain` (allocated once, when a reducer opens).
+    pub fn new(domain: crate::Domain) -> Self {
+        match domain {
+            crate::Domain::I64 => Values::I64(Box::new([0; LANES])),
+            crate::Domain::U64 => Values::U64(Box::new([0; LANES])),
+            crate::Domain::F64 => Values::F64(Box::new([0.0; LANES])),
+            crate::Domain::I128 => Values::I128(Box::new([0; LANES])),
+        }
+    }
+}
+
+/// A numeric vector: values and validity for `len` lanes.
+#[derive(Debug, Clone)]
+pub struct NumVector {
+    /// Lanes in use.
+    pub len: usize,
+    /// The values; lanes whose validity bit is clear hold unspecified values.
+    pub values: Values,
+    /// Valid lanes (meaningful only when `has_nulls`).
+    pub validity: Bits,
+    /// True when some lane may be null.
+    pub has_nulls: bool,
+}
+
+impl NumVector {
+    /// An empty vector of `domain`.
+    pub fn new(domain: crate::Domain) -> Self {
+        Self { len: 0, values: Values::new(domain), validity: Bits::EMPTY, has_nulls: false }
+    }
+
+    /// The valid lanes among `active`.
+    #[inline]
+    pub fn valid(&self, active: &Bits) -> Bits {
+        if self.has_nulls { active.and(&self.validity) } else { *active }
+    }
+}

@@ -1,0 +1,502 @@
+//! The ordered scan (MemCP's `scan_order`): ORDER BY with OFFSET and LIMIT.
+//!
+//! ```text
+//!   per shard (in parallel):
+//!     phase 1 as in the unordered scan, then the sort keys of each row
+//!     one numeric key and a limit:  keep the best k = offset + limit in a
+//!         heap; once it is full, a main block whose zone map cannot beat
+//!         the heap's worst is skipped without reading it
+//!     otherwise: every row's keys, sorted (then cut to k)
+//!   merge:
+//!     a binary heap of the shards' heads, ties broken by (shard, record id)
+//!     so the output is deterministic; skip `offset`, take `limit`;
+//!     consecutive ids of one shard are buffered (≤ 1,024) and streamed
+//!     through that shard's reducer in one call
+//! ```
+//!
+//! Sort values are normalised so that one comparison of `(rank, u128)`
+//! orders them: `rank` places NULLs first or last, the `u128` is the
+//! value's order-preserving image, inverted for DESC. Strings compare as
+//! bytes (reversed for DESC).
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use quiverdb_mapreducer::{Bits, CompiledExpr, Domain, Kernel, LANES, MapExpr, MapReducer, Num, Operand, RecId, Scratch, Sel, ShardColumns, ShardMapReducer, Side, Values};
+use quiverdb_storage::main::Encoding;
+use quiverdb_storage::types::KeyNative;
+use quiverdb_storage::{ShardSnapshot, TableSnapshot};
+
+use crate::error::{Error, Result};
+use crate::filter::ShardFilter;
+use crate::predicate::Predicate;
+use crate::unordered::{Flow, Selection, select};
+use crate::{ScanOptions, parallel};
+
+/// One ORDER BY key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortKey {
+    /// The key: a numeric expression, or a string or binary column.
+    pub expr: MapExpr,
+    /// DESC.
+    pub descending: bool,
+    /// NULLS FIRST (SQL's default is NULLS LAST for ASC, FIRST for DESC).
+    pub nulls_first: bool,
+}
+
+impl SortKey {
+    /// ASC NULLS LAST.
+    pub fn asc(expr: MapExpr) -> Self {
+        Self { expr, descending: false, nulls_first: false }
+    }
+
+    /// DESC NULLS FIRST.
+    pub fn desc(expr: MapExpr) -> Self {
+        Self { expr, descending: true, nulls_first: true }
+    }
+}
+
+const SIGN128: u128 = 1 << 127;
+
+/// A normalised sort value: compare `(rank, value)`.
+type Norm = (u8, u128);
+
+/// The order-preserving u128 of a number.
+#[inline]
+fn num_image(n: Num) -> u128 {
+    let o: i128 = match n {
+        Num::I64(v) => v as i128,
+        Num::U64(v) => v as i128,
+        Num::F64(v) => v.to_key() as i128,
+        Num::I128(v) => v,
+    };
+    (o as u128) ^ SIGN128
+}
+
+#[inline]
+fn norm(key: &SortKey, n: Option<Num>) -> Norm {
+    match n {
+        None => (if key.nulls_first { 0 } else { 2 }, 0),
+        Some(n) => {
+            let img = num_image(n);
+            (1, if key.descending { !img } else { img })
+        }
+    }
+}
+
+/// Sort values of one key for a shard's candidates.
+#[derive(Debug)]
+enum KeyColumn {
+    Num(Vec<Norm>),
+    Bytes { spans: Vec<Option<(usize, usize)>>, arena: Vec<u8> },
+}
+
+/// A shard's candidate rows, in order.
+#[derive(Debug)]
+struct Candidates {
+    shard: usize,
+    ids: Vec<RecId>,
+    keys: Vec<KeyColumn>,
+}
+
+impl KeyColumn {
+    fn compare(&self, i: usize, other: &KeyColumn, j: usize, key: &SortKey) -> Ordering {
+        match (self, other) {
+            (KeyColumn::Num(a), KeyColumn::Num(b)) => a[i].cmp(&b[j]),
+            (KeyColumn::Bytes { spans: sa, arena: aa }, KeyColumn::Bytes { spans: sb, arena: ab }) => {
+                match (sa[i], sb[j]) {
+                    (None, None) => Ordering::Equal,
+                    (None, Some(_)) => if key.nulls_first { Ordering::Less } else { Ordering::Greater },
+                    (Some(_), None) => if key.nulls_first { Ordering::Greater } else { Ordering::Less },
+                    (Some((s1, n1)), Some((s2, n2))) => {
+                        let o = aa[s1..s1 + n1].cmp(&ab[s2..s2 + n2]);
+                        if key.descending { o.reverse() } else { o }
+                    }
+                }
+            }
+            _ => Ordering::Equal,
+        }
+    }
+}
+
+fn compare(a: &Candidates, i: usize, b: &Candidates, j: usize, keys: &[SortKey]) -> Ordering {
+    for (k, key) in keys.iter().enumerate() {
+        let o = a.keys[k].compare(i, &b.keys[k], j, key);
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    (a.shard, a.ids[i]).cmp(&(b.shard, b.ids[j]))
+}
+
+/// How a key is read in a shard.
+#[derive(Debug)]
+enum KeyReader {
+    Num(CompiledExpr),
+    Bytes(usize),
+}
+
+/// Sort keys of the rows of one shard.
+struct KeyEval<'a> {
+    cols: ShardColumns<'a>,
+    readers: Vec<KeyReader>,
+    scratch: Scratch,
+}
+
+impl<'a> KeyEval<'a> {
+    fn open(shard: ShardSnapshot<'a>, keys: &[SortKey]) -> Result<Self> {
+        let schema = shard.schema();
+        let mut columns = Vec::new();
+        let readers = keys
+            .iter()
+            .map(|k| {
+                k.expr.columns(&mut columns);
+                let t = k.expr.data_type(schema)?;
+                Ok(match (Domain::of(&t), k.expr.as_column()) {
+                    (Some(_), _) => KeyReader::Num(CompiledExpr::compile(&k.expr, schema)?),
+                    (None, Some(c)) => KeyReader::Bytes(c),
+                    (None, None) => return Err(Error::Unsupported(format!("ORDER BY computed {t}"))),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let cols = ShardColumns::open(shard, columns)?;
+        Ok(Self { cols, readers, scratch: Scratch::default() })
+    }
+}
+
+/// One numeric key with a limit: the best `k` rows of a shard by heap.
+fn top_k_numeric(shard_pos: usize, shard: ShardSnapshot<'_>, filter: Option<&Predicate>, key: &SortKey, k: usize) -> Result<Candidates> {
+    let mut eval = KeyEval::open(shard, std::slice::from_ref(key))?;
+    let mut compiled = filter.map(|p| ShardFilter::compile(shard, p)).transpose()?;
+    // Max-heap of the best k: its top is the worst kept. Shared by the
+    // block pruner and the row loop, which never run at the same time.
+    let heap: std::cell::RefCell<BinaryHeap<(Norm, RecId)>> = std::cell::RefCell::new(BinaryHeap::with_capacity(k + 1));
+    let zone_col = key.expr.as_column().and_then(|c| {
+        let main = shard.main().column(c)?;
+        matches!(main.encoding(), Encoding::Keys(_)).then_some((main, shard.schema().physical(c)))
+    });
+    let prune = |block: usize| -> bool {
+        let heap = heap.borrow();
+        let (Some((main, p)), Some(&(worst, _))) = (zone_col, heap.peek()) else { return false };
+        if heap.len() < k {
+            return false;
+        }
+        let z = main.zones()[block];
+        // The best value this block could offer.
+        let best = if z.null_count > 0 && key.nulls_first {
+            norm(key, None)
+        } else if z.all_null() {
+            norm(key, None)
+        } else {
+            let edge = if key.descending { z.max } else { z.min };
+            norm(key, Some(quiverdb_mapreducer::key_to_num(p, edge)))
+        };
+        best > worst
+    };
+    let KeyReader::Num(expr) = &mut eval.readers[0] else {
+        return Err(Error::Internal("numeric top-k of a bytes key".into()));
+    };
+    let (cols, scratch) = (&eval.cols, &mut eval.scratch);
+    let main = cols.main_rows();
+    let mut run = |side: Side, sel: Sel<'_>, ids: StepIds<'_>| -> Result<()> {
+        let o = expr.eval(cols, side, sel, scratch)?;
+        let active = sel.active();
+        let mut heap = heap.borrow_mut();
+        let mut offer = |n: Norm, id: RecId| {
+            if heap.len() < k {
+                heap.push((n, id));
+            } else if let Some(&top) = heap.peek()
+                && (n, id) < top
+            {
+                heap.pop();
+                heap.push((n, id));
+            }
+        };
+        match o {
+            Operand::Scalar(v) => active.for_each_one(|l| offer(norm(key, v), ids[l])),
+            Operand::Vector(v) => {
+                let valid = v.valid(&active);
+                active.and_not(&valid).for_each_one(|l| offer(norm(key, None), ids[l]));
+                match &v.values {
+                    Values::I64(x) => valid.for_each_one(|l| offer(norm(key, Some(Num::I64(x[l]))), ids[l])),
+                    Values::U64(x) => valid.for_each_one(|l| offer(norm(key, Some(Num::U64(x[l]))), ids[l])),
+                    Values::F64(x) => valid.for_each_one(|l| offer(norm(key, Some(Num::F64(x[l]))), ids[l])),
+                    Values::I128(x) => valid.for_each_one(|l| offer(norm(key, Some(Num::I128(x[l]))), ids[l])),
+                }
+            }
+        }
+        Ok(())
+    };
+    if k > 0 {
+        select(shard, compiled.as_mut(), prune, |sel| {
+            split_blocks(main, sel, &mut run)?;
+            Ok(Flow::Continue)
+        })?;
+    }
+    let mut best: Vec<(Norm, RecId)> = heap.into_inner().into_vec();
+    best.sort_unstable();
+    Ok(Candidates {
+        shard: shard_pos,
+        ids: best.iter().map(|b| b.1).collect(),
+        keys: vec![KeyColumn::Num(best.iter().map(|b| b.0).collect())],
+    })
+}
+
+/// Record ids of the lanes of one step (lane `l` is record `ids[l]`).
+type StepIds<'s> = &'s [RecId];
+
+/// Splits a selection into per-block steps and calls `run(side, sel,
+/// ids)` for each, with the steps' record ids materialised once.
+fn split_blocks(
+    main: usize,
+    sel: Selection<'_>,
+    run: &mut dyn FnMut(Side, Sel<'_>, StepIds<'_>) -> Result<()>,
+) -> Result<()> {
+    let side_of = |id: usize| {
+        if id < main { (Side::Main(id / LANES), id / LANES * LANES) } else { (Side::Delta((id - main) / LANES), main + (id - main) / LANES * LANES) }
+    };
+    let mut lane_ids = [0 as RecId; LANES];
+    match sel {
+        Selection::Block(quiverdb_mapreducer::BlockSelection::Range { start, end }) => {
+            let (side, base) = side_of(start as usize);
+            let a = start as usize - base;
+            let n = (end - start) as usize;
+            for (l, id) in lane_ids.iter_mut().enumerate().take(n) {
+                *id = start + l as RecId;
+            }
+            run(side, Sel::Range(a, a + n), &lane_ids[..n])
+        }
+        Selection::Block(quiverdb_mapreducer::BlockSelection::Mask { start, len, mask }) => {
+            let (side, _) = side_of(start as usize);
+            for (l, id) in lane_ids.iter_mut().enumerate().take(len as usize) {
+                *id = start + l as RecId;
+            }
+            run(side, Sel::Mask(mask, len as usize), &lane_ids[..len as usize])
+        }
+        Selection::Ids(ids) => {
+            let mut i = 0;
+            while i < ids.len() {
+                let (side, base) = side_of(ids[i] as usize);
+                let mut j = i + 1;
+                while j < ids.len() && side_of(ids[j] as usize).1 == base {
+                    j += 1;
+                }
+                let run_ids = &ids[i..j];
+                run(side, Sel::Ids(run_ids, base as RecId), run_ids)?;
+                i = j;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Every matching row of a shard with all its sort keys, sorted, cut to `k`.
+fn sorted_candidates(shard_pos: usize, shard: ShardSnapshot<'_>, filter: Option<&Predicate>, keys: &[SortKey], k: Option<usize>) -> Result<Candidates> {
+    let mut eval = KeyEval::open(shard, keys)?;
+    let mut compiled = filter.map(|p| ShardFilter::compile(shard, p)).transpose()?;
+    let mut ids: Vec<RecId> = Vec::new();
+    let mut columns: Vec<KeyColumn> = keys
+        .iter()
+        .zip(&eval.readers)
+        .map(|(_, r)| match r {
+            KeyReader::Num(_) => KeyColumn::Num(Vec::new()),
+            KeyReader::Bytes(_) => KeyColumn::Bytes { spans: Vec::new(), arena: Vec::new() },
+        })
+        .collect();
+    let main = eval.cols.main_rows();
+    let (cols, readers, scratch) = (&eval.cols, &mut eval.readers, &mut eval.scratch);
+    let mut run = |side: Side, sel: Sel<'_>, step_ids: StepIds<'_>| -> Result<()> {
+        let active = sel.active();
+        active.for_each_one(|l| ids.push(step_ids[l]));
+        for ((key, reader), column) in keys.iter().zip(readers.iter_mut()).zip(columns.iter_mut()) {
+            match (reader, column) {
+                (KeyReader::Num(expr), KeyColumn::Num(out)) => match expr.eval(cols, side, sel, scratch)? {
+                    Operand::Scalar(v) => active.for_each_one(|_| out.push(norm(key, v))),
+                    Operand::Vector(v) => {
+                        let valid = if v.has_nulls { v.validity } else { Bits::first(v.len) };
+                        active.for_each_one(|l| {
+                            let n = valid.get(l).then(|| match &v.values {
+                                Values::I64(x) => Num::I64(x[l]),
+                                Values::U64(x) => Num::U64(x[l]),
+                                Values::F64(x) => Num::F64(x[l]),
+                                Values::I128(x) => Num::I128(x[l]),
+                            });
+                            out.push(norm(key, n));
+                        });
+                    }
+                },
+                (KeyReader::Bytes(c), KeyColumn::Bytes { spans, arena }) => {
+                    let src = cols.column(*c);
+                    let validity = match side {
+                        Side::Main(b) => src.main_validity(b, sel),
+                        Side::Delta(ch) => src.delta_validity(ch, sel),
+                    };
+                    let base_row = |o: usize| match side {
+                        Side::Main(b) => b * LANES + o,
+                        Side::Delta(_) => o,
+                    };
+                    let mut push = |l: usize, o: usize| {
+                        if validity.as_ref().is_some_and(|v| !v.get(l)) {
+                            spans.push(None);
+                            return;
+                        }
+                        let v = match side {
+                            Side::Main(_) => src.main_bytes(base_row(o)),
+                            Side::Delta(ch) => src.delta_bytes(ch, o),
+                        };
+                        spans.push(Some((arena.len(), v.len())));
+                        arena.extend_from_slice(v);
+                    };
+                    match sel {
+                        Sel::Range(a, _) => active.for_each_one(|l| push(l, a + l)),
+                        Sel::Mask(..) => active.for_each_one(|l| push(l, l)),
+                        Sel::Ids(v, base) => active.for_each_one(|l| push(l, (v[l] - base) as usize)),
+                    }
+                }
+                _ => return Err(Error::Internal("sort key reader and column disagree".into())),
+            }
+        }
+        Ok(())
+    };
+    select(shard, compiled.as_mut(), |_| false, |sel| {
+        split_blocks(main, sel, &mut run)?;
+        Ok(Flow::Continue)
+    })?;
+    let mut cands = Candidates { shard: shard_pos, ids, keys: columns };
+    let mut order: Vec<usize> = (0..cands.ids.len()).collect();
+    let cmp = |&a: &usize, &b: &usize| compare(&cands, a, &cands, b, keys);
+    if let Some(k) = k
+        && k < order.len()
+    {
+        if k == 0 {
+            order.clear();
+        } else {
+            order.select_nth_unstable_by(k - 1, cmp);
+            order.truncate(k);
+        }
+    }
+    order.sort_unstable_by(cmp);
+    cands.ids = order.iter().map(|&i| cands.ids[i]).collect();
+    cands.keys = cands
+        .keys
+        .into_iter()
+        .map(|c| match c {
+            KeyColumn::Num(v) => KeyColumn::Num(order.iter().map(|&i| v[i]).collect()),
+            KeyColumn::Bytes { spans, arena } => KeyColumn::Bytes { spans: order.iter().map(|&i| spans[i]).collect(), arena },
+        })
+        .collect();
+    Ok(cands)
+}
+
+/// The ordered scan: streams the records of `snapshot` that pass `filter`,
+/// ordered by `sort` (ties by shard and record id), skipping `offset` and
+/// taking at most `limit`, through per-shard [`ShardMapReducer`]s running
+/// fresh `kernel()`s, into one accumulator started from `init()`.
+#[allow(clippy::too_many_arguments)]
+pub fn scan_order<K, F, I>(
+    snapshot: &TableSnapshot,
+    filter: Option<&Predicate>,
+    sort: &[SortKey],
+    offset: usize,
+    limit: Option<usize>,
+    options: &ScanOptions,
+    kernel: F,
+    init: I,
+) -> Result<K::Acc>
+where
+    K: Kernel,
+    F: Fn() -> quiverdb_mapreducer::Result<K> + Sync,
+    I: Fn() -> K::Acc,
+{
+    if let Some(p) = filter {
+        p.validate(snapshot.schema())?;
+    }
+    for key in sort {
+        let t = key.expr.data_type(snapshot.schema())?;
+        if Domain::of(&t).is_none() && key.expr.as_column().is_none() {
+            return Err(Error::Unsupported(format!("ORDER BY computed {t}")));
+        }
+    }
+    let shards = options.shard_positions(snapshot);
+    let k = limit.map(|l| l.saturating_add(offset));
+    let numeric_single = sort.len() == 1 && Domain::of(&sort[0].expr.data_type(snapshot.schema())?).is_some();
+    let per_shard = parallel::map_collect(options.threads, &shards, |&i| {
+        let shard = snapshot.shard(i);
+        match k {
+            Some(k) if numeric_single => top_k_numeric(i, shard, filter, &sort[0], k),
+            _ => sorted_candidates(i, shard, filter, sort, k),
+        }
+    })?;
+    merge(snapshot, per_shard, sort, offset, limit, kernel, init)
+}
+
+/// Merges the shards' sorted candidates and streams the winners.
+fn merge<K: Kernel>(
+    snapshot: &TableSnapshot,
+    shards: Vec<Candidates>,
+    sort: &[SortKey],
+    offset: usize,
+    limit: Option<usize>,
+    kernel: impl Fn() -> quiverdb_mapreducer::Result<K>,
+    init: impl Fn() -> K::Acc,
+) -> Result<K::Acc> {
+    let shards: Vec<Candidates> = shards.into_iter().filter(|c| !c.ids.is_empty()).collect();
+    let mut reducers = shards
+        .iter()
+        .map(|c| Ok(ShardMapReducer::open(snapshot.shard(c.shard), kernel()?)?))
+        .collect::<Result<Vec<_>>>()?;
+    // Heap entries (shard index, position); the heap compares candidates.
+    struct Head<'c> {
+        cands: &'c [Candidates],
+        sort: &'c [SortKey],
+        shard: usize,
+        pos: usize,
+    }
+    impl PartialEq for Head<'_> {
+        fn eq(&self, o: &Self) -> bool {
+            self.cmp(o) == Ordering::Equal
+        }
+    }
+    impl Eq for Head<'_> {}
+    impl PartialOrd for Head<'_> {
+        fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Head<'_> {
+        fn cmp(&self, o: &Self) -> Ordering {
+            compare(&self.cands[self.shard], self.pos, &o.cands[o.shard], o.pos, self.sort)
+        }
+    }
+    let mut heap: BinaryHeap<Reverse<Head<'_>>> =
+        (0..shards.len()).map(|s| Reverse(Head { cands: &shards, sort, shard: s, pos: 0 })).collect();
+    let mut acc = init();
+    let mut skipped = 0;
+    let mut taken = 0;
+    let mut buf: Vec<RecId> = Vec::with_capacity(LANES);
+    let mut buf_shard = usize::MAX;
+    while let Some(Reverse(head)) = heap.pop() {
+        if limit.is_some_and(|l| taken >= l) {
+            break;
+        }
+        let (s, pos) = (head.shard, head.pos);
+        if pos + 1 < shards[s].ids.len() {
+            heap.push(Reverse(Head { cands: &shards, sort, shard: s, pos: pos + 1 }));
+        }
+        if skipped < offset {
+            skipped += 1;
+            continue;
+        }
+        if (buf_shard != s || buf.len() == LANES) && !buf.is_empty() {
+            acc = reducers[buf_shard].stream(acc, &buf);
+            buf.clear();
+        }
+        buf_shard = s;
+        buf.push(shards[s].ids[pos]);
+        taken += 1;
+    }
+    if !buf.is_empty() {
+        acc = reducers[buf_shard].stream(acc, &buf);
+    }
+    Ok(acc)
+}

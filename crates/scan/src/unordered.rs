@@ -1,0 +1,262 @@
+//! The unordered scan (MemCP's `scan`): per shard, in parallel, filter then
+//! map+reduce; the shards' accumulators are merged.
+//!
+//! ```text
+//!   shard k (a rayon task)
+//!     for each main block, then each delta chunk:
+//!       phase 1 ─ zone map: never TRUE → skip;  only TRUE → whole block
+//!               ─ else evaluate the filter columns → TRUE lanes
+//!               ─ minus deleted records
+//!       emit    ─ every row          → stream_block(Range)
+//!               ─ many rows          → stream_block(Mask)
+//!               ─ few rows           → ids into a [RecId; 1024] buffer,
+//!                                      stream(buffer) when full
+//!     phase 2 runs in the shard's reducer, reading only its map columns
+//!   accumulators ──merge──▶ result
+//! ```
+//!
+//! A limit is a budget shared by all shard tasks: every emitted selection
+//! takes rows from it, the last one is cut to what is left, and a shard
+//! stops when the budget is spent, so exactly `limit` rows are streamed
+//! (or all, if fewer match).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use quiverdb_mapreducer::{BlockSelection, Bits, Kernel, LANES, MapReducer, RecId, ShardMapReducer, Side, WORDS};
+use quiverdb_storage::{ShardSnapshot, TableSnapshot};
+
+use crate::error::Result;
+use crate::filter::ShardFilter;
+use crate::predicate::Predicate;
+use crate::{ScanOptions, parallel};
+
+/// Below this many selected rows in a block, phase 1 passes ids rather
+/// than a bitmask: a reducer then reads the few rows one by one instead of
+/// decoding the whole block (the same crossover as the gather threshold,
+/// see `quiverdb_storage::main::decode`, scaled by the 4 columns a typical
+/// map reads).
+const SPARSE_ROWS: usize = 64;
+
+/// Selected records of one step of phase 1.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Selection<'a> {
+    /// A block or chunk selected without ids.
+    Block(BlockSelection<'a>),
+    /// Ids in ascending order.
+    Ids(&'a [RecId]),
+}
+
+impl Selection<'_> {
+    pub(crate) fn count(&self) -> usize {
+        match self {
+            Selection::Block(b) => b.count(),
+            Selection::Ids(ids) => ids.len(),
+        }
+    }
+}
+
+/// Whether phase 1 goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    Continue,
+    Stop,
+}
+
+/// Runs phase 1 over a shard, calling `emit` with the selected records of
+/// each block in record order.
+///
+/// `prune(block)` is asked before each main block is read; returning true
+/// skips it (an ordered scan's top-k threshold uses this).
+pub(crate) fn select(
+    shard: ShardSnapshot<'_>,
+    mut filter: Option<&mut ShardFilter<'_>>,
+    mut prune: impl FnMut(usize) -> bool,
+    mut emit: impl FnMut(Selection<'_>) -> Result<Flow>,
+) -> Result<()> {
+    let main_rows = shard.main().rows();
+    let delta_rows = shard.delta_len();
+    let deletes = shard.deletes();
+    let mut ids = [0 as RecId; LANES];
+    let mut n_ids = 0;
+    let mut deleted = [0u64; WORDS];
+    let steps = main_rows.div_ceil(LANES) + delta_rows.div_ceil(LANES);
+    for step in 0..steps {
+        let main_blocks = main_rows.div_ceil(LANES);
+        let (side, start, len) = if step < main_blocks {
+            (Side::Main(step), step * LANES, (main_rows - step * LANES).min(LANES))
+        } else {
+            let c = step - main_blocks;
+            (Side::Delta(c), main_rows + c * LANES, (delta_rows - c * LANES).min(LANES))
+        };
+        if let Side::Main(block) = side
+            && prune(block)
+        {
+            continue;
+        }
+        // Phase 1: which rows pass the filter.
+        let mut lanes: Option<Bits> = None; // None = every row
+        if let Some(f) = filter.as_deref_mut() {
+            if let Side::Main(block) = side {
+                let z = f.zone(block);
+                if !z.t {
+                    continue;
+                }
+                if z.f || z.n {
+                    lanes = Some(f.eval(side)?.t);
+                }
+            } else {
+                lanes = Some(f.eval(side)?.t);
+            }
+        }
+        if let Some(d) = deletes {
+            d.words(start, len, &mut deleted);
+            if deleted.iter().any(|&w| w != 0) {
+                lanes = Some(lanes.unwrap_or_else(|| Bits::first(len)).and_not(&Bits(deleted)));
+            }
+        }
+        let count = lanes.as_ref().map_or(len, Bits::count);
+        if count == 0 {
+            continue;
+        }
+        let start_id = start as RecId;
+        let dense = count == len || count >= SPARSE_ROWS;
+        if dense && n_ids > 0 {
+            // Keep record order: what was buffered goes first.
+            if emit(Selection::Ids(&ids[..n_ids]))? == Flow::Stop {
+                return Ok(());
+            }
+            n_ids = 0;
+        }
+        let flow = match lanes {
+            _ if count == len => emit(Selection::Block(BlockSelection::Range { start: start_id, end: start_id + len as RecId }))?,
+            Some(mask) if count >= SPARSE_ROWS => {
+                emit(Selection::Block(BlockSelection::Mask { start: start_id, len: len as u32, mask: &mask.0 }))?
+            }
+            Some(mask) => {
+                let mut flow = Flow::Continue;
+                let mut err = None;
+                mask.for_each_one(|i| {
+                    if flow == Flow::Stop || err.is_some() {
+                        return;
+                    }
+                    ids[n_ids] = start_id + i as RecId;
+                    n_ids += 1;
+                    if n_ids == LANES {
+                        match emit(Selection::Ids(&ids[..])) {
+                            Ok(f) => flow = f,
+                            Err(e) => err = Some(e),
+                        }
+                        n_ids = 0;
+                    }
+                });
+                if let Some(e) = err {
+                    return Err(e);
+                }
+                flow
+            }
+            None => unreachable!("count < len implies a mask"),
+        };
+        if flow == Flow::Stop {
+            return Ok(());
+        }
+    }
+    if n_ids > 0 {
+        emit(Selection::Ids(&ids[..n_ids]))?;
+    }
+    Ok(())
+}
+
+/// Rows a limited scan may still stream, shared by its shard tasks.
+#[derive(Debug)]
+pub(crate) struct Budget(Option<AtomicUsize>);
+
+impl Budget {
+    pub(crate) fn new(limit: Option<usize>) -> Self {
+        Self(limit.map(AtomicUsize::new))
+    }
+
+    /// Takes up to `want` rows; returns how many were granted.
+    pub(crate) fn take(&self, want: usize) -> usize {
+        match &self.0 {
+            None => want,
+            Some(left) => {
+                let mut granted = 0;
+                let _ = left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| {
+                    granted = l.min(want);
+                    Some(l - granted)
+                });
+                granted
+            }
+        }
+    }
+}
+
+/// Streams the selected records of one shard through `reducer`.
+pub(crate) fn scan_shard<R: MapReducer>(
+    shard: ShardSnapshot<'_>,
+    filter: Option<&Predicate>,
+    reducer: &mut R,
+    acc: R::Acc,
+    budget: &Budget,
+) -> Result<R::Acc> {
+    let mut compiled = match filter {
+        Some(p) => Some(ShardFilter::compile(shard, p)?),
+        None => None,
+    };
+    let mut acc = Some(acc);
+    let mut ids = [0 as RecId; LANES];
+    select(shard, compiled.as_mut(), |_| false, |sel| {
+        let want = sel.count();
+        let granted = budget.take(want);
+        if granted == 0 {
+            return Ok(Flow::Stop);
+        }
+        let a = acc.take().expect("the accumulator is always put back");
+        acc = Some(match sel {
+            _ if granted < want => {
+                // The budget's last rows: cut the selection.
+                let n = match sel {
+                    Selection::Block(b) => b.write_ids(&mut ids),
+                    Selection::Ids(v) => {
+                        ids[..v.len()].copy_from_slice(v);
+                        v.len()
+                    }
+                };
+                reducer.stream(a, &ids[..n.min(granted)])
+            }
+            Selection::Block(b) => reducer.stream_block(a, b),
+            Selection::Ids(v) => reducer.stream(a, v),
+        });
+        Ok(if granted < want { Flow::Stop } else { Flow::Continue })
+    })?;
+    Ok(acc.take().expect("the accumulator is always put back"))
+}
+
+/// The unordered scan: streams every record of `snapshot` that passes
+/// `filter` through a [`ShardMapReducer`] running a fresh `kernel()` per
+/// shard, starting each shard from `init()`, and merges the shards'
+/// accumulators. Shards run in parallel on `options.threads` threads.
+pub fn scan<K, F, I>(snapshot: &TableSnapshot, filter: Option<&Predicate>, options: &ScanOptions, kernel: F, init: I) -> Result<K::Acc>
+where
+    K: Kernel,
+    K::Acc: Send,
+    F: Fn() -> quiverdb_mapreducer::Result<K> + Sync,
+    I: Fn() -> K::Acc + Sync,
+{
+    if let Some(p) = filter {
+        p.validate(snapshot.schema())?;
+    }
+    let shards = options.shard_positions(snapshot);
+    let budget = Budget::new(options.limit);
+    let result = parallel::map_reduce(
+        options.threads,
+        &shards,
+        |&i| {
+            let shard = snapshot.shard(i);
+            let mut reducer = ShardMapReducer::open(shard, kernel()?)?;
+            scan_shard(shard, filter, &mut reducer, init(), &budget)
+        },
+        K::merge,
+    )?;
+    Ok(result.unwrap_or_else(init))
+}
