@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Without `--threads`, every query runs with 1 thread and with all
-//! available cores. Each figure is the median of `--runs` (default 7) runs
+//! available cores; `--query NAME` runs one query only. Each figure is the median of `--runs` (default 7) runs
 //! after a warm-up; every answer is checked against a plain computation
 //! over the same batches. The last line is a JSON list of
 //! `{"query", "threads", "ms", "rows_per_s", "allocs"}`.
@@ -89,6 +89,7 @@ fn main() -> Result<(), BoxError> {
         None => vec![1],
     };
 
+    let only = flags.iter().find(|(n, _)| n == "query").map(|(_, v)| v.clone());
     let batches = seed::batches(rows);
     let db = Database::new();
     let table = db.create_table("seed", &seed::schema(), TableOptions::default().with_background_rebuild(false))?;
@@ -163,6 +164,9 @@ fn main() -> Result<(), BoxError> {
     for &t in &threads {
         let opts = ScanOptions::default().with_threads(t);
         for (name, expected, q) in &queries {
+            if only.as_ref().is_some_and(|o| o != name) {
+                continue;
+            }
             let answer = q(&opts)?; // warm-up
             if answer != *expected {
                 return Err(format!("{name}: answer {answer} differs from the reference {expected}").into());

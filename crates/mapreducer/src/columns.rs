@@ -193,6 +193,32 @@ impl<'a> ColumnSource<'a> {
         let lanes = sel.lanes();
         out.len = lanes;
         match col.encoding() {
+            Encoding::Keys(KeyEncoding::BitPacked(bp)) if is_int64_domain(self.physical) && lanes >= UNPACK_THRESHOLD => {
+                // Fused: deltas + the block's reference value, one pass.
+                let Values::I64(dst) = &mut out.values else {
+                    return Err(Error::Internal("integer fetch into a non-I64 vector".into()));
+                };
+                let reference = key_value_i64(self.physical, bp.frames()[block].reference);
+                bp.decode_block_deltas(block, &mut scratch.block);
+                let deltas = &scratch.block;
+                match sel {
+                    Sel::Range(a, b) => {
+                        for (d, &x) in dst[..b - a].iter_mut().zip(&deltas[a..b]) {
+                            *d = reference.wrapping_add(x as i64);
+                        }
+                    }
+                    Sel::Mask(_, len) => {
+                        for (d, &x) in dst[..len].iter_mut().zip(&deltas[..len]) {
+                            *d = reference.wrapping_add(x as i64);
+                        }
+                    }
+                    Sel::Ids(ids, base) => {
+                        for (d, &id) in dst.iter_mut().zip(ids) {
+                            *d = reference.wrapping_add(deltas[(id - base) as usize] as i64);
+                        }
+                    }
+                }
+            }
             Encoding::Keys(enc) => {
                 gather_keys(enc, start, col.len(), sel, scratch);
                 keys_to_values(self.physical, &scratch.keys[..lanes], &mut out.values)?;
@@ -351,6 +377,30 @@ pub(crate) fn gather_keys(enc: &impl KeySource, start: usize, col_len: usize, se
         }
     }
     debug_assert!(start < col_len || sel.lanes() == 0);
+}
+
+/// True for the physical types whose I64-domain value is `key - reference`
+/// arithmetic-compatible (integers that fit i64).
+fn is_int64_domain(p: PhysicalType) -> bool {
+    matches!(
+        p,
+        PhysicalType::Int8
+            | PhysicalType::Int16
+            | PhysicalType::Int32
+            | PhysicalType::Int64
+            | PhysicalType::UInt8
+            | PhysicalType::UInt16
+            | PhysicalType::UInt32
+    )
+}
+
+/// The I64-domain value of a key of an integer physical type.
+#[inline]
+fn key_value_i64(p: PhysicalType, key: u64) -> i64 {
+    match p {
+        PhysicalType::UInt8 | PhysicalType::UInt16 | PhysicalType::UInt32 => key as i64,
+        _ => (key ^ SIGN_BIT) as i64,
+    }
 }
 
 /// Converts keys to values of the physical type's domain.

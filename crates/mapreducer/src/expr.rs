@@ -142,6 +142,17 @@ impl MapExpr {
         }
     }
 
+    /// True if the expression can be NULL (it reads a nullable column or
+    /// contains a NULL literal; failing arithmetic is an error, not NULL).
+    pub fn nullable(&self, schema: &TableSchema) -> bool {
+        match self {
+            MapExpr::Column(i) => *i >= schema.len() || schema.field(*i).is_nullable(),
+            MapExpr::Literal { value, .. } => value.is_null(),
+            MapExpr::Arith { left, right, .. } => left.nullable(schema) || right.nullable(schema),
+            MapExpr::Cast { expr, .. } => expr.nullable(schema),
+        }
+    }
+
     /// The expression's type, or why it does not type-check.
     pub fn data_type(&self, schema: &TableSchema) -> Result<DataType> {
         match self {

@@ -62,6 +62,7 @@ mod columns;
 mod error;
 mod expr;
 mod gather;
+pub mod kernels;
 mod output;
 mod scalar;
 mod shard;

@@ -69,11 +69,23 @@ pub struct ShardMapReducer<'a, K> {
 }
 
 impl<'a, K: Kernel> ShardMapReducer<'a, K> {
-    /// Opens the kernel's columns of `shard` and pre-allocates its buffers.
-    pub fn open(shard: ShardSnapshot<'a>, mut kernel: K) -> Result<Self> {
+    /// Opens the kernel's columns of `shard` and allocates its buffers.
+    pub fn open(shard: ShardSnapshot<'a>, kernel: K) -> Result<Self> {
+        Self::open_with(shard, kernel, Scratch::default())
+    }
+
+    /// Opens `shard` with a kernel and scratch buffers taken back from a
+    /// previous shard ([`ShardMapReducer::into_parts`]), so a worker that
+    /// scans many shards allocates them once.
+    pub fn open_with(shard: ShardSnapshot<'a>, mut kernel: K, scratch: Scratch) -> Result<Self> {
         let cols = ShardColumns::open(shard, kernel.columns())?;
         kernel.open(&cols)?;
-        Ok(Self { cols, kernel, scratch: Scratch::default() })
+        Ok(Self { cols, kernel, scratch })
+    }
+
+    /// The kernel and the scratch buffers, for reuse on another shard.
+    pub fn into_parts(self) -> (K, Scratch) {
+        (self.kernel, self.scratch)
     }
 
     /// The shard's column readers.

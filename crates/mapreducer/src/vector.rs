@@ -172,17 +172,34 @@ impl Bits {
         self.0[i / 64] |= 1 << (i % 64);
     }
 
-    /// Calls `f` for each set lane, in order, 64 lanes at a time.
-    #[inline]
+    /// Calls `f` for each set lane, in order, 64 lanes at a time; a full
+    /// word runs as a plain counted loop.
+    #[inline(always)]
     pub fn for_each_one(&self, mut f: impl FnMut(usize)) {
         for (wi, &word) in self.0.iter().enumerate() {
+            let base = wi * 64;
+            if word == u64::MAX {
+                for l in base..base + 64 {
+                    f(l);
+                }
+                continue;
+            }
             let mut w = word;
             while w != 0 {
                 let bit = w.trailing_zeros() as usize;
-                f(wi * 64 + bit);
+                f(base + bit);
                 w &= w - 1;
             }
         }
+    }
+
+    /// `Some(n)` when exactly lanes `0..n` are set (a dense prefix, the
+    /// common case of a full or range selection): callers then loop over a
+    /// plain slice, which vectorises.
+    #[inline]
+    pub fn dense_len(&self) -> Option<usize> {
+        let n = self.count();
+        (*self == Bits::first(n)).then_some(n)
     }
 
     /// The lowest set lane.

@@ -23,7 +23,7 @@
 use std::cmp::Ordering;
 
 use arrow_buffer::ArrowNativeType;
-use quiverdb_mapreducer::{Bits, CompiledExpr, Domain, LANES, MapExpr, Num, Operand, Scalar, Scratch, Sel, ShardColumns, Side, Values};
+use quiverdb_mapreducer::{kernels, Bits, CompiledExpr, Domain, LANES, MapExpr, Num, Operand, Scalar, Scratch, Sel, ShardColumns, Side, Values};
 use quiverdb_storage::main::strings::StrDict;
 use quiverdb_storage::main::{Encoding, KeyEncoding, Zone};
 use quiverdb_storage::types::{KeyNative, PhysicalType, prefix_key};
@@ -118,7 +118,8 @@ enum Node {
 pub(crate) struct ShardFilter<'a> {
     cols: ShardColumns<'a>,
     root: Node,
-    scratch: Scratch,
+    /// Allocated on the first evaluation (zone maps often spare it).
+    scratch: Option<Scratch>,
 }
 
 /// An order-preserving i128 of a domain value (floats by IEEE total order).
@@ -233,32 +234,23 @@ impl KeyTest {
 
     /// Mask of `keys[0..n]` that pass.
     #[inline]
-    fn mask(&self, keys: &[u64], n: usize) -> Bits {
+    fn mask(&self, keys: &[u64; LANES], n: usize) -> Bits {
         let mut out = Bits::EMPTY;
         match self {
             KeyTest::Range { empty: true, .. } => {}
             KeyTest::Range { lo, hi, .. } => {
-                let (lo, span) = (*lo, hi.wrapping_sub(*lo));
-                for (w, word) in out.0.iter_mut().enumerate() {
-                    let base = w * 64;
-                    if base >= n {
-                        break;
-                    }
-                    let lanes = &keys[base..(base + 64).min(n)];
-                    let mut bits = 0u64;
-                    for (j, &k) in lanes.iter().enumerate() {
-                        bits |= ((k.wrapping_sub(lo) <= span) as u64) << j;
-                    }
-                    *word = bits;
-                }
+                out = kernels::range_mask(keys, n, *lo, hi.wrapping_sub(*lo));
             }
-            KeyTest::Set(s) => {
-                for (i, &k) in keys[..n].iter().enumerate() {
-                    if s.contains(k) {
-                        out.set(i);
+            KeyTest::Set(s) => match &s.dense {
+                Some((lo, words)) => out = kernels::bitset_mask(keys, n, *lo, words),
+                None => {
+                    for (i, &k) in keys[..n].iter().enumerate() {
+                        if s.keys.binary_search(&k).is_ok() {
+                            out.set(i);
+                        }
                     }
                 }
-            }
+            },
         }
         out
     }
@@ -388,7 +380,7 @@ impl<'a> ShardFilter<'a> {
         pred.columns(&mut columns);
         let cols = ShardColumns::open(shard, columns)?;
         let root = compile_node(pred, shard.schema(), &cols)?;
-        Ok(Self { cols, root, scratch: Scratch::default() })
+        Ok(Self { cols, root, scratch: None })
     }
 
     /// What the zone maps of main block `block` allow.
@@ -402,7 +394,8 @@ impl<'a> ShardFilter<'a> {
             Side::Main(b) => self.cols.block_len(b),
             Side::Delta(c) => self.cols.chunk_len(c),
         };
-        eval(&mut self.root, &self.cols, side, len, &mut self.scratch)
+        let scratch = self.scratch.get_or_insert_with(Scratch::default);
+        eval(&mut self.root, &self.cols, side, len, scratch)
     }
 }
 
@@ -617,14 +610,14 @@ fn zone(node: &Node, cols: &ShardColumns<'_>, block: usize) -> Maybe {
             Some(z) => Maybe { t: z.null_count > 0, f: (z.null_count as usize) < len, n: false },
         },
         Node::Expr { .. } | Node::ExprIsNull(_) => Maybe::ANY,
-        Node::And(v) => {
-            let zs: Vec<Maybe> = v.iter().map(|c| zone(c, cols, block)).collect();
-            Maybe { t: zs.iter().all(|z| z.t), f: zs.iter().any(|z| z.f), n: zs.iter().any(|z| z.n) }
-        }
-        Node::Or(v) => {
-            let zs: Vec<Maybe> = v.iter().map(|c| zone(c, cols, block)).collect();
-            Maybe { t: zs.iter().any(|z| z.t), f: zs.iter().all(|z| z.f), n: zs.iter().any(|z| z.n) }
-        }
+        Node::And(v) => v.iter().fold(Maybe { t: true, f: false, n: false }, |acc, c| {
+            let z = zone(c, cols, block);
+            Maybe { t: acc.t && z.t, f: acc.f || z.f, n: acc.n || z.n }
+        }),
+        Node::Or(v) => v.iter().fold(Maybe { t: false, f: true, n: false }, |acc, c| {
+            let z = zone(c, cols, block);
+            Maybe { t: acc.t || z.t, f: acc.f && z.f, n: acc.n || z.n }
+        }),
         Node::Not(c) => {
             let z = zone(c, cols, block);
             Maybe { t: z.f, f: z.t, n: z.n }
@@ -671,7 +664,7 @@ fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, scratc
                         (Encoding::StrDict(d), Some(c)) => {
                             let keys = scratch.keys_mut();
                             d.codes().decode_block(block, keys);
-                            c.mask(&keys[..], len)
+                            c.mask(keys, len)
                         }
                         _ => {
                             let start = block * LANES;
@@ -790,23 +783,23 @@ fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyTest, codes:
                         return if shifted.test(0) { Bits::first(len) } else { Bits::EMPTY };
                     }
                     bp.decode_block_deltas(block, keys);
-                    shifted.mask(&keys[..], len)
+                    shifted.mask(keys, len)
                 }
                 _ => {
                     bp.decode_block(block, keys);
-                    test.mask(&keys[..], len)
+                    test.mask(keys, len)
                 }
             }
         }
         KeyEncoding::Dict(d) => {
             d.codes().decode_block(block, keys);
             match codes {
-                Some(c) => c.mask(&keys[..], len),
+                Some(c) => c.mask(keys, len),
                 None => {
                     for k in keys.iter_mut() {
                         *k = d.values()[*k as usize];
                     }
-                    test.mask(&keys[..], len)
+                    test.mask(keys, len)
                 }
             }
         }
@@ -827,7 +820,7 @@ fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyTest, codes:
         }
         _ => {
             enc.decode_block(block, keys);
-            test.mask(&keys[..], len)
+            test.mask(keys, len)
         }
     }
 }
@@ -867,5 +860,5 @@ fn delta_keys(
         PhysicalType::Float64 => fill::<f64>(delta.values(chunk), keys),
         PhysicalType::Decimal128 | PhysicalType::Bytes => return Bits::EMPTY,
     }
-    test.mask(&keys[..], len)
+    test.mask(keys, len)
 }

@@ -164,28 +164,58 @@ impl<'a> KeyEval<'a> {
     }
 }
 
+/// The best "k-th best" any shard has seen: a row worse than it cannot be
+/// in the global top k, so every shard may skip it (and whole blocks whose
+/// zone map cannot beat it).
+#[derive(Debug, Default)]
+struct SharedBound(std::sync::Mutex<Option<Norm>>);
+
+impl SharedBound {
+    fn get(&self) -> Option<Norm> {
+        self.0.lock().ok().and_then(|b| *b)
+    }
+
+    fn offer(&self, n: Norm) {
+        if let Ok(mut b) = self.0.lock()
+            && b.is_none_or(|cur| n < cur)
+        {
+            *b = Some(n);
+        }
+    }
+}
+
 /// One numeric key with a limit: the best `k` rows of a shard by heap.
-fn top_k_numeric(shard_pos: usize, shard: ShardSnapshot<'_>, filter: Option<&Predicate>, key: &SortKey, k: usize) -> Result<Candidates> {
+fn top_k_numeric(
+    shard_pos: usize,
+    shard: ShardSnapshot<'_>,
+    filter: Option<&Predicate>,
+    key: &SortKey,
+    k: usize,
+    bound: &SharedBound,
+) -> Result<Candidates> {
     let mut eval = KeyEval::open(shard, std::slice::from_ref(key))?;
     let mut compiled = filter.map(|p| ShardFilter::compile(shard, p)).transpose()?;
     // Max-heap of the best k: its top is the worst kept. Shared by the
     // block pruner and the row loop, which never run at the same time.
     let heap: std::cell::RefCell<BinaryHeap<(Norm, RecId)>> = std::cell::RefCell::new(BinaryHeap::with_capacity(k + 1));
+    // The worst value that can still make the global top k.
+    let threshold = |heap: &BinaryHeap<(Norm, RecId)>| -> Option<Norm> {
+        let local = (heap.len() >= k).then(|| heap.peek().map(|t| t.0)).flatten();
+        match (local, bound.get()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    };
     let zone_col = key.expr.as_column().and_then(|c| {
         let main = shard.main().column(c)?;
         matches!(main.encoding(), Encoding::Keys(_)).then_some((main, shard.schema().physical(c)))
     });
     let prune = |block: usize| -> bool {
-        let heap = heap.borrow();
-        let (Some((main, p)), Some(&(worst, _))) = (zone_col, heap.peek()) else { return false };
-        if heap.len() < k {
-            return false;
-        }
+        let Some((main, p)) = zone_col else { return false };
+        let Some(worst) = threshold(&heap.borrow()) else { return false };
         let z = main.zones()[block];
         // The best value this block could offer.
-        let best = if z.null_count > 0 && key.nulls_first {
-            norm(key, None)
-        } else if z.all_null() {
+        let best = if (z.null_count > 0 && key.nulls_first) || z.all_null() {
             norm(key, None)
         } else {
             let edge = if key.descending { z.max } else { z.min };
@@ -202,7 +232,11 @@ fn top_k_numeric(shard_pos: usize, shard: ShardSnapshot<'_>, filter: Option<&Pre
         let o = expr.eval(cols, side, sel, scratch)?;
         let active = sel.active();
         let mut heap = heap.borrow_mut();
+        let limit = threshold(&heap);
         let mut offer = |n: Norm, id: RecId| {
+            if limit.is_some_and(|t| n > t) {
+                return;
+            }
             if heap.len() < k {
                 heap.push((n, id));
             } else if let Some(&top) = heap.peek()
@@ -218,12 +252,41 @@ fn top_k_numeric(shard_pos: usize, shard: ShardSnapshot<'_>, filter: Option<&Pre
                 let valid = v.valid(&active);
                 active.and_not(&valid).for_each_one(|l| offer(norm(key, None), ids[l]));
                 match &v.values {
-                    Values::I64(x) => valid.for_each_one(|l| offer(norm(key, Some(Num::I64(x[l]))), ids[l])),
+                    Values::I64(x) => {
+                        // Pre-filter in the value domain: one compare per lane,
+                        // heap work only for rows that can enter.
+                        let candidates = match limit {
+                            Some((1, img)) => {
+                                let img = if key.descending { !img } else { img };
+                                let t = ((img ^ SIGN128) as i128) as i64;
+                                let mut m = Bits::EMPTY;
+                                for (w, word) in m.0.iter_mut().enumerate() {
+                                    let base = w * 64;
+                                    let lanes = &x[base..base + 64];
+                                    let mut bits = 0u64;
+                                    for (j, &v) in lanes.iter().enumerate() {
+                                        let keep = if key.descending { v >= t } else { v <= t };
+                                        bits |= (keep as u64) << j;
+                                    }
+                                    *word = bits;
+                                }
+                                m.and(&valid)
+                            }
+                            Some((0, _)) => Bits::EMPTY,
+                            _ => valid,
+                        };
+                        candidates.for_each_one(|l| offer(norm(key, Some(Num::I64(x[l]))), ids[l]));
+                    }
                     Values::U64(x) => valid.for_each_one(|l| offer(norm(key, Some(Num::U64(x[l]))), ids[l])),
                     Values::F64(x) => valid.for_each_one(|l| offer(norm(key, Some(Num::F64(x[l]))), ids[l])),
                     Values::I128(x) => valid.for_each_one(|l| offer(norm(key, Some(Num::I128(x[l]))), ids[l])),
                 }
             }
+        }
+        if heap.len() >= k
+            && let Some(&(worst, _)) = heap.peek()
+        {
+            bound.offer(worst);
         }
         Ok(())
     };
@@ -420,10 +483,11 @@ where
     let shards = options.shard_positions(snapshot);
     let k = limit.map(|l| l.saturating_add(offset));
     let numeric_single = sort.len() == 1 && Domain::of(&sort[0].expr.data_type(snapshot.schema())?).is_some();
+    let bound = SharedBound::default();
     let per_shard = parallel::map_collect(options.threads, &shards, |&i| {
         let shard = snapshot.shard(i);
         match k {
-            Some(k) if numeric_single => top_k_numeric(i, shard, filter, &sort[0], k),
+            Some(k) if numeric_single => top_k_numeric(i, shard, filter, &sort[0], k, &bound),
             _ => sorted_candidates(i, shard, filter, sort, k),
         }
     })?;

@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use rayon::{ThreadPool, ThreadPoolBuilder};
 
 use crate::error::{Error, Result};
@@ -34,37 +35,78 @@ fn pool(threads: usize) -> Result<Arc<ThreadPool>> {
     Ok(p)
 }
 
-/// Maps `items` (in parallel on `threads` threads; inline with one) and
-/// merges the results; `None` when there are no items.
-pub(crate) fn map_reduce<I: Sync, T: Send>(
-    threads: usize,
-    items: &[I],
-    map: impl Fn(&I) -> Result<T> + Sync,
-    merge: impl Fn(T, T) -> T + Sync,
-) -> Result<Option<T>> {
-    let threads = effective_threads(threads);
-    if threads <= 1 || items.len() <= 1 {
-        let mut acc: Option<T> = None;
-        for item in items {
-            let r = map(item)?;
-            acc = Some(match acc {
-                None => r,
-                Some(a) => merge(a, r),
+/// Runs `work` on `threads` workers at once: the calling thread is one of
+/// them, the others come from a pool of `threads - 1` threads, so a query
+/// waits for at most one wake-up and the caller never sits idle.
+fn on_workers<T: Send>(threads: usize, work: impl Fn() -> T + Sync) -> Result<Vec<T>> {
+    if threads <= 1 {
+        return Ok(vec![work()]);
+    }
+    let results: Mutex<Vec<T>> = Mutex::new(Vec::with_capacity(threads));
+    pool(threads - 1)?.in_place_scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(|_| {
+                let r = work();
+                results.lock().unwrap_or_else(|e| e.into_inner()).push(r);
             });
         }
-        return Ok(acc);
-    }
-    pool(threads)?
-        .install(|| items.par_iter().map(&map).try_reduce_with(|a, b| Ok(merge(a, b))))
-        .transpose()
+        let r = work();
+        results.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+    });
+    Ok(results.into_inner().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// Maps `items` (in parallel on `threads` threads; inline with one),
-/// keeping the results in item order.
+/// Folds `items` on `threads` workers: each worker takes the next item
+/// from a shared counter (so uneven items balance out) and folds it into
+/// its own accumulator, started once from `init()` (so group maps warm up
+/// once per worker); the workers' accumulators are merged with `merge`.
+pub(crate) fn fold_reduce<I: Sync, T: Send, S>(
+    threads: usize,
+    items: &[I],
+    init: impl Fn() -> (T, S) + Sync,
+    fold: impl Fn(T, &mut S, &I) -> Result<T> + Sync,
+    merge: impl Fn(T, T) -> T,
+) -> Result<T> {
+    let threads = effective_threads(threads).min(items.len()).max(1);
+    let next = AtomicUsize::new(0);
+    let results = on_workers(threads, || -> Result<T> {
+        let (mut acc, mut state) = init();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(item) = items.get(i) else { return Ok(acc) };
+            acc = fold(acc, &mut state, item)?;
+        }
+    })?;
+    let mut out: Option<T> = None;
+    for r in results {
+        let r = r?;
+        out = Some(match out {
+            None => r,
+            Some(a) => merge(a, r),
+        });
+    }
+    out.ok_or_else(|| Error::Internal("a fold ran on no worker".into()))
+}
+
+/// Maps `items` on `threads` workers, keeping the results in item order.
 pub(crate) fn map_collect<I: Sync, T: Send>(threads: usize, items: &[I], map: impl Fn(&I) -> Result<T> + Sync) -> Result<Vec<T>> {
-    let threads = effective_threads(threads);
-    if threads <= 1 || items.len() <= 1 {
+    let threads = effective_threads(threads).min(items.len()).max(1);
+    if threads <= 1 {
         return items.iter().map(map).collect();
     }
-    pool(threads)?.install(|| items.par_iter().map(&map).collect())
+    let next = AtomicUsize::new(0);
+    let parts = on_workers(threads, || -> Result<Vec<(usize, T)>> {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(item) = items.get(i) else { return Ok(done) };
+            done.push((i, map(item)?));
+        }
+    })?;
+    let mut all: Vec<(usize, T)> = Vec::with_capacity(items.len());
+    for p in parts {
+        all.extend(p?);
+    }
+    all.sort_unstable_by_key(|(i, _)| *i);
+    Ok(all.into_iter().map(|(_, t)| t).collect())
 }

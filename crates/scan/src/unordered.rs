@@ -22,7 +22,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use quiverdb_mapreducer::{BlockSelection, Bits, Kernel, LANES, MapReducer, RecId, ShardMapReducer, Side, WORDS};
+use quiverdb_mapreducer::{BlockSelection, Bits, Kernel, LANES, MapReducer, RecId, Scratch, ShardMapReducer, Side, WORDS};
 use quiverdb_storage::{ShardSnapshot, TableSnapshot};
 
 use crate::error::Result;
@@ -191,18 +191,23 @@ impl Budget {
     }
 }
 
-/// Streams the selected records of one shard through `reducer`.
+/// Streams the selected records of one shard through the reducer that
+/// `open` returns, opened only once the shard has a record to stream (most
+/// shards of a selective scan are skipped by their zone maps and never
+/// open one).
 pub(crate) fn scan_shard<R: MapReducer>(
     shard: ShardSnapshot<'_>,
     filter: Option<&Predicate>,
-    reducer: &mut R,
+    open: impl FnOnce() -> Result<R>,
     acc: R::Acc,
     budget: &Budget,
-) -> Result<R::Acc> {
+) -> Result<(R::Acc, Option<R>)> {
     let mut compiled = match filter {
         Some(p) => Some(ShardFilter::compile(shard, p)?),
         None => None,
     };
+    let mut open = Some(open);
+    let mut reducer: Option<R> = None;
     let mut acc = Some(acc);
     let mut ids = [0 as RecId; LANES];
     select(shard, compiled.as_mut(), |_| false, |sel| {
@@ -211,7 +216,12 @@ pub(crate) fn scan_shard<R: MapReducer>(
         if granted == 0 {
             return Ok(Flow::Stop);
         }
-        let a = acc.take().expect("the accumulator is always put back");
+        if reducer.is_none() {
+            let open = open.take().ok_or_else(|| crate::Error::Internal("reducer opened twice".into()))?;
+            reducer = Some(open()?);
+        }
+        let r = reducer.as_mut().ok_or_else(|| crate::Error::Internal("reducer not open".into()))?;
+        let a = acc.take().ok_or_else(|| crate::Error::Internal("accumulator lost".into()))?;
         acc = Some(match sel {
             _ if granted < want => {
                 // The budget's last rows: cut the selection.
@@ -222,20 +232,22 @@ pub(crate) fn scan_shard<R: MapReducer>(
                         v.len()
                     }
                 };
-                reducer.stream(a, &ids[..n.min(granted)])
+                r.stream(a, &ids[..n.min(granted)])
             }
-            Selection::Block(b) => reducer.stream_block(a, b),
-            Selection::Ids(v) => reducer.stream(a, v),
+            Selection::Block(b) => r.stream_block(a, b),
+            Selection::Ids(v) => r.stream(a, v),
         });
         Ok(if granted < want { Flow::Stop } else { Flow::Continue })
     })?;
-    Ok(acc.take().expect("the accumulator is always put back"))
+    let acc = acc.ok_or_else(|| crate::Error::Internal("accumulator lost".into()))?;
+    Ok((acc, reducer))
 }
 
 /// The unordered scan: streams every record of `snapshot` that passes
 /// `filter` through a [`ShardMapReducer`] running a fresh `kernel()` per
-/// shard, starting each shard from `init()`, and merges the shards'
-/// accumulators. Shards run in parallel on `options.threads` threads.
+/// shard. Shards run in parallel on `options.threads` threads; each worker
+/// folds the shards it takes into one accumulator started from `init()`,
+/// and the workers' accumulators are merged (MemCP's `reduce2`).
 pub fn scan<K, F, I>(snapshot: &TableSnapshot, filter: Option<&Predicate>, options: &ScanOptions, kernel: F, init: I) -> Result<K::Acc>
 where
     K: Kernel,
@@ -247,16 +259,30 @@ where
         p.validate(snapshot.schema())?;
     }
     let shards = options.shard_positions(snapshot);
+    if shards.is_empty() {
+        return Ok(init());
+    }
     let budget = Budget::new(options.limit);
-    let result = parallel::map_reduce(
+    // Each worker keeps its kernel and scratch buffers across shards.
+    let worker_init = || (init(), None::<(K, Scratch)>);
+    parallel::fold_reduce(
         options.threads,
         &shards,
-        |&i| {
+        worker_init,
+        |acc, parts, &i| {
             let shard = snapshot.shard(i);
-            let mut reducer = ShardMapReducer::open(shard, kernel()?)?;
-            scan_shard(shard, filter, &mut reducer, init(), &budget)
+            let open = || -> Result<ShardMapReducer<'_, K>> {
+                Ok(match parts.take() {
+                    Some((k, scratch)) => ShardMapReducer::open_with(shard, k, scratch)?,
+                    None => ShardMapReducer::open(shard, kernel()?)?,
+                })
+            };
+            let (acc, reducer) = scan_shard(shard, filter, open, acc, &budget)?;
+            if let Some(r) = reducer {
+                *parts = Some(r.into_parts());
+            }
+            Ok(acc)
         },
         K::merge,
-    )?;
-    Ok(result.unwrap_or_else(init))
+    )
 }

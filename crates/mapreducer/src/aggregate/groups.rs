@@ -27,6 +27,9 @@ pub(crate) const MAX_KEYS: usize = 4;
 /// Id of a key value within its [`KeyMap`].
 pub(crate) type KeyId = u32;
 
+/// A window slot whose value has no id yet.
+const UNASSIGNED: u32 = u32::MAX;
+
 /// A key value, shard-independent.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum KeyValue<'a> {
@@ -53,7 +56,7 @@ pub(crate) enum KeyMap {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct IntMap {
     base: i64,
-    /// Slot `v - base` holds `id + 1`, or 0 when unassigned.
+    /// Slot `v - base` holds the id of `v`, or [`UNASSIGNED`].
     window: Vec<u32>,
     hash: HashMap<i64, KeyId>,
     pub(crate) values: Vec<i64>,
@@ -82,21 +85,67 @@ impl IntMap {
     pub(crate) fn init_window(&mut self, min: i64) {
         if self.window.is_empty() && self.values.is_empty() {
             self.base = min;
-            self.window = vec![0; DENSE_WINDOW];
+            self.window = vec![UNASSIGNED; DENSE_WINDOW];
         }
+    }
+
+    /// True once the window is placed.
+    pub(crate) fn has_window(&self) -> bool {
+        !self.window.is_empty()
+    }
+
+    /// Ids of the lanes `lanes` of `x` into `out`: one window lookup per
+    /// lane in a tight pass; values the window does not know (new or
+    /// outside it) take a second, rare pass through [`IntMap::id`].
+    #[inline]
+    pub(crate) fn ids(&mut self, x: &[i64; crate::vector::LANES], lanes: &crate::vector::Bits, out: &mut [u32; crate::vector::LANES]) {
+        #[inline(always)]
+        fn lookup(window: &[u32], base: i64, v: i64) -> u32 {
+            let slot = v.wrapping_sub(base) as u64 as usize;
+            if slot < window.len() { window[slot] } else { UNASSIGNED }
+        }
+        let base = self.base;
+        let window = self.window.as_slice();
+        let mut misses = false;
+        match lanes.dense_len() {
+            Some(n) => {
+                for (o, &v) in out[..n].iter_mut().zip(&x[..n]) {
+                    *o = lookup(window, base, v);
+                    misses |= *o == UNASSIGNED;
+                }
+            }
+            None => lanes.for_each_one(|l| {
+                out[l] = lookup(window, base, x[l]);
+                misses |= out[l] == UNASSIGNED;
+            }),
+        }
+        if misses {
+            lanes.for_each_one(|l| {
+                if out[l] == UNASSIGNED {
+                    out[l] = self.assign(x[l]);
+                }
+            });
+        }
+    }
+
+    /// [`IntMap::id`] out of line, for the rare lanes a lookup misses.
+    #[cold]
+    #[inline(never)]
+    fn assign(&mut self, v: i64) -> KeyId {
+        self.id(v)
     }
 
     #[inline]
     pub(crate) fn id(&mut self, v: i64) -> KeyId {
         let slot = v.wrapping_sub(self.base) as u64;
-        if (slot as usize) < self.window.len() && slot < DENSE_WINDOW as u64 {
+        if (slot as usize) < self.window.len() {
             let e = self.window[slot as usize];
-            if e != 0 {
-                return e - 1;
+            if e != UNASSIGNED {
+                return e;
             }
             let id = self.values.len() as KeyId;
             self.values.push(v);
-            self.window[slot as usize] = id + 1;
+            self.window[slot as usize] = id;
             return id;
         }
         let next = self.values.len() as KeyId;
@@ -183,6 +232,16 @@ impl BytesMap {
 }
 
 impl KeyMap {
+    /// Number of ids assigned (values plus the null key's slot).
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            KeyMap::I64(m) => m.values.len(),
+            KeyMap::U64(m) | KeyMap::F64(m) => m.values.len(),
+            KeyMap::I128(m) => m.values.len(),
+            KeyMap::Bytes(m) => m.spans.len(),
+        }
+    }
+
     /// The id of the null key (ids index the values; the null key's slot
     /// holds a placeholder).
     pub(crate) fn null(&mut self) -> KeyId {

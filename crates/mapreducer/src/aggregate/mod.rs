@@ -36,6 +36,7 @@ use crate::expr::{CompiledExpr, MapExpr, Operand, Side};
 use crate::output::{bytes_array, f64_array, i64_array, native_array, nulls_from};
 use crate::scalar::{Domain, Num};
 use crate::shard::Kernel;
+use crate::kernels;
 use crate::vector::{Bits, LANES, Sel, Values, sel_offsets};
 
 /// An aggregate function.
@@ -121,7 +122,10 @@ impl AggregateSpec {
                 }
                 _ => return Err(Error::InvalidExpression(format!("{:?} takes {} input", agg.func, if agg.func == AggFunc::CountStar { "no" } else { "one" }))),
             };
-            let (kind, out) = state_kind(agg.func, input_type.as_ref())?;
+            let (mut kind, out) = state_kind(agg.func, input_type.as_ref())?;
+            if let (StateKind::Sum { avg: false, implied, .. }, Some(e)) = (&mut kind, &agg.input) {
+                *implied = !group_by.is_empty() && !e.nullable(schema);
+            }
             kinds.push(kind);
             output_types.push(out);
         }
@@ -200,7 +204,7 @@ fn state_kind(func: AggFunc, input: Option<&DataType>) -> Result<(StateKind, Dat
                 _ => return Err(unsupported()),
             };
             let out = if avg && !matches!(domain, SumDomain::Decimal(..)) { DataType::Float64 } else { out };
-            (StateKind::Sum { domain, avg }, out)
+            (StateKind::Sum { domain, avg, implied: false }, out)
         }
         (AggFunc::Min | AggFunc::Max, Some(t)) => {
             let domain = match Domain::of(t) {
@@ -443,8 +447,10 @@ impl AggregateKernel {
     fn assign_groups(&mut self, cols: &ShardColumns<'_>, acc: &mut AggregateAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> Result<()> {
         let active = sel.active();
         let token = acc.token;
+        let single = self.keys.len() == 1;
         for (k, key) in self.keys.iter_mut().enumerate() {
-            let ids = &mut self.key_ids[k];
+            // One key: its ids are the group ids.
+            let ids = if single { &mut self.gids } else { &mut self.key_ids[k] };
             let map = &mut acc.groups.keys[k];
             match key {
                 KeyInput::Num(expr) => match expr.eval(cols, side, sel, scratch)? {
@@ -464,12 +470,14 @@ impl AggregateKernel {
                         }
                         match (map, &v.values) {
                             (KeyMap::I64(m), Values::I64(x)) => {
-                                if let Some(first) = valid.first_one() {
+                                if !m.has_window()
+                                    && let Some(first) = valid.first_one()
+                                {
                                     let mut min = x[first];
                                     valid.for_each_one(|l| min = min.min(x[l]));
                                     m.init_window(min);
                                 }
-                                valid.for_each_one(|l| ids[l] = m.id(x[l]));
+                                m.ids(x, &valid, ids);
                             }
                             (KeyMap::U64(m), Values::U64(x)) => valid.for_each_one(|l| ids[l] = m.id(x[l])),
                             (KeyMap::F64(m), Values::F64(x)) => valid.for_each_one(|l| ids[l] = m.id(x[l].to_bits())),
@@ -487,11 +495,8 @@ impl AggregateKernel {
                 }
             }
         }
-        if self.keys.len() == 1 {
-            let ids = &self.key_ids[0];
-            let gids = &mut self.gids;
-            let groups = &mut acc.groups;
-            active.for_each_one(|l| gids[l] = groups.group(&[ids[l]]));
+        if single {
+            acc.groups.len = acc.groups.keys[0].len();
         } else {
             let n = self.keys.len();
             let mut tuple = [0u32; MAX_KEYS];
@@ -672,7 +677,7 @@ fn add_key_sum(state: &mut StateColumn, sum_keys: u128, n: u64, signed: bool) ->
     let values = if signed { sum_keys as i128 - ((n as i128) << 63) } else { sum_keys as i128 };
     match state {
         StateColumn::SumI { sum, n: c } => {
-            sum[0] += values;
+            sum.total[0] += values;
             c[0] += n;
         }
         StateColumn::SumU { sum, n: c } => {
@@ -713,11 +718,12 @@ fn sum_keys(enc: &KeyEncoding, block: usize, block_len: usize, sel: Sel<'_>, val
             bp.decode_block_deltas(block, deltas);
             let small = frame.width <= 53;
             let (sum, n) = match (range, sel) {
-                (Some((0, b)), _) if b == block_len => {
+                (Some((0, b)), _) if b == block_len && small => {
                     // Padding deltas are zero: sum the whole block.
-                    (sum_all(&deltas[..], small), b as u64)
+                    (kernels::sum_small(deltas, 0, LANES) as u128, b as u64)
                 }
-                (Some((a, b)), _) => (sum_all(&deltas[a..b], small), (b - a) as u64),
+                (Some((a, b)), _) if small => (kernels::sum_small(deltas, a, b) as u128, (b - a) as u64),
+                (Some((a, b)), _) => (sum_all(&deltas[a..b], false), (b - a) as u64),
                 (None, Sel::Ids(ids, base)) => {
                     let mut s: u128 = 0;
                     lanes.for_each_one(|l| s += deltas[(ids[l] - base) as usize] as u128);
@@ -728,7 +734,8 @@ fn sum_keys(enc: &KeyEncoding, block: usize, block_len: usize, sel: Sel<'_>, val
                     lanes.for_each_one(|l| s += deltas[a + l] as u128);
                     (s, lanes.count() as u64)
                 }
-                (None, Sel::Mask(..)) => (masked_sum(&deltas[..], &lanes, small), lanes.count() as u64),
+                (None, Sel::Mask(..)) if small => (kernels::masked_sum_small(deltas, &lanes) as u128, lanes.count() as u64),
+                (None, Sel::Mask(..)) => (masked_sum(&deltas[..], &lanes, false), lanes.count() as u64),
             };
             (n as u128 * frame.reference as u128 + sum, n)
         }
@@ -846,6 +853,19 @@ fn best_key(keys: &[u64; LANES], lanes: &Bits, max: bool) -> Option<u64> {
     Some(best)
 }
 
+/// The largest magnitude among `lanes` of `x`.
+#[inline]
+fn max_abs(x: &[i64; LANES], lanes: &Bits) -> u64 {
+    match lanes.dense_len() {
+        Some(n) => x[..n].iter().fold(0u64, |m, v| m.max(v.unsigned_abs())),
+        None => {
+            let mut m = 0u64;
+            lanes.for_each_one(|l| m = m.max(x[l].unsigned_abs()));
+            m
+        }
+    }
+}
+
 /// Offers a number to group 0 of a MIN/MAX state.
 fn offer_num(state: &mut StateColumn, n: Num, max: bool) {
     offer_num_at(state, 0, n, max);
@@ -886,7 +906,7 @@ fn sum_operand(state: &mut StateColumn, o: Operand<'_>, active: &Bits) -> Result
             let k = active.count() as u64;
             match (state, x) {
                 (StateColumn::SumI { sum, n }, Num::I64(v)) => {
-                    sum[0] += v as i128 * k as i128;
+                    sum.total[0] += v as i128 * k as i128;
                     n[0] += k;
                 }
                 (StateColumn::SumU { sum, n }, Num::U64(v)) => {
@@ -912,9 +932,21 @@ fn sum_operand(state: &mut StateColumn, o: Operand<'_>, active: &Bits) -> Result
             let k = lanes.count() as u64;
             match (state, &vec.values) {
                 (StateColumn::SumI { sum, n }, Values::I64(x)) => {
-                    let mut s: i128 = 0;
-                    lanes.for_each_one(|l| s += x[l] as i128);
-                    sum[0] += s;
+                    if sum.reserve(k as usize, max_abs(x, &lanes)) {
+                        let s: i64 = match lanes.dense_len() {
+                            Some(n) => x[..n].iter().sum(),
+                            None => {
+                                let mut s = 0;
+                                lanes.for_each_one(|l| s += x[l]);
+                                s
+                            }
+                        };
+                        sum.partial[0] += s;
+                    } else {
+                        let mut s: i128 = 0;
+                        lanes.for_each_one(|l| s += x[l] as i128);
+                        sum.total[0] += s;
+                    }
                     n[0] += k;
                 }
                 (StateColumn::SumU { sum, n }, Values::U64(x)) => {
@@ -1021,6 +1053,7 @@ fn grouped(
     match (kind, input) {
         (StateKind::Count, Input::CountStar) => {
             let StateColumn::Count(c) = state else { return Err(Error::Internal("count state".into())) };
+            let c = c.as_mut_slice();
             active.for_each_one(|l| c[gids[l] as usize] += 1);
         }
         (StateKind::Count, Input::Bytes(col)) => {
@@ -1041,17 +1074,49 @@ fn grouped(
                 }
             }
         }
-        (kind, Input::Column { expr, .. } | Input::Expr(expr)) => {
+        (kind, Input::Column { col, expr }) => {
+            let bound = zone_magnitude(cols, *col, side);
             let o = expr.eval(cols, side, sel, scratch)?;
-            scatter(state, kind, o, &active, gids)?;
+            scatter(state, kind, o, &active, gids, bound)?;
+        }
+        (kind, Input::Expr(expr)) => {
+            let o = expr.eval(cols, side, sel, scratch)?;
+            scatter(state, kind, o, &active, gids, None)?;
         }
         _ => return Err(Error::Internal("aggregate input and state disagree".into())),
     }
     Ok(())
 }
 
-/// Scatters an operand's valid, active lanes into per-group states.
-fn scatter(state: &mut StateColumn, kind: &StateKind, o: Operand<'_>, active: &Bits, gids: &[u32; LANES]) -> Result<()> {
+/// The largest |value| of an I64-domain column in main block `block`,
+/// from its zone map (exact for key encodings), or `None` when unknown.
+fn zone_magnitude(cols: &ShardColumns<'_>, col: usize, side: Side) -> Option<u64> {
+    let Side::Main(block) = side else { return None };
+    let src = cols.column(col);
+    let main = src.main()?;
+    if !matches!(main.encoding(), Encoding::Keys(_)) {
+        return None;
+    }
+    let z = main.zones()[block];
+    if z.all_null() {
+        return Some(0);
+    }
+    match (key_to_num(src.physical(), z.min), key_to_num(src.physical(), z.max)) {
+        (Num::I64(lo), Num::I64(hi)) => Some(lo.unsigned_abs().max(hi.unsigned_abs())),
+        _ => None,
+    }
+}
+
+/// Scatters an operand's valid, active lanes into per-group states;
+/// `bound`, when known, is the largest |value| of the lanes.
+fn scatter(
+    state: &mut StateColumn,
+    kind: &StateKind,
+    o: Operand<'_>,
+    active: &Bits,
+    gids: &[u32; LANES],
+    bound: Option<u64>,
+) -> Result<()> {
     let (lanes, vec) = match o {
         Operand::Scalar(None) => return Ok(()),
         Operand::Scalar(Some(x)) => {
@@ -1068,12 +1133,41 @@ fn scatter(state: &mut StateColumn, kind: &StateKind, o: Operand<'_>, active: &B
         Operand::Vector(v) => (v.valid(active), v),
     };
     match (state, &vec.values) {
-        (StateColumn::Count(c), _) => lanes.for_each_one(|l| c[gids[l] as usize] += 1),
-        (StateColumn::SumI { sum, n }, Values::I64(x)) => lanes.for_each_one(|l| {
-            let g = gids[l] as usize;
-            sum[g] += x[l] as i128;
-            n[g] += 1;
-        }),
+        (StateColumn::Count(c), _) => {
+            let c = c.as_mut_slice();
+            lanes.for_each_one(|l| c[gids[l] as usize] += 1)
+        }
+        (StateColumn::SumI { sum, n }, Values::I64(x)) => {
+            let implied = matches!(kind, StateKind::Sum { implied: true, .. });
+            if sum.reserve(lanes.count(), bound.unwrap_or_else(|| max_abs(x, &lanes))) {
+                let (partial, n) = (sum.partial.as_mut_slice(), n.as_mut_slice());
+                match lanes.dense_len() {
+                    Some(k) if implied => {
+                        for (&g, &v) in gids[..k].iter().zip(&x[..k]) {
+                            partial[g as usize] += v;
+                        }
+                    }
+                    Some(k) => {
+                        for (&g, &v) in gids[..k].iter().zip(&x[..k]) {
+                            partial[g as usize] += v;
+                            n[g as usize] += 1;
+                        }
+                    }
+                    None => lanes.for_each_one(|l| {
+                        let g = gids[l] as usize;
+                        partial[g] += x[l];
+                        n[g] += 1;
+                    }),
+                }
+            } else {
+                let total = &mut sum.total;
+                lanes.for_each_one(|l| {
+                    let g = gids[l] as usize;
+                    total[g] += x[l] as i128;
+                    n[g] += 1;
+                });
+            }
+        }
         (StateColumn::SumU { sum, n }, Values::U64(x)) => lanes.for_each_one(|l| {
             let g = gids[l] as usize;
             sum[g] += x[l] as u128;
@@ -1122,7 +1216,7 @@ fn add_one(state: &mut StateColumn, kind: &StateKind, g: usize, x: Num) -> Resul
     match (state, x) {
         (StateColumn::Count(c), _) => c[g] += 1,
         (StateColumn::SumI { sum, n }, Num::I64(v)) => {
-            sum[g] += v as i128;
+            sum.total[g] += v as i128;
             n[g] += 1;
         }
         (StateColumn::SumU { sum, n }, Num::U64(v)) => {

@@ -20,8 +20,10 @@ use crate::output::{bytes_array, f64_array, i64_array, native_array, nulls_from}
 pub(crate) enum StateKind {
     /// COUNT(*) or COUNT(expr).
     Count,
-    /// SUM or AVG over an input domain.
-    Sum { domain: SumDomain, avg: bool },
+    /// SUM or AVG over an input domain. `implied` is set for a grouped
+    /// SUM whose input is never NULL: every group then has a value, so
+    /// per-group counts are not kept (one fewer write per row).
+    Sum { domain: SumDomain, avg: bool, implied: bool },
     /// MIN or MAX.
     MinMax { max: bool, domain: MinMaxDomain },
 }
@@ -47,11 +49,60 @@ pub(crate) enum MinMaxDomain {
     Bytes,
 }
 
+/// Exact signed sums: per-group `i64` partials flushed into `i128` totals
+/// before they could overflow.
+///
+/// `headroom` bounds what may still be added to any partial: every block
+/// spends `rows × max |value|` of it, so no partial can leave the i64
+/// range before the next flush. With values below 2^20 that is 2^43 rows.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SignedSums {
+    pub(crate) partial: Vec<i64>,
+    pub(crate) total: Vec<i128>,
+    headroom: u64,
+}
+
+impl SignedSums {
+    fn resize(&mut self, groups: usize) {
+        self.partial.resize(groups, 0);
+        self.total.resize(groups, 0);
+    }
+
+    /// Moves the partials into the totals.
+    pub(crate) fn flush(&mut self) {
+        for (t, p) in self.total.iter_mut().zip(&mut self.partial) {
+            *t += *p as i128;
+            *p = 0;
+        }
+        self.headroom = i64::MAX as u64;
+    }
+
+    /// Reserves room for `rows` values of magnitude at most `max_abs`;
+    /// false if even empty partials could overflow (add to totals then).
+    #[inline]
+    pub(crate) fn reserve(&mut self, rows: usize, max_abs: u64) -> bool {
+        let need = (rows as u64).saturating_mul(max_abs);
+        if need > self.headroom {
+            self.flush();
+            if need > self.headroom {
+                return false;
+            }
+        }
+        self.headroom -= need;
+        true
+    }
+
+    /// The exact sum of group `g`.
+    pub(crate) fn get(&self, g: usize) -> i128 {
+        self.total[g] + self.partial[g] as i128
+    }
+}
+
 /// Per-group accumulators of one aggregate.
 #[derive(Debug, Clone)]
 pub(crate) enum StateColumn {
     Count(Vec<u64>),
-    SumI { sum: Vec<i128>, n: Vec<u64> },
+    SumI { sum: SignedSums, n: Vec<u64> },
     SumU { sum: Vec<u128>, n: Vec<u64> },
     SumF { sum: Vec<f64>, n: Vec<u64> },
     SumD { sum: Vec<i128>, n: Vec<u64> },
@@ -78,7 +129,9 @@ impl StateColumn {
     pub(crate) fn new(kind: &StateKind) -> Self {
         match kind {
             StateKind::Count => StateColumn::Count(Vec::new()),
-            StateKind::Sum { domain: SumDomain::Signed, .. } => StateColumn::SumI { sum: Vec::new(), n: Vec::new() },
+            StateKind::Sum { domain: SumDomain::Signed, .. } => {
+                StateColumn::SumI { sum: SignedSums { headroom: i64::MAX as u64, ..Default::default() }, n: Vec::new() }
+            }
             StateKind::Sum { domain: SumDomain::Unsigned, .. } => StateColumn::SumU { sum: Vec::new(), n: Vec::new() },
             StateKind::Sum { domain: SumDomain::Float, .. } => StateColumn::SumF { sum: Vec::new(), n: Vec::new() },
             StateKind::Sum { domain: SumDomain::Decimal(..), .. } => StateColumn::SumD { sum: Vec::new(), n: Vec::new() },
@@ -96,7 +149,11 @@ impl StateColumn {
     pub(crate) fn ensure(&mut self, groups: usize) {
         match self {
             StateColumn::Count(c) => c.resize(groups, 0),
-            StateColumn::SumI { sum, n } | StateColumn::SumD { sum, n } => {
+            StateColumn::SumI { sum, n } => {
+                sum.resize(groups);
+                n.resize(groups, 0);
+            }
+            StateColumn::SumD { sum, n } => {
                 sum.resize(groups, 0);
                 n.resize(groups, 0);
             }
@@ -156,7 +213,7 @@ impl StateColumn {
         match (self, other) {
             (StateColumn::Count(a), StateColumn::Count(b)) => a[g] += b[h],
             (StateColumn::SumI { sum, n }, StateColumn::SumI { sum: s2, n: n2 }) => {
-                sum[g] += s2[h];
+                sum.total[g] += s2.get(h);
                 n[g] += n2[h];
             }
             (StateColumn::SumU { sum, n }, StateColumn::SumU { sum: s2, n: n2 }) => {
@@ -207,12 +264,13 @@ impl StateColumn {
             (StateColumn::Count(c), _) => {
                 native_array(output, c.iter().map(|&v| v as i64).collect::<Vec<i64>>(), None)?
             }
-            (StateColumn::SumI { sum, n }, StateKind::Sum { avg: false, .. }) => {
-                let values = sum
-                    .iter()
-                    .map(|&s| i64::try_from(s).map_err(|_| Error::Overflow(format!("SUM = {s} does not fit Int64"))))
+            (StateColumn::SumI { sum, n }, StateKind::Sum { avg: false, implied, .. }) => {
+                let values = (0..n.len())
+                    .map(|g| sum.get(g))
+                    .map(|s| i64::try_from(s).map_err(|_| Error::Overflow(format!("SUM = {s} does not fit Int64"))))
                     .collect::<Result<Vec<i64>>>()?;
-                native_array(output, values, nulls_from(&has_rows(n)))?
+                let nulls = if *implied { None } else { nulls_from(&has_rows(n)) };
+                native_array(output, values, nulls)?
             }
             (StateColumn::SumU { sum, n }, StateKind::Sum { avg: false, .. }) => {
                 let values = sum
@@ -235,13 +293,13 @@ impl StateColumn {
                 native_array(output, sum.clone(), nulls_from(&has_rows(n)))?
             }
             (StateColumn::SumI { sum, n }, StateKind::Sum { avg: true, .. }) => {
-                avg_f64(sum.iter().map(|&s| s as f64), n)?
+                avg_f64((0..n.len()).map(|g| sum.get(g) as f64), n)?
             }
             (StateColumn::SumU { sum, n }, StateKind::Sum { avg: true, .. }) => {
                 avg_f64(sum.iter().map(|&s| s as f64), n)?
             }
             (StateColumn::SumF { sum, n }, StateKind::Sum { avg: true, .. }) => avg_f64(sum.iter().copied(), n)?,
-            (StateColumn::SumD { sum, n }, StateKind::Sum { avg: true, domain: SumDomain::Decimal(_, s) }) => {
+            (StateColumn::SumD { sum, n }, StateKind::Sum { avg: true, domain: SumDomain::Decimal(_, s), .. }) => {
                 let DataType::Decimal128(_, out_scale) = output else {
                     return Err(Error::Internal("decimal AVG of a non-decimal type".into()));
                 };

@@ -1,0 +1,177 @@
+//! Leaf kernels over one block of `u64` values, compiled twice: for the
+//! build's baseline, and with AVX2 (chosen at run time when the CPU has
+//! it). Baseline x86-64 has no 64-bit vector compare, so the AVX2 build of
+//! a compare-to-bitmask loop is about twice as fast (measured on the seed
+//! table's `value > 500000` filter: 2.1 ms → 1.2 ms for 2M rows).
+//!
+//! The code of each kernel is one `#[inline(always)]` function; the two
+//! builds only differ in the target features they are compiled with.
+
+use crate::vector::{Bits, LANES, WORDS};
+
+/// True when the CPU runs AVX2 (detected once, then a cached load).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2")
+}
+
+/// Lanes `0..n` of `values` with `lo <= v <= lo + span` (wrapping: `v -
+/// lo <= span`), as a bitmap.
+#[inline]
+pub fn range_mask(values: &[u64; LANES], n: usize, lo: u64, span: u64) -> Bits {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2 is available (checked just above).
+        return unsafe { range_mask_avx2(values, n, lo, span) };
+    }
+    range_mask_impl(values, n, lo, span)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn range_mask_avx2(values: &[u64; LANES], n: usize, lo: u64, span: u64) -> Bits {
+    range_mask_impl(values, n, lo, span)
+}
+
+#[inline(always)]
+fn range_mask_impl(values: &[u64; LANES], n: usize, lo: u64, span: u64) -> Bits {
+    let mut out = [0u64; WORDS];
+    for (w, word) in out.iter_mut().enumerate() {
+        let lanes: &[u64; 64] = values[w * 64..w * 64 + 64].try_into().expect("64 lanes");
+        let mut bits = 0u64;
+        for (j, &v) in lanes.iter().enumerate() {
+            bits |= ((v.wrapping_sub(lo) <= span) as u64) << j;
+        }
+        *word = bits;
+    }
+    Bits(out).and(&Bits::first(n))
+}
+
+/// Lanes `0..n` of `values` whose bit `v - lo` is set in `bitset` (values
+/// outside the bitset's range are not set), as a bitmap.
+#[inline]
+pub fn bitset_mask(values: &[u64; LANES], n: usize, lo: u64, bitset: &[u64]) -> Bits {
+    if bitset.is_empty() {
+        return Bits::EMPTY;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2 is available (checked just above).
+        return unsafe { bitset_mask_avx2(values, n, lo, bitset) };
+    }
+    bitset_mask_impl(values, n, lo, bitset)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn bitset_mask_avx2(values: &[u64; LANES], n: usize, lo: u64, bitset: &[u64]) -> Bits {
+    bitset_mask_impl(values, n, lo, bitset)
+}
+
+#[inline(always)]
+fn bitset_mask_impl(values: &[u64; LANES], n: usize, lo: u64, bitset: &[u64]) -> Bits {
+    let nbits = bitset.len() as u64 * 64;
+    let last = bitset.len() - 1;
+    let mut out = [0u64; WORDS];
+    for (w, word) in out.iter_mut().enumerate() {
+        let lanes: &[u64; 64] = values[w * 64..w * 64 + 64].try_into().expect("64 lanes");
+        let mut bits = 0u64;
+        for (j, &v) in lanes.iter().enumerate() {
+            // Branch-free: clamp the word index, then mask by the range test.
+            let o = v.wrapping_sub(lo);
+            let idx = ((o >> 6) as usize).min(last);
+            let hit = (bitset[idx] >> (o & 63)) & ((o < nbits) as u64);
+            bits |= hit << j;
+        }
+        *word = bits;
+    }
+    Bits(out).and(&Bits::first(n))
+}
+
+/// Σ of lanes `a..b`; every value must be below 2^53 so that 1,024 of
+/// them fit a u64.
+#[inline]
+pub fn sum_small(values: &[u64; LANES], a: usize, b: usize) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2 is available (checked just above).
+        return unsafe { sum_small_avx2(&values[a..b]) };
+    }
+    sum_small_impl(&values[a..b])
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_small_avx2(v: &[u64]) -> u64 {
+    sum_small_impl(v)
+}
+
+#[inline(always)]
+fn sum_small_impl(v: &[u64]) -> u64 {
+    // Eight independent lanes so the additions vectorise.
+    let mut acc = [0u64; 8];
+    let chunks = v.chunks_exact(8);
+    let rest: u64 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] = acc[i].wrapping_add(c[i]);
+        }
+    }
+    acc.iter().sum::<u64>() + rest
+}
+
+/// Σ of the lanes set in `mask`; every value below 2^53.
+#[inline]
+pub fn masked_sum_small(values: &[u64; LANES], mask: &Bits) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2 is available (checked just above).
+        return unsafe { masked_sum_small_avx2(values, mask) };
+    }
+    masked_sum_small_impl(values, mask)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn masked_sum_small_avx2(values: &[u64; LANES], mask: &Bits) -> u64 {
+    masked_sum_small_impl(values, mask)
+}
+
+#[inline(always)]
+fn masked_sum_small_impl(values: &[u64; LANES], mask: &Bits) -> u64 {
+    let mut total = 0u64;
+    for (w, &word) in mask.0.iter().enumerate() {
+        if word == 0 {
+            continue;
+        }
+        let lanes = &values[w * 64..w * 64 + 64];
+        let mut s = 0u64;
+        for (j, &x) in lanes.iter().enumerate() {
+            s += x & 0u64.wrapping_sub((word >> j) & 1);
+        }
+        total += s;
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_match_plain_loops() {
+        let mut v = [0u64; LANES];
+        for (i, x) in v.iter_mut().enumerate() {
+            *x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+        }
+        let (lo, span) = (1 << 20, 1 << 22);
+        let m = range_mask(&v, 1000, lo, span);
+        for (i, &x) in v.iter().enumerate() {
+            assert_eq!(m.get(i), i < 1000 && x.wrapping_sub(lo) <= span);
+        }
+        assert_eq!(sum_small(&v, 10, 900), v[10..900].iter().sum::<u64>());
+        let expected: u64 = v.iter().enumerate().filter(|(i, _)| m.get(*i)).map(|(_, x)| x).sum();
+        assert_eq!(masked_sum_small(&v, &m), expected);
+    }
+}
