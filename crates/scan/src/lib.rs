@@ -25,6 +25,10 @@ pub struct ScanOptions {
     pub limit: Option<usize>,
     /// Scan only these shards (positions in the snapshot); all when `None`.
     pub shards: Option<Vec<usize>>,
+    /// Ids buffered before a reducer's `stream` is called (1..=1024;
+    /// 0 means 1,024): phase 1's buffer of sparse matches, and the ordered
+    /// scan's run of one shard's consecutive ids. Tests set it tiny.
+    pub id_buffer: usize,
 }
 
 impl ScanOptions {
@@ -38,6 +42,16 @@ impl ScanOptions {
     pub fn with_limit(mut self, limit: Option<usize>) -> Self {
         self.limit = limit;
         self
+    }
+
+    /// Sets the id buffer size (see [`ScanOptions::id_buffer`]).
+    pub fn with_id_buffer(mut self, ids: usize) -> Self {
+        self.id_buffer = ids;
+        self
+    }
+
+    pub(crate) fn id_buffer(&self) -> usize {
+        if self.id_buffer == 0 { quiverdb_mapreducer::LANES } else { self.id_buffer.min(quiverdb_mapreducer::LANES) }
     }
 
     /// Restricts the scan to some shards.

@@ -32,7 +32,7 @@ pub fn matching_records(snapshot: &TableSnapshot, filter: Option<&Predicate>, op
         let mut compiled = filter.map(|p| ShardFilter::compile(shard, p)).transpose()?;
         let mut ids: Vec<RecId> = Vec::new();
         let mut buf = [0 as RecId; quiverdb_mapreducer::LANES];
-        select(shard, compiled.as_mut(), |_| false, |sel| {
+        select(shard, compiled.as_mut(), options.id_buffer(), |_| false, |sel| {
             let want = sel.count();
             let granted = budget.take(want);
             match sel {
@@ -51,7 +51,7 @@ pub fn matching_records(snapshot: &TableSnapshot, filter: Option<&Predicate>, op
 
 /// `DELETE FROM table WHERE filter`: returns the number of rows deleted.
 pub fn delete_where(table: &Table, filter: Option<&Predicate>, options: &ScanOptions) -> Result<usize> {
-    table.transaction(|t| {
+    table.try_transaction(|t| {
         let selection = matching_records(&t.snapshot(), filter, options)?;
         let mut deleted = 0;
         for (shard, ids) in &selection {
@@ -83,7 +83,7 @@ pub fn update_where(table: &Table, assignments: &[(usize, MapExpr)], filter: Opt
         exprs[*col].0 = expr.clone();
     }
     let spec = Arc::new(GatherSpec::new(exprs, &schema, UPDATE_BATCH_ROWS)?);
-    table.transaction(|t| {
+    table.try_transaction(|t| {
         let snapshot = t.snapshot();
         let selection = matching_records(&snapshot, filter, options)?;
         let mut acc = spec.new_acc();

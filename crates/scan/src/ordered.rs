@@ -192,6 +192,7 @@ fn top_k_numeric(
     key: &SortKey,
     k: usize,
     bound: &SharedBound,
+    id_buffer: usize,
 ) -> Result<Candidates> {
     let mut eval = KeyEval::open(shard, std::slice::from_ref(key))?;
     let mut compiled = filter.map(|p| ShardFilter::compile(shard, p)).transpose()?;
@@ -291,7 +292,7 @@ fn top_k_numeric(
         Ok(())
     };
     if k > 0 {
-        select(shard, compiled.as_mut(), prune, |sel| {
+        select(shard, compiled.as_mut(), id_buffer, prune, |sel| {
             split_blocks(main, sel, &mut run)?;
             Ok(Flow::Continue)
         })?;
@@ -354,7 +355,14 @@ fn split_blocks(
 }
 
 /// Every matching row of a shard with all its sort keys, sorted, cut to `k`.
-fn sorted_candidates(shard_pos: usize, shard: ShardSnapshot<'_>, filter: Option<&Predicate>, keys: &[SortKey], k: Option<usize>) -> Result<Candidates> {
+fn sorted_candidates(
+    shard_pos: usize,
+    shard: ShardSnapshot<'_>,
+    filter: Option<&Predicate>,
+    keys: &[SortKey],
+    k: Option<usize>,
+    id_buffer: usize,
+) -> Result<Candidates> {
     let mut eval = KeyEval::open(shard, keys)?;
     let mut compiled = filter.map(|p| ShardFilter::compile(shard, p)).transpose()?;
     let mut ids: Vec<RecId> = Vec::new();
@@ -421,7 +429,7 @@ fn sorted_candidates(shard_pos: usize, shard: ShardSnapshot<'_>, filter: Option<
         }
         Ok(())
     };
-    select(shard, compiled.as_mut(), |_| false, |sel| {
+    select(shard, compiled.as_mut(), id_buffer, |_| false, |sel| {
         split_blocks(main, sel, &mut run)?;
         Ok(Flow::Continue)
     })?;
@@ -484,23 +492,26 @@ where
     let k = limit.map(|l| l.saturating_add(offset));
     let numeric_single = sort.len() == 1 && Domain::of(&sort[0].expr.data_type(snapshot.schema())?).is_some();
     let bound = SharedBound::default();
+    let id_buffer = options.id_buffer();
     let per_shard = parallel::map_collect(options.threads, &shards, |&i| {
         let shard = snapshot.shard(i);
         match k {
-            Some(k) if numeric_single => top_k_numeric(i, shard, filter, &sort[0], k, &bound),
-            _ => sorted_candidates(i, shard, filter, sort, k),
+            Some(k) if numeric_single => top_k_numeric(i, shard, filter, &sort[0], k, &bound, id_buffer),
+            _ => sorted_candidates(i, shard, filter, sort, k, id_buffer),
         }
     })?;
-    merge(snapshot, per_shard, sort, offset, limit, kernel, init)
+    merge(snapshot, per_shard, sort, offset, limit, id_buffer, kernel, init)
 }
 
 /// Merges the shards' sorted candidates and streams the winners.
+#[allow(clippy::too_many_arguments)]
 fn merge<K: Kernel>(
     snapshot: &TableSnapshot,
     shards: Vec<Candidates>,
     sort: &[SortKey],
     offset: usize,
     limit: Option<usize>,
+    id_buffer: usize,
     kernel: impl Fn() -> quiverdb_mapreducer::Result<K>,
     init: impl Fn() -> K::Acc,
 ) -> Result<K::Acc> {
@@ -537,7 +548,7 @@ fn merge<K: Kernel>(
     let mut acc = init();
     let mut skipped = 0;
     let mut taken = 0;
-    let mut buf: Vec<RecId> = Vec::with_capacity(LANES);
+    let mut buf: Vec<RecId> = Vec::with_capacity(id_buffer);
     let mut buf_shard = usize::MAX;
     while let Some(Reverse(head)) = heap.pop() {
         if limit.is_some_and(|l| taken >= l) {
@@ -551,7 +562,7 @@ fn merge<K: Kernel>(
             skipped += 1;
             continue;
         }
-        if (buf_shard != s || buf.len() == LANES) && !buf.is_empty() {
+        if (buf_shard != s || buf.len() == id_buffer) && !buf.is_empty() {
             acc = reducers[buf_shard].stream(acc, &buf);
             buf.clear();
         }

@@ -70,6 +70,7 @@ pub(crate) enum Flow {
 pub(crate) fn select(
     shard: ShardSnapshot<'_>,
     mut filter: Option<&mut ShardFilter<'_>>,
+    id_buffer: usize,
     mut prune: impl FnMut(usize) -> bool,
     mut emit: impl FnMut(Selection<'_>) -> Result<Flow>,
 ) -> Result<()> {
@@ -119,7 +120,7 @@ pub(crate) fn select(
             continue;
         }
         let start_id = start as RecId;
-        let dense = count == len || count >= SPARSE_ROWS;
+        let dense = count == len || (count >= SPARSE_ROWS && id_buffer == LANES);
         if dense && n_ids > 0 {
             // Keep record order: what was buffered goes first.
             if emit(Selection::Ids(&ids[..n_ids]))? == Flow::Stop {
@@ -129,7 +130,7 @@ pub(crate) fn select(
         }
         let flow = match lanes {
             _ if count == len => emit(Selection::Block(BlockSelection::Range { start: start_id, end: start_id + len as RecId }))?,
-            Some(mask) if count >= SPARSE_ROWS => {
+            Some(mask) if dense => {
                 emit(Selection::Block(BlockSelection::Mask { start: start_id, len: len as u32, mask: &mask.0 }))?
             }
             Some(mask) => {
@@ -141,8 +142,8 @@ pub(crate) fn select(
                     }
                     ids[n_ids] = start_id + i as RecId;
                     n_ids += 1;
-                    if n_ids == LANES {
-                        match emit(Selection::Ids(&ids[..])) {
+                    if n_ids == id_buffer {
+                        match emit(Selection::Ids(&ids[..n_ids])) {
                             Ok(f) => flow = f,
                             Err(e) => err = Some(e),
                         }
@@ -198,6 +199,7 @@ impl Budget {
 pub(crate) fn scan_shard<R: MapReducer>(
     shard: ShardSnapshot<'_>,
     filter: Option<&Predicate>,
+    id_buffer: usize,
     open: impl FnOnce() -> Result<R>,
     acc: R::Acc,
     budget: &Budget,
@@ -210,7 +212,7 @@ pub(crate) fn scan_shard<R: MapReducer>(
     let mut reducer: Option<R> = None;
     let mut acc = Some(acc);
     let mut ids = [0 as RecId; LANES];
-    select(shard, compiled.as_mut(), |_| false, |sel| {
+    select(shard, compiled.as_mut(), id_buffer, |_| false, |sel| {
         let want = sel.count();
         let granted = budget.take(want);
         if granted == 0 {
@@ -263,6 +265,7 @@ where
         return Ok(init());
     }
     let budget = Budget::new(options.limit);
+    let id_buffer = options.id_buffer();
     // Each worker keeps its kernel and scratch buffers across shards.
     let worker_init = || (init(), None::<(K, Scratch)>);
     parallel::fold_reduce(
@@ -277,7 +280,7 @@ where
                     None => ShardMapReducer::open(shard, kernel()?)?,
                 })
             };
-            let (acc, reducer) = scan_shard(shard, filter, open, acc, &budget)?;
+            let (acc, reducer) = scan_shard(shard, filter, id_buffer, open, acc, &budget)?;
             if let Some(r) = reducer {
                 *parts = Some(r.into_parts());
             }

@@ -204,8 +204,13 @@ impl Table {
     /// Runs `f` as one atomic write: everything it appends and deletes
     /// becomes visible together when it returns `Ok`, and nothing does if it
     /// returns `Err`. Writers are serialised; readers are never blocked.
-    /// `f` may fail with any error type that storage errors convert into.
-    pub fn transaction<R, E: From<Error>>(
+    pub fn transaction<R>(&self, f: impl FnOnce(&mut Transaction<'_>) -> Result<R>) -> Result<R> {
+        self.try_transaction(f)
+    }
+
+    /// [`Table::transaction`] for callers with their own error type (any
+    /// type storage errors convert into).
+    pub fn try_transaction<R, E: From<Error>>(
         &self,
         f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
