@@ -94,7 +94,7 @@ impl GatherSpec {
     /// An empty accumulator.
     pub fn new_acc(self: &Arc<Self>) -> GatherAcc {
         GatherAcc {
-            builders: self.schema.fields().iter().map(|f| ColumnBuilder::new(f.data_type())).collect(),
+            builders: self.schema.fields().iter().map(|f| ColumnBuilder::new(f.data_type(), self.batch_size)).collect(),
             spec: Arc::clone(self),
             rows: 0,
             batches: Vec::new(),
@@ -166,7 +166,7 @@ impl GatherAcc {
             .builders
             .iter_mut()
             .zip(self.spec.schema.fields())
-            .map(|(b, f)| b.finish(f.data_type()))
+            .map(|(b, f)| b.finish(f.data_type(), self.spec.batch_size))
             .collect::<Result<Vec<_>>>()?;
         let options = RecordBatchOptions::new().with_row_count(Some(self.rows));
         self.batches.push(RecordBatch::try_new_with_options(Arc::clone(&self.spec.schema), columns, &options)?);
@@ -190,17 +190,24 @@ enum ColumnBuilder {
 }
 
 impl ColumnBuilder {
-    fn new(data_type: &DataType) -> Self {
-        let valid = BooleanBufferBuilder::new(0);
+    /// A builder with room for `rows` rows (a batch may overshoot its
+    /// target by less than one block).
+    fn new(data_type: &DataType, rows: usize) -> Self {
+        let rows = rows + LANES;
+        let valid = BooleanBufferBuilder::new(rows);
         match Domain::of(data_type) {
-            Some(Domain::I64) => ColumnBuilder::I64(Vec::new(), valid),
-            Some(Domain::U64) => ColumnBuilder::U64(Vec::new(), valid),
-            Some(Domain::F64) => ColumnBuilder::F64(Vec::new(), valid),
-            Some(Domain::I128) => ColumnBuilder::I128(Vec::new(), valid),
+            Some(Domain::I64) => ColumnBuilder::I64(Vec::with_capacity(rows), valid),
+            Some(Domain::U64) => ColumnBuilder::U64(Vec::with_capacity(rows), valid),
+            Some(Domain::F64) => ColumnBuilder::F64(Vec::with_capacity(rows), valid),
+            Some(Domain::I128) => ColumnBuilder::I128(Vec::with_capacity(rows), valid),
             None if matches!(data_type, DataType::Utf8View | DataType::BinaryView) => {
-                ColumnBuilder::Views { views: Vec::new(), own: Vec::new(), shared: Vec::new(), valid }
+                ColumnBuilder::Views { views: Vec::with_capacity(rows), own: Vec::new(), shared: Vec::new(), valid }
             }
-            None => ColumnBuilder::Bytes { offsets: vec![0], bytes: Vec::new(), valid },
+            None => {
+                let mut offsets = Vec::with_capacity(rows + 1);
+                offsets.push(0);
+                ColumnBuilder::Bytes { offsets, bytes: Vec::new(), valid }
+            }
         }
     }
 
@@ -308,9 +315,10 @@ impl ColumnBuilder {
         }
     }
 
-    /// The array of the rows so far, as `data_type`; resets the builder.
-    fn finish(&mut self, data_type: &DataType) -> Result<ArrayRef> {
-        let fresh = ColumnBuilder::new(data_type);
+    /// The array of the rows so far, as `data_type`; resets the builder
+    /// with room for `rows` more.
+    fn finish(&mut self, data_type: &DataType, rows: usize) -> Result<ArrayRef> {
+        let fresh = ColumnBuilder::new(data_type, rows);
         let old = std::mem::replace(self, fresh);
         Ok(match old {
             ColumnBuilder::I64(x, mut v) => i64_array(data_type, &x, nulls(&mut v))?,
