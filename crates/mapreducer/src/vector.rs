@@ -148,10 +148,16 @@ impl Bits {
         Bits(w)
     }
 
-    /// Number of set lanes.
+    /// Number of set lanes (with the CPU's `popcnt` when it has one; the
+    /// baseline x86-64 target emulates it in ~15 instructions a word).
     #[inline]
     pub fn count(&self) -> usize {
-        self.0.iter().map(|w| w.count_ones() as usize).sum()
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("popcnt") {
+            // SAFETY: POPCNT is available (checked just above).
+            return unsafe { count_popcnt(&self.0) };
+        }
+        count_words(&self.0)
     }
 
     /// True when no lane is set.
@@ -210,6 +216,17 @@ impl Bits {
             .find(|(_, w)| **w != 0)
             .map(|(i, w)| i * 64 + w.trailing_zeros() as usize)
     }
+}
+
+#[inline(always)]
+fn count_words(w: &[u64; WORDS]) -> usize {
+    w.iter().map(|w| w.count_ones() as usize).sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt")]
+unsafe fn count_popcnt(w: &[u64; WORDS]) -> usize {
+    count_words(w)
 }
 
 /// Values of one numeric domain, one per lane.

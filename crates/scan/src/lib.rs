@@ -1,4 +1,59 @@
-//! quiverdb-scan (documentation below is completed with the crate)
+//! quiverdb-scan: which rows a query reads, in which order, on how many
+//! threads — the two scan paths of MemCP, over compressed shards.
+//!
+//! # Model
+//!
+//! ```text
+//!   scan(snapshot, filter, kernel)            unordered (MemCP `scan`)
+//!     per shard, in parallel:  phase 1  filter columns only, zone maps
+//!                                       skip blocks, deletes removed
+//!                              phase 2  ShardMapReducer(kernel).stream(..)
+//!     per-worker accumulators merged (reduce2)
+//!
+//!   scan_order(snapshot, filter, sort keys, offset, limit, kernel)
+//!     per shard: top offset+limit (heap + zone-map pruning) or full sort
+//!     global heap merge, ties by (shard, record id), runs of one shard's
+//!     ids streamed through that shard's reducer
+//!
+//!   delete_where / update_where               one storage transaction each
+//! ```
+//!
+//! A [`Predicate`] is compiled per shard against the encodings it meets:
+//! bit-packed columns compare packed deltas, dictionary columns compare
+//! codes (a range or a bitset), run-end columns test once per run, and
+//! every main block is first checked against its zone map. Predicates
+//! follow SQL's three-valued logic.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use arrow_array::{Int64Array, RecordBatch, cast::AsArray, types::Int64Type};
+//! use arrow_schema::{DataType, Field, Schema};
+//! use quiverdb_storage::{Database, TableOptions};
+//! use quiverdb_mapreducer::{AggFunc, Aggregate, AggregateKernel, AggregateSpec, MapExpr, Scalar};
+//! use quiverdb_scan::{CmpOp, Predicate, ScanOptions, scan};
+//!
+//! let db = Database::new();
+//! let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+//! let table = db.create_table("t", &schema, TableOptions::default())?;
+//! table.append(&RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..10_000))])?)?;
+//! table.rebuild()?;
+//!
+//! // SELECT SUM(v) FROM t WHERE v >= 9000
+//! let snapshot = table.snapshot();
+//! let spec = Arc::new(AggregateSpec::new(vec![], vec![Aggregate::new(AggFunc::Sum, MapExpr::col(0))], snapshot.schema())?);
+//! let filter = Predicate::cmp(MapExpr::col(0), CmpOp::GtEq, Scalar::Int(9000));
+//! let acc = scan(&snapshot, Some(&filter), &ScanOptions::default(), || AggregateKernel::new(spec.clone()), || spec.new_acc())?;
+//! let sum = acc.finish()?.values[0].as_primitive::<Int64Type>().value(0);
+//! assert_eq!(sum, (9000..10_000).sum::<i64>());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What this crate is not
+//!
+//! It knows no SQL: translating SQL or DataFusion plans into predicates,
+//! map expressions and kernels is `quiverdb-server`'s job.
 
 mod error;
 mod filter;

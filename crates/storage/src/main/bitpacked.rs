@@ -19,7 +19,7 @@
 //! The same structure stores dictionary codes and string offsets, so it is
 //! the workhorse of main storage.
 
-use fastlanes::{BitPacking, FoR};
+use fastlanes::BitPacking;
 
 use super::BLOCK_SIZE;
 
@@ -125,10 +125,7 @@ impl BitPacked {
             out.fill(f.reference);
             return;
         }
-        let words = self.block_words(block);
-        // SAFETY: `words` has exactly 16 * width words (see `block_words`)
-        // and `out` exactly 1,024 values.
-        unsafe { u64::unchecked_unfor_pack(f.width as usize, words, f.reference, out) };
+        super::unpack::unpack_for(f.width as usize, self.block_words(block), f.reference, out);
     }
 
     /// Unpacks block `block`'s deltas (values minus the block's
@@ -140,9 +137,7 @@ impl BitPacked {
             out.fill(0);
             return;
         }
-        // SAFETY: `block_words` has exactly 16 * width words and `out`
-        // exactly 1,024 values.
-        unsafe { u64::unchecked_unpack(width, self.block_words(block), out) };
+        super::unpack::unpack(width, self.block_words(block), out);
     }
 
     /// The value at `index`.

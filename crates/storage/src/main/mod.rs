@@ -24,6 +24,7 @@ pub mod dict;
 pub mod run_end;
 pub mod sequence;
 pub mod strings;
+mod unpack;
 
 use std::fmt;
 
