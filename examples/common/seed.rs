@@ -48,7 +48,7 @@ pub(crate) fn batches(rows: usize) -> Vec<RecordBatch> {
 /// Parses `--name value` flags into (name, value) pairs.
 pub(crate) fn flags() -> Result<Vec<(String, String)>, String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return Err(format!("flags come in pairs: {args:?}"));
     }
     args.chunks(2)

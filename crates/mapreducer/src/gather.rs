@@ -368,7 +368,7 @@ fn nulls(valid: &mut BooleanBufferBuilder) -> Option<NullBuffer> {
 /// How the kernel produces one output column.
 #[derive(Debug)]
 enum Source {
-    Num(CompiledExpr),
+    Num(Box<CompiledExpr>),
     Bytes(usize),
 }
 
@@ -388,7 +388,7 @@ impl GatherKernel {
             .map(|e| {
                 let t = e.data_type(&spec.table)?;
                 Ok(match (Domain::of(&t), e.as_column()) {
-                    (Some(_), _) => Source::Num(CompiledExpr::compile(e, &spec.table)?),
+                    (Some(_), _) => Source::Num(Box::new(CompiledExpr::compile(e, &spec.table)?)),
                     (None, Some(c)) => Source::Bytes(c),
                     (None, None) => return Err(Error::Unsupported(format!("gather of {e}"))),
                 })

@@ -171,8 +171,14 @@ fn ord_to_key(p: PhysicalType, o: i128) -> u64 {
     }
 }
 
-/// The ordinal of a literal of a column of `p` (floats: their f32/f64 key).
+/// The ordinal of a literal of a column of `p` (floats: their f32/f64 key;
+/// integers exactly, even beyond the column type's range).
 fn literal_ordinal(p: PhysicalType, domain: Domain, v: &Scalar) -> Option<i128> {
+    match (domain, v) {
+        (Domain::I64 | Domain::U64, Scalar::Int(x)) if p != PhysicalType::Boolean => return Some(*x as i128),
+        (Domain::I64 | Domain::U64, Scalar::UInt(x)) if p != PhysicalType::Boolean => return Some(*x as i128),
+        _ => {}
+    }
     let n = v.to_num(domain)?;
     Some(match (p, n) {
         (PhysicalType::Float32, Num::F64(x)) => (x as f32).to_key() as i128,
@@ -210,6 +216,7 @@ impl KeyTest {
     #[inline(always)]
     fn test(&self, k: u64) -> bool {
         match self {
+            KeyTest::Range { empty: true, .. } => false,
             KeyTest::Range { lo, hi, .. } => k.wrapping_sub(*lo) <= hi.wrapping_sub(*lo),
             KeyTest::Set(s) => s.contains(k),
         }
@@ -388,14 +395,20 @@ impl<'a> ShardFilter<'a> {
         zone(&self.root, &self.cols, block)
     }
 
-    /// Per-row outcome on main block `block` or delta chunk `chunk`.
-    pub(crate) fn eval(&mut self, side: Side) -> Result<Tri> {
+    /// Per-row outcome on main block `block` or delta chunk `chunk`;
+    /// `live` (when some rows are deleted) are the lanes whose expression
+    /// errors count: a deleted row never fails a query.
+    pub(crate) fn eval(&mut self, side: Side, live: Option<&Bits>) -> Result<Tri> {
         let len = match side {
             Side::Main(b) => self.cols.block_len(b),
             Side::Delta(c) => self.cols.chunk_len(c),
         };
         let scratch = self.scratch.get_or_insert_with(Scratch::default);
-        eval(&mut self.root, &self.cols, side, len, scratch)
+        let sel = match live {
+            Some(l) => Sel::Mask(&l.0, len),
+            None => Sel::Range(0, len),
+        };
+        eval(&mut self.root, &self.cols, side, len, sel, scratch)
     }
 }
 
@@ -433,10 +446,17 @@ fn compile_node(p: &Predicate, schema: &TableSchema, cols: &ShardColumns<'_>) ->
             })?;
             if *op == CmpOp::NotEq { not(node) } else { node }
         }
+        Predicate::Between { expr, low, high, negated } if low.is_null() || high.is_null() => {
+            // `x BETWEEN l AND h` is `x >= l AND x <= h`: a NULL bound makes
+            // its half NULL, but the other half can still make it FALSE.
+            let both = Predicate::And(vec![
+                Predicate::cmp(expr.clone(), CmpOp::GtEq, low.clone()),
+                Predicate::cmp(expr.clone(), CmpOp::LtEq, high.clone()),
+            ]);
+            let node = compile_node(&both, schema, cols)?;
+            if *negated { not(node) } else { node }
+        }
         Predicate::Between { expr, low, high, negated } => {
-            if low.is_null() || high.is_null() {
-                return Ok(Node::Const(None));
-            }
             let node = leaf(expr, schema, cols, |ctx| match ctx {
                 Ctx::Ord(p, d) => Some(Test::Ord(OrdTest::Range(OrdRange {
                     lo: literal_ordinal(p, d, low)?,
@@ -634,9 +654,11 @@ fn tri(cond: Bits, valid: Bits, null_in_list: bool) -> Tri {
     Tri { t, f }
 }
 
-fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, scratch: &mut Scratch) -> Result<Tri> {
+/// Evaluates `node` on every row of a block; `sel` is `Range(0, len)`, or
+/// a mask of the live rows (expressions are still computed for every lane,
+/// but only live lanes can raise errors).
+fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, sel: Sel<'_>, scratch: &mut Scratch) -> Result<Tri> {
     let all = Bits::first(len);
-    let sel = Sel::Range(0, len);
     Ok(match node {
         Node::Const(None) => Tri { t: Bits::EMPTY, f: Bits::EMPTY },
         Node::Const(Some(true)) => Tri { t: all, f: Bits::EMPTY },
@@ -732,7 +754,7 @@ fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, scratc
         Node::And(children) => {
             let mut acc = Tri { t: all, f: Bits::EMPTY };
             for c in children {
-                let r = eval(c, cols, side, len, scratch)?;
+                let r = eval(c, cols, side, len, sel, scratch)?;
                 acc = Tri { t: acc.t.and(&r.t), f: acc.f.or(&r.f) };
                 if acc.f == all {
                     break;
@@ -743,7 +765,7 @@ fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, scratc
         Node::Or(children) => {
             let mut acc = Tri { t: Bits::EMPTY, f: all };
             for c in children {
-                let r = eval(c, cols, side, len, scratch)?;
+                let r = eval(c, cols, side, len, sel, scratch)?;
                 acc = Tri { t: acc.t.or(&r.t), f: acc.f.and(&r.f) };
                 if acc.t == all {
                     break;
@@ -752,7 +774,7 @@ fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, scratc
             acc
         }
         Node::Not(c) => {
-            let r = eval(c, cols, side, len, scratch)?;
+            let r = eval(c, cols, side, len, sel, scratch)?;
             Tri { t: r.f, f: r.t }
         }
     })

@@ -132,7 +132,7 @@ fn compare(a: &Candidates, i: usize, b: &Candidates, j: usize, keys: &[SortKey])
 /// How a key is read in a shard.
 #[derive(Debug)]
 enum KeyReader {
-    Num(CompiledExpr),
+    Num(Box<CompiledExpr>),
     Bytes(usize),
 }
 
@@ -153,7 +153,7 @@ impl<'a> KeyEval<'a> {
                 k.expr.columns(&mut columns);
                 let t = k.expr.data_type(schema)?;
                 Ok(match (Domain::of(&t), k.expr.as_column()) {
-                    (Some(_), _) => KeyReader::Num(CompiledExpr::compile(&k.expr, schema)?),
+                    (Some(_), _) => KeyReader::Num(Box::new(CompiledExpr::compile(&k.expr, schema)?)),
                     (None, Some(c)) => KeyReader::Bytes(c),
                     (None, None) => return Err(Error::Unsupported(format!("ORDER BY computed {t}"))),
                 })

@@ -144,6 +144,11 @@ impl Predicate {
         let literal_ok = |t: &DataType, v: &Scalar| -> bool {
             v.is_null()
                 || match Domain::of(t) {
+                    // Any integer literal compares with an integer type (a
+                    // value beyond the type's range is simply never equal).
+                    Some(Domain::I64 | Domain::U64) if matches!(v, Scalar::Int(_) | Scalar::UInt(_)) => {
+                        !matches!(t, DataType::Boolean)
+                    }
                     Some(d) => v.to_num(d).is_some(),
                     None => v.as_bytes().is_some(),
                 }

@@ -94,25 +94,30 @@ pub(crate) fn select(
         {
             continue;
         }
-        // Phase 1: which rows pass the filter.
-        let mut lanes: Option<Bits> = None; // None = every row
-        if let Some(f) = filter.as_deref_mut() {
-            if let Side::Main(block) = side {
-                let z = f.zone(block);
-                if !z.t {
-                    continue;
-                }
-                if z.f || z.n {
-                    lanes = Some(f.eval(side)?.t);
-                }
-            } else {
-                lanes = Some(f.eval(side)?.t);
-            }
-        }
-        if let Some(d) = deletes {
+        // Live rows (none deleted, or the block minus its deleted records).
+        let live: Option<Bits> = deletes.and_then(|d| {
             d.words(start, len, &mut deleted);
-            if deleted.iter().any(|&w| w != 0) {
-                lanes = Some(lanes.unwrap_or_else(|| Bits::first(len)).and_not(&Bits(deleted)));
+            deleted.iter().any(|&w| w != 0).then(|| Bits::first(len).and_not(&Bits(deleted)))
+        });
+        // Phase 1: which live rows pass the filter.
+        let mut lanes: Option<Bits> = live; // None = every row
+        if let Some(f) = filter.as_deref_mut() {
+            let evaluate = match side {
+                Side::Main(block) => {
+                    let z = f.zone(block);
+                    if !z.t {
+                        continue;
+                    }
+                    z.f || z.n
+                }
+                Side::Delta(_) => true,
+            };
+            if evaluate {
+                let t = f.eval(side, live.as_ref())?.t;
+                lanes = Some(match live {
+                    Some(l) => t.and(&l),
+                    None => t,
+                });
             }
         }
         let count = lanes.as_ref().map_or(len, Bits::count);

@@ -169,7 +169,7 @@ fn streaming_ids_allocates_nothing_per_row() {
             for round in 0..50u32 {
                 for (i, id) in ids.iter_mut().enumerate() {
                     let i = i as u32;
-                    *id = if i % 3 == 0 { rows - 1 - (i * 7 + round) % 3000 } else { (i * 7919 + round * 31) % (rows - 3000) };
+                    *id = if i.is_multiple_of(3) { rows - 1 - (i * 7 + round) % 3000 } else { (i * 7919 + round * 31) % (rows - 3000) };
                 }
                 acc = reducer.stream(acc, &ids);
             }

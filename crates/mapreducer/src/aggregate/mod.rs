@@ -189,9 +189,10 @@ fn state_kind(func: AggFunc, input: Option<&DataType>) -> Result<(StateKind, Dat
             let avg = func == AggFunc::Avg;
             let (domain, out) = match t {
                 DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => (SumDomain::Signed, DataType::Int64),
-                DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
-                    (SumDomain::Unsigned, DataType::UInt64)
-                }
+                // Narrow unsigned values live in the I64 domain: exact
+                // signed sums, reported as UInt64.
+                DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => (SumDomain::Signed, DataType::UInt64),
+                DataType::UInt64 => (SumDomain::Unsigned, DataType::UInt64),
                 DataType::Float32 | DataType::Float64 => (SumDomain::Float, DataType::Float64),
                 DataType::Decimal128(p, s) => {
                     let out = if avg {
@@ -367,10 +368,14 @@ enum KeyInput {
     Bytes { col: usize, cache: DictCache },
 }
 
-/// Dictionary code → key id of one shard's dictionary, for one accumulator.
+/// Dictionary code → key id of one shard's dictionary, for one
+/// accumulator: valid only for that accumulator (`token`) and that
+/// dictionary (`dict`, its bytes' address; reset when a kernel moves to
+/// another shard).
 #[derive(Debug, Default)]
 struct DictCache {
     token: u64,
+    dict: usize,
     ids: Vec<u32>,
 }
 
@@ -550,8 +555,10 @@ fn bytes_key_ids(
             let col = src.main().expect("main block of a shard with main rows");
             match col.encoding() {
                 Encoding::StrDict(dict) => {
-                    if cache.token != token || cache.ids.len() != dict.dict_len() {
+                    let dict_id = dict.dict_bytes().as_ptr() as usize;
+                    if cache.token != token || cache.dict != dict_id || cache.ids.len() != dict.dict_len() {
                         cache.token = token;
+                        cache.dict = dict_id;
                         cache.ids.clear();
                         cache.ids.resize(dict.dict_len(), u32::MAX);
                     }
@@ -874,26 +881,22 @@ fn offer_num(state: &mut StateColumn, n: Num, max: bool) {
 #[inline]
 fn offer_num_at(state: &mut StateColumn, g: usize, n: Num, max: bool) {
     match (state, n) {
-        (StateColumn::MinMaxI { v, has }, Num::I64(x)) => {
-            if !has[g] || better(x, v[g], max) {
+        (StateColumn::MinMaxI { v, has }, Num::I64(x))
+            if (!has[g] || better(x, v[g], max)) => {
                 (v[g], has[g]) = (x, true);
             }
-        }
-        (StateColumn::MinMaxU { v, has }, Num::U64(x)) => {
-            if !has[g] || better(x, v[g], max) {
+        (StateColumn::MinMaxU { v, has }, Num::U64(x))
+            if (!has[g] || better(x, v[g], max)) => {
                 (v[g], has[g]) = (x, true);
             }
-        }
-        (StateColumn::MinMaxF { v, has }, Num::F64(x)) => {
-            if !has[g] || f64_better(x, v[g], max) {
+        (StateColumn::MinMaxF { v, has }, Num::F64(x))
+            if (!has[g] || f64_better(x, v[g], max)) => {
                 (v[g], has[g]) = (x, true);
             }
-        }
-        (StateColumn::MinMaxD { v, has }, Num::I128(x)) => {
-            if !has[g] || better(x, v[g], max) {
+        (StateColumn::MinMaxD { v, has }, Num::I128(x))
+            if (!has[g] || better(x, v[g], max)) => {
                 (v[g], has[g]) = (x, true);
             }
-        }
         _ => {}
     }
 }
@@ -1243,6 +1246,16 @@ fn add_one(state: &mut StateColumn, kind: &StateKind, g: usize, x: Num) -> Resul
 
 impl Kernel for AggregateKernel {
     type Acc = AggregateAcc;
+
+    fn open(&mut self, _cols: &ShardColumns<'_>) -> Result<()> {
+        // Caches of another shard's dictionaries are meaningless here.
+        for key in &mut self.keys {
+            if let KeyInput::Bytes { cache, .. } = key {
+                *cache = DictCache::default();
+            }
+        }
+        Ok(())
+    }
 
     fn columns(&self) -> Vec<usize> {
         let mut out = Vec::new();

@@ -198,13 +198,12 @@ impl StateColumn {
 
     /// Offers a byte string to MIN/MAX group `g`.
     pub(crate) fn offer_bytes(&mut self, g: usize, value: &[u8], max: bool) {
-        if let StateColumn::MinMaxB { v, has } = self {
-            if !has[g] || better(value, v[g].as_slice(), max) {
+        if let StateColumn::MinMaxB { v, has } = self
+            && (!has[g] || better(value, v[g].as_slice(), max)) {
                 v[g].clear();
                 v[g].extend_from_slice(value);
                 has[g] = true;
             }
-        }
     }
 
     /// Merges accumulator `h` of `other` into accumulator `g` of `self`.
@@ -265,12 +264,19 @@ impl StateColumn {
                 native_array(output, c.iter().map(|&v| v as i64).collect::<Vec<i64>>(), None)?
             }
             (StateColumn::SumI { sum, n }, StateKind::Sum { avg: false, implied, .. }) => {
-                let values = (0..n.len())
-                    .map(|g| sum.get(g))
-                    .map(|s| i64::try_from(s).map_err(|_| Error::Overflow(format!("SUM = {s} does not fit Int64"))))
-                    .collect::<Result<Vec<i64>>>()?;
                 let nulls = if *implied { None } else { nulls_from(&has_rows(n)) };
-                native_array(output, values, nulls)?
+                let overflow = |s: i128| Error::Overflow(format!("SUM = {s} does not fit {output}"));
+                if *output == DataType::UInt64 {
+                    let values = (0..n.len())
+                        .map(|g| u64::try_from(sum.get(g)).map_err(|_| overflow(sum.get(g))))
+                        .collect::<Result<Vec<u64>>>()?;
+                    native_array(output, values, nulls)?
+                } else {
+                    let values = (0..n.len())
+                        .map(|g| i64::try_from(sum.get(g)).map_err(|_| overflow(sum.get(g))))
+                        .collect::<Result<Vec<i64>>>()?;
+                    native_array(output, values, nulls)?
+                }
             }
             (StateColumn::SumU { sum, n }, StateKind::Sum { avg: false, .. }) => {
                 let values = sum

@@ -62,12 +62,12 @@ fn unpack_width<const W: usize, const B: usize>(words: &[u64; B], out: &mut [u64
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[allow(clippy::identity_op)] // `W * 16` with W = 1 in the expansion
 unsafe fn unpack_avx2(width: usize, words: &[u64], out: &mut [u64; BLOCK_SIZE]) {
-    seq_macro::seq!(W in 1..64 {
+    seq_macro::seq!(W in 1..=64 {
         match width {
             0 => out.fill(0),
-            #(W => unpack_width::<W, { 16 * W }>(words.try_into().expect("16 words per bit of width"), out),)*
-            64 => out.copy_from_slice(&words[..BLOCK_SIZE]),
+            #(W => unpack_width::<W, { W * 16 }>(words.try_into().expect("16 words per bit of width"), out),)*
             _ => unreachable!("widths are at most 64"),
         }
     })
@@ -79,8 +79,9 @@ mod tests {
 
     #[test]
     fn dispatched_unpack_matches_fastlanes() {
-        for width in [1usize, 7, 20, 33, 63] {
+        for width in [1usize, 7, 20, 33, 63, 64] {
             let values: Vec<u64> = (0..1024u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - width)).collect();
+            let values: Vec<u64> = if width == 64 { values } else { values.iter().map(|v| v & ((1 << width) - 1)).collect() };
             let mut packed = vec![0u64; 16 * width];
             // SAFETY: 1,024 inputs, 16 * width outputs, values below 2^width.
             unsafe { u64::unchecked_pack(width, &values, &mut packed) };
@@ -88,7 +89,7 @@ mod tests {
             unpack(width, &packed, &mut out);
             assert_eq!(&out[..], &values[..], "width {width}");
             unpack_for(width, &packed, 5, &mut out);
-            assert!(out.iter().zip(&values).all(|(o, v)| *o == v + 5));
+            assert!(out.iter().zip(&values).all(|(o, v)| *o == v.wrapping_add(5)));
         }
     }
 }
