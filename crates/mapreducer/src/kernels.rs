@@ -28,10 +28,32 @@ pub fn range_mask(values: &[u64; LANES], n: usize, lo: u64, span: u64) -> Bits {
     range_mask_impl(values, n, lo, span)
 }
 
+/// AVX2: four lanes per step: `(v - lo) ^ sign > span ^ sign` is the
+/// unsigned `v - lo > span` (AVX2 compares only signed 64-bit lanes), and
+/// `movemask` turns the four results into four bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn range_mask_avx2(values: &[u64; LANES], n: usize, lo: u64, span: u64) -> Bits {
-    range_mask_impl(values, n, lo, span)
+    use std::arch::x86_64::*;
+    let sign = _mm256_set1_epi64x(i64::MIN);
+    let lo_v = _mm256_set1_epi64x(lo as i64);
+    let span_s = _mm256_set1_epi64x((span ^ (1 << 63)) as i64);
+    let mut out = [0u64; WORDS];
+    let p = values.as_ptr();
+    for (w, word) in out.iter_mut().enumerate() {
+        let mut bits = 0u64;
+        for q in 0..16 {
+            // SAFETY: w < 16 and q < 16, so lanes w*64 + q*4 .. +4 lie within
+            // the 1,024 values; `loadu` has no alignment requirement.
+            let v = unsafe { _mm256_loadu_si256(p.add(w * 64 + q * 4).cast()) };
+            let d = _mm256_xor_si256(_mm256_sub_epi64(v, lo_v), sign);
+            let outside = _mm256_cmpgt_epi64(d, span_s);
+            let m = _mm256_movemask_pd(_mm256_castsi256_pd(outside)) as u64;
+            bits |= (m ^ 0xF) << (q * 4);
+        }
+        *word = bits;
+    }
+    Bits(out).and(&Bits::first(n))
 }
 
 #[inline(always)]
@@ -158,6 +180,23 @@ fn masked_sum_small_impl(values: &[u64; LANES], mask: &Bits) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn range_mask_edges() {
+        let mut v = [0u64; LANES];
+        let specials = [0, 1, u64::MAX, u64::MAX - 1, 1 << 63, (1 << 63) - 1, 41, 42, 43];
+        for (i, x) in v.iter_mut().enumerate() {
+            *x = specials[i % specials.len()];
+        }
+        for (lo, span) in [(42, 0), (0, u64::MAX), (u64::MAX, 1), (1 << 63, 5), (0, 0), (40, 3)] {
+            let m = range_mask(&v, LANES, lo, span);
+            let plain = range_mask_impl(&v, LANES, lo, span);
+            assert_eq!(m, plain, "lo {lo} span {span}");
+            for (i, &x) in v.iter().enumerate() {
+                assert_eq!(m.get(i), x.wrapping_sub(lo) <= span);
+            }
+        }
+    }
 
     #[test]
     fn kernels_match_plain_loops() {
