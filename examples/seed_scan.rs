@@ -184,6 +184,9 @@ fn main() -> Result<(), BoxError> {
                 }
             }
             times.sort_by(f64::total_cmp);
+            if std::env::var_os("QUIVERDB_SEED_SCAN_TIMES").is_some() {
+                eprintln!("{name} threads={t}: {times:.3?}");
+            }
             allocs.sort_unstable();
             let ms = times[runs / 2];
             let rps = rows as f64 / (ms / 1e3);

@@ -1,0 +1,472 @@
+//! Aggregation without GROUP BY: each aggregate reads its column the
+//! cheapest way the encoding allows.
+//!
+//! ```text
+//!   SUM  bit-packed  n·reference + Σ deltas (deltas unpacked, never widened)
+//!        constant    n·value;  sequence  arithmetic series per run (a wrapping
+//!        run falls back to key by key);  run-end  Σ run value × selected rows
+//!   MIN/MAX          a whole block without nulls: its zone map, O(1);
+//!                    otherwise the best key of the block (key order = value order)
+//!   strings          dictionary: the best code, one lookup; else byte compares
+//!   anything else    evaluate the expression, reduce the vector
+//! ```
+
+use quiverdb_storage::main::{Encoding, KeyEncoding};
+use quiverdb_storage::types::PhysicalType;
+
+use super::state::{MinMaxDomain, StateColumn, StateKind, SumDomain, better, f64_better};
+use super::{Input, column_validity};
+use crate::columns::{ColumnSource, Scratch, ShardColumns, gather_keys, key_to_num};
+use crate::error::{Error, Result};
+use crate::expr::{Operand, Side};
+use crate::kernels;
+use crate::scalar::Num;
+use crate::vector::{Bits, LANES, Sel, Values, sel_offsets};
+
+/// Folds `sel` into the single group of an aggregate without keys.
+pub(super) fn fold(
+    state: &mut StateColumn,
+    kind: &StateKind,
+    input: &mut Input,
+    cols: &ShardColumns<'_>,
+    side: Side,
+    sel: Sel<'_>,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let active = sel.active();
+    match (kind, input) {
+        (StateKind::Count, Input::CountStar) => state.add_count(0, sel.count() as u64),
+        (StateKind::Count, Input::Column { col, .. } | Input::Bytes(col)) => {
+            let n = match column_validity(cols.column(*col), side, sel) {
+                None => sel.count(),
+                Some(v) => v.and(&active).count(),
+            };
+            state.add_count(0, n as u64);
+        }
+        (StateKind::Sum { domain, .. }, Input::Column { col, expr })
+            if !matches!(domain, SumDomain::Float) =>
+        {
+            let src = cols.column(*col);
+            if let (Side::Main(block), Some(Encoding::Keys(enc))) = (side, src.main().map(|m| m.encoding())) {
+                let valid = src.main_validity(block, sel).map(|v| v.and(&active));
+                let len = cols.block_len(block);
+                let (sum_keys, n) = sum_keys(enc, block, len, sel, valid, scratch);
+                let signed = !matches!(src.physical(), PhysicalType::UInt8 | PhysicalType::UInt16 | PhysicalType::UInt32 | PhysicalType::UInt64 | PhysicalType::Boolean);
+                add_key_sum(state, sum_keys, n, signed)?;
+            } else {
+                let o = expr.eval(cols, side, sel, scratch)?;
+                sum_operand(state, o, &active)?;
+            }
+        }
+        (StateKind::MinMax { max, domain }, Input::Column { col, expr }) if *domain != MinMaxDomain::Bytes => {
+            let src = cols.column(*col);
+            if let (Side::Main(block), Some(main)) = (side, src.main())
+                && let Encoding::Keys(enc) = main.encoding()
+            {
+                let valid = src.main_validity(block, sel).map(|v| v.and(&active));
+                let full = matches!(sel, Sel::Range(0, b) if b == cols.block_len(block));
+                let key = if full && valid.is_none() {
+                    let z = main.zones()[block];
+                    (!z.all_null()).then_some(if *max { z.max } else { z.min })
+                } else {
+                    let lanes = valid.unwrap_or(active);
+                    gather_keys(enc, block * LANES, main.len(), sel, scratch);
+                    best_key(&scratch.keys, &lanes, *max)
+                };
+                if let Some(k) = key {
+                    offer_num(state, key_to_num(src.physical(), k), *max);
+                }
+            } else {
+                let o = expr.eval(cols, side, sel, scratch)?;
+                minmax_operand(state, o, &active, *max);
+            }
+        }
+        (StateKind::MinMax { max, .. }, Input::Bytes(col)) => {
+            let src = cols.column(*col);
+            let valid = column_validity(src, side, sel).map_or(active, |v| v.and(&active));
+            if let Some(best) = best_bytes(src, side, sel, &valid, *max, scratch) {
+                state.offer_bytes(0, best, *max);
+            }
+        }
+        (StateKind::Count, Input::Expr(e)) => {
+            let n = match e.eval(cols, side, sel, scratch)? {
+                Operand::Scalar(None) => 0,
+                Operand::Scalar(Some(_)) => active.count(),
+                Operand::Vector(v) => v.valid(&active).count(),
+            };
+            state.add_count(0, n as u64);
+        }
+        (StateKind::Sum { .. }, Input::Column { expr, .. } | Input::Expr(expr)) => {
+            let o = expr.eval(cols, side, sel, scratch)?;
+            sum_operand(state, o, &active)?;
+        }
+        (StateKind::MinMax { max, .. }, Input::Column { expr, .. } | Input::Expr(expr)) => {
+            let o = expr.eval(cols, side, sel, scratch)?;
+            minmax_operand(state, o, &active, *max);
+        }
+        _ => return Err(Error::Internal("aggregate input and state disagree".into())),
+    }
+    Ok(())
+}
+
+/// Adds a sum of keys over `n` values to a SUM state.
+fn add_key_sum(state: &mut StateColumn, sum_keys: u128, n: u64, signed: bool) -> Result<()> {
+    // Signed keys are values + 2^63.
+    let values = if signed { sum_keys as i128 - ((n as i128) << 63) } else { sum_keys as i128 };
+    match state {
+        StateColumn::SumI { sum, n: c } => {
+            sum.total[0] += values;
+            c[0] += n;
+        }
+        StateColumn::SumU { sum, n: c } => {
+            sum[0] += values as u128;
+            c[0] += n;
+        }
+        StateColumn::SumD { sum, n: c } => {
+            sum[0] = sum[0].checked_add(values).ok_or_else(|| Error::Overflow("decimal SUM".into()))?;
+            c[0] += n;
+        }
+        _ => return Err(Error::Internal("key sum into a non-integer state".into())),
+    }
+    Ok(())
+}
+
+/// Σ keys and count of the selected, valid rows of block `block` of a key
+/// encoding, reading the encoding directly where it allows.
+fn sum_keys(enc: &KeyEncoding, block: usize, block_len: usize, sel: Sel<'_>, valid: Option<Bits>, scratch: &mut Scratch) -> (u128, u64) {
+    let start = block * LANES;
+    let range = match (sel, valid) {
+        (Sel::Range(a, b), None) => Some((a, b)),
+        _ => None,
+    };
+    let lanes = valid.unwrap_or_else(|| sel.active());
+    match enc {
+        KeyEncoding::Constant { key, .. } => {
+            let n = lanes.count() as u64;
+            (*key as u128 * n as u128, n)
+        }
+        KeyEncoding::BitPacked(bp) => {
+            let frame = bp.frames()[block];
+            if frame.width == 0 {
+                let n = lanes.count() as u64;
+                return (frame.reference as u128 * n as u128, n);
+            }
+            // Unpack the deltas (without the reference) and sum them.
+            let deltas = &mut scratch.block;
+            bp.decode_block_deltas(block, deltas);
+            let small = frame.width <= 53;
+            let (sum, n) = match (range, sel) {
+                (Some((0, b)), _) if b == block_len && small => {
+                    // Padding deltas are zero: sum the whole block.
+                    (kernels::sum_small(deltas, 0, LANES) as u128, b as u64)
+                }
+                (Some((a, b)), _) if small => (kernels::sum_small(deltas, a, b) as u128, (b - a) as u64),
+                (Some((a, b)), _) => (sum_all(&deltas[a..b], false), (b - a) as u64),
+                (None, Sel::Ids(ids, base)) => {
+                    let mut s: u128 = 0;
+                    lanes.for_each_one(|l| s += deltas[(ids[l] - base) as usize] as u128);
+                    (s, lanes.count() as u64)
+                }
+                (None, Sel::Range(a, _)) => {
+                    let mut s: u128 = 0;
+                    lanes.for_each_one(|l| s += deltas[a + l] as u128);
+                    (s, lanes.count() as u64)
+                }
+                (None, Sel::Mask(..)) if small => (kernels::masked_sum_small(deltas, &lanes) as u128, lanes.count() as u64),
+                (None, Sel::Mask(..)) => (masked_sum(&deltas[..], &lanes, false), lanes.count() as u64),
+            };
+            (n as u128 * frame.reference as u128 + sum, n)
+        }
+        KeyEncoding::Sequence(seq) if range.is_some() => {
+            let (a, b) = range.unwrap_or_default();
+            let mut total: u128 = 0;
+            let mut row = start + a;
+            let end = start + b;
+            while row < end {
+                let r = seq.run_of(row);
+                let run = seq.runs()[r];
+                let run_end = seq.runs().get(r + 1).map_or(usize::MAX, |x| x.start as usize).min(end);
+                let k = (run_end - row) as i128;
+                let first = run.key(row) as i128;
+                let step = run.step as i64 as i128;
+                let last = first + (k - 1) * step;
+                if (0..=u64::MAX as i128).contains(&last) {
+                    total += (k * first + step * k * (k - 1) / 2) as u128;
+                } else {
+                    // The progression wraps around the key space: add key by key.
+                    for i in row..run_end {
+                        total += run.key(i) as u128;
+                    }
+                }
+                row = run_end;
+            }
+            (total, (b - a) as u64)
+        }
+        KeyEncoding::RunEnd(re) if !matches!(sel, Sel::Ids(..)) => {
+            let offset = if let Sel::Range(a, _) = sel { a } else { 0 };
+            let (lo, hi) = (start + offset, start + offset + sel.lanes());
+            let mut total: u128 = 0;
+            let mut n = 0u64;
+            let mut r = re.run_of(lo);
+            let mut row = lo;
+            while row < hi {
+                let run_end = (re.ends()[r] as usize).min(hi);
+                let k = lanes_in(&lanes, row - start - offset, run_end - start - offset) as u64;
+                total += re.values()[r] as u128 * k as u128;
+                n += k;
+                row = run_end;
+                r += 1;
+            }
+            (total, n)
+        }
+        _ => {
+            gather_keys(enc, start, start + block_len, sel, scratch);
+            let keys = &scratch.keys;
+            let mut s: u128 = 0;
+            lanes.for_each_one(|l| s += keys[l] as u128);
+            (s, lanes.count() as u64)
+        }
+    }
+}
+
+/// Number of set lanes in `a..b`.
+fn lanes_in(lanes: &Bits, a: usize, b: usize) -> usize {
+    lanes.and(&Bits::range(a, b)).count()
+}
+
+/// Σ values; `small` promises every value is below 2^53, so 1,024 of them
+/// fit a u64 and the loop vectorises.
+#[inline]
+fn sum_all(v: &[u64], small: bool) -> u128 {
+    if small {
+        let mut acc = [0u64; 4];
+        let chunks = v.chunks_exact(4);
+        let rest: u64 = chunks.remainder().iter().sum();
+        for c in chunks {
+            for i in 0..4 {
+                acc[i] += c[i];
+            }
+        }
+        (acc.iter().sum::<u64>() + rest) as u128
+    } else {
+        v.iter().map(|&x| x as u128).sum()
+    }
+}
+
+/// Σ of the lanes set in `mask`, 64 lanes at a time.
+#[inline]
+fn masked_sum(v: &[u64], mask: &Bits, small: bool) -> u128 {
+    let mut total: u128 = 0;
+    for (w, &word) in mask.0.iter().enumerate() {
+        if word == 0 {
+            continue;
+        }
+        let lanes = &v[w * 64..w * 64 + 64];
+        if word == u64::MAX {
+            total += sum_all(lanes, small);
+        } else if small {
+            let mut s = 0u64;
+            for (j, &x) in lanes.iter().enumerate() {
+                s += x & 0u64.wrapping_sub((word >> j) & 1);
+            }
+            total += s as u128;
+        } else {
+            for (j, &x) in lanes.iter().enumerate() {
+                total += (x & 0u64.wrapping_sub((word >> j) & 1)) as u128;
+            }
+        }
+    }
+    total
+}
+
+/// The smallest (or largest) key among `lanes`.
+fn best_key(keys: &[u64; LANES], lanes: &Bits, max: bool) -> Option<u64> {
+    let first = lanes.first_one()?;
+    let mut best = keys[first];
+    if max {
+        lanes.for_each_one(|l| best = best.max(keys[l]));
+    } else {
+        lanes.for_each_one(|l| best = best.min(keys[l]));
+    }
+    Some(best)
+}
+
+/// The largest magnitude among `lanes` of `x`.
+#[inline]
+pub(super) fn max_abs(x: &[i64; LANES], lanes: &Bits) -> u64 {
+    match lanes.dense_len() {
+        Some(n) => x[..n].iter().fold(0u64, |m, v| m.max(v.unsigned_abs())),
+        None => {
+            let mut m = 0u64;
+            lanes.for_each_one(|l| m = m.max(x[l].unsigned_abs()));
+            m
+        }
+    }
+}
+
+/// Offers a number to group 0 of a MIN/MAX state.
+fn offer_num(state: &mut StateColumn, n: Num, max: bool) {
+    offer_num_at(state, 0, n, max);
+}
+
+#[inline]
+pub(super) fn offer_num_at(state: &mut StateColumn, g: usize, n: Num, max: bool) {
+    match (state, n) {
+        (StateColumn::MinMaxI { v, has }, Num::I64(x))
+            if (!has[g] || better(x, v[g], max)) => {
+                (v[g], has[g]) = (x, true);
+            }
+        (StateColumn::MinMaxU { v, has }, Num::U64(x))
+            if (!has[g] || better(x, v[g], max)) => {
+                (v[g], has[g]) = (x, true);
+            }
+        (StateColumn::MinMaxF { v, has }, Num::F64(x))
+            if (!has[g] || f64_better(x, v[g], max)) => {
+                (v[g], has[g]) = (x, true);
+            }
+        (StateColumn::MinMaxD { v, has }, Num::I128(x))
+            if (!has[g] || better(x, v[g], max)) => {
+                (v[g], has[g]) = (x, true);
+            }
+        _ => {}
+    }
+}
+
+/// Adds the valid, active lanes of an operand to group 0 of a SUM state.
+fn sum_operand(state: &mut StateColumn, o: Operand<'_>, active: &Bits) -> Result<()> {
+    match o {
+        Operand::Scalar(None) => {}
+        Operand::Scalar(Some(x)) => {
+            let k = active.count() as u64;
+            match (state, x) {
+                (StateColumn::SumI { sum, n }, Num::I64(v)) => {
+                    sum.total[0] += v as i128 * k as i128;
+                    n[0] += k;
+                }
+                (StateColumn::SumU { sum, n }, Num::U64(v)) => {
+                    sum[0] += v as u128 * k as u128;
+                    n[0] += k;
+                }
+                (StateColumn::SumF { sum, n }, Num::F64(v)) => {
+                    for _ in 0..k {
+                        sum[0] += v;
+                    }
+                    n[0] += k;
+                }
+                (StateColumn::SumD { sum, n }, Num::I128(v)) => {
+                    let add = v.checked_mul(k as i128).ok_or_else(|| Error::Overflow("decimal SUM".into()))?;
+                    sum[0] = sum[0].checked_add(add).ok_or_else(|| Error::Overflow("decimal SUM".into()))?;
+                    n[0] += k;
+                }
+                _ => return Err(Error::Internal("sum of another domain".into())),
+            }
+        }
+        Operand::Vector(vec) => {
+            let lanes = vec.valid(active);
+            let k = lanes.count() as u64;
+            match (state, &vec.values) {
+                (StateColumn::SumI { sum, n }, Values::I64(x)) => {
+                    if sum.reserve(k as usize, max_abs(x, &lanes)) {
+                        let s: i64 = match lanes.dense_len() {
+                            Some(n) => x[..n].iter().sum(),
+                            None => {
+                                let mut s = 0;
+                                lanes.for_each_one(|l| s += x[l]);
+                                s
+                            }
+                        };
+                        sum.partial[0] += s;
+                    } else {
+                        let mut s: i128 = 0;
+                        lanes.for_each_one(|l| s += x[l] as i128);
+                        sum.total[0] += s;
+                    }
+                    n[0] += k;
+                }
+                (StateColumn::SumU { sum, n }, Values::U64(x)) => {
+                    let mut s: u128 = 0;
+                    lanes.for_each_one(|l| s += x[l] as u128);
+                    sum[0] += s;
+                    n[0] += k;
+                }
+                (StateColumn::SumF { sum, n }, Values::F64(x)) => {
+                    let mut s = 0.0;
+                    lanes.for_each_one(|l| s += x[l]);
+                    sum[0] += s;
+                    n[0] += k;
+                }
+                (StateColumn::SumD { sum, n }, Values::I128(x)) => {
+                    let mut s: i128 = sum[0];
+                    let mut overflow = false;
+                    lanes.for_each_one(|l| match s.checked_add(x[l]) {
+                        Some(v) => s = v,
+                        None => overflow = true,
+                    });
+                    if overflow {
+                        return Err(Error::Overflow("decimal SUM".into()));
+                    }
+                    sum[0] = s;
+                    n[0] += k;
+                }
+                _ => return Err(Error::Internal("sum of another domain".into())),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Offers the valid, active lanes of an operand to group 0 of MIN/MAX.
+fn minmax_operand(state: &mut StateColumn, o: Operand<'_>, active: &Bits, max: bool) {
+    match o {
+        Operand::Scalar(None) => {}
+        Operand::Scalar(Some(x)) => {
+            if !active.is_empty() {
+                offer_num(state, x, max);
+            }
+        }
+        Operand::Vector(vec) => {
+            let lanes = vec.valid(active);
+            lanes.for_each_one(|l| {
+                let n = match &vec.values {
+                    Values::I64(x) => Num::I64(x[l]),
+                    Values::U64(x) => Num::U64(x[l]),
+                    Values::F64(x) => Num::F64(x[l]),
+                    Values::I128(x) => Num::I128(x[l]),
+                };
+                offer_num(state, n, max);
+            });
+        }
+    }
+}
+
+/// The smallest (or largest) byte string among `lanes`, without copying.
+fn best_bytes<'s>(
+    src: &'s ColumnSource<'_>,
+    side: Side,
+    sel: Sel<'_>,
+    lanes: &Bits,
+    max: bool,
+    scratch: &mut Scratch,
+) -> Option<&'s [u8]> {
+    let mut best: Option<&'s [u8]> = None;
+    let mut offer = |v: &'s [u8]| {
+        if best.is_none_or(|b| better(v, b, max)) {
+            best = Some(v);
+        }
+    };
+    match side {
+        Side::Main(block) => {
+            let col = src.main()?;
+            if let Encoding::StrDict(dict) = col.encoding() {
+                // Code order is value order: find the best code, then one lookup.
+                gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
+                let code = best_key(&scratch.keys, lanes, max)?;
+                return Some(dict.dict_value(code as usize));
+            }
+            let start = block * LANES;
+            sel_offsets(sel, lanes, |_, o| offer(src.main_bytes(start + o)));
+        }
+        Side::Delta(chunk) => sel_offsets(sel, lanes, |_, o| offer(src.delta_bytes(chunk, o))),
+    }
+    best
+}

@@ -1,0 +1,343 @@
+//! The leaf tests of a compiled filter: ranges and sets of ordinals
+//! (numbers), of keys (a column's order-preserving `u64` keys, or a
+//! dictionary's codes), and of byte strings.
+
+use std::cmp::Ordering;
+
+use quiverdb_mapreducer::{Bits, Domain, LANES, Num, Scalar, kernels};
+use quiverdb_storage::main::Zone;
+use quiverdb_storage::main::strings::StrDict;
+use quiverdb_storage::types::{KeyNative, PhysicalType, prefix_key};
+
+use crate::predicate::CmpOp;
+
+/// An IN-list over keys whose span is at most this many is tested with a
+/// bitset (one load per row) instead of a binary search; 2^20 bits = 128 KiB.
+pub(super) const DENSE_SET_SPAN: u64 = 1 << 20;
+
+
+/// Inclusive range of ordinals (see [`ordinal`]); empty when `lo > hi`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct OrdRange {
+    pub(super) lo: i128,
+    pub(super) hi: i128,
+}
+
+/// A test on ordinals: a range, or a set (IN-list).
+#[derive(Debug, Clone)]
+pub(super) enum OrdTest {
+    Range(OrdRange),
+    Set { values: Vec<i128>, null_in_list: bool },
+}
+
+/// A test on u64 keys of one column.
+#[derive(Debug, Clone)]
+pub(super) enum KeyTest {
+    Range { lo: u64, hi: u64, empty: bool },
+    Set(KeySet),
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct KeySet {
+    pub(super) keys: Vec<u64>,
+    pub(super) dense: Option<(u64, Vec<u64>)>,
+    pub(super) null_in_list: bool,
+}
+
+/// A test on byte strings.
+#[derive(Debug, Clone)]
+pub(super) enum ByteTest {
+    /// Bounds: (value, inclusive).
+    Range { lo: Option<(Vec<u8>, bool)>, hi: Option<(Vec<u8>, bool)> },
+    Set { values: Vec<Vec<u8>>, null_in_list: bool },
+    Prefix(Vec<u8>),
+}
+
+
+/// An order-preserving i128 of a domain value (floats by IEEE total order).
+#[inline]
+pub(super) fn ordinal(n: Num) -> i128 {
+    match n {
+        Num::I64(v) => v as i128,
+        Num::U64(v) => v as i128,
+        Num::F64(v) => v.to_key() as i128,
+        Num::I128(v) => v,
+    }
+}
+
+pub(super) fn cmp_range(op: CmpOp, c: i128) -> OrdRange {
+    match op {
+        CmpOp::Eq | CmpOp::NotEq => OrdRange { lo: c, hi: c },
+        CmpOp::Lt => OrdRange { lo: i128::MIN, hi: c.saturating_sub(1) },
+        CmpOp::LtEq => OrdRange { lo: i128::MIN, hi: c },
+        CmpOp::Gt => OrdRange { lo: c.saturating_add(1), hi: i128::MAX },
+        CmpOp::GtEq => OrdRange { lo: c, hi: i128::MAX },
+    }
+}
+
+/// The value range of a physical type, in ordinals.
+pub(super) fn type_range(p: PhysicalType) -> (i128, i128) {
+    match p {
+        PhysicalType::Boolean => (0, 1),
+        PhysicalType::Int8 => (i8::MIN as i128, i8::MAX as i128),
+        PhysicalType::Int16 => (i16::MIN as i128, i16::MAX as i128),
+        PhysicalType::Int32 => (i32::MIN as i128, i32::MAX as i128),
+        PhysicalType::Int64 => (i64::MIN as i128, i64::MAX as i128),
+        PhysicalType::UInt8 => (0, u8::MAX as i128),
+        PhysicalType::UInt16 => (0, u16::MAX as i128),
+        PhysicalType::UInt32 => (0, u32::MAX as i128),
+        PhysicalType::UInt64 => (0, u64::MAX as i128),
+        PhysicalType::Float32 => (0, u32::MAX as i128),
+        PhysicalType::Float64 => (0, u64::MAX as i128),
+        PhysicalType::Decimal128 | PhysicalType::Bytes => (i128::MIN, i128::MAX),
+    }
+}
+
+/// The key of an in-range ordinal of a column of `p`.
+pub(super) fn ord_to_key(p: PhysicalType, o: i128) -> u64 {
+    match p {
+        PhysicalType::Float32 => o as u64,
+        PhysicalType::Float64 => o as u64,
+        PhysicalType::UInt64 | PhysicalType::UInt32 | PhysicalType::UInt16 | PhysicalType::UInt8 | PhysicalType::Boolean => o as u64,
+        _ => (o as i64).to_key(),
+    }
+}
+
+/// The ordinal of a literal of a column of `p` (floats: their f32/f64 key;
+/// integers exactly, even beyond the column type's range).
+pub(super) fn literal_ordinal(p: PhysicalType, domain: Domain, v: &Scalar) -> Option<i128> {
+    match (domain, v) {
+        (Domain::I64 | Domain::U64, Scalar::Int(x)) if p != PhysicalType::Boolean => return Some(*x as i128),
+        (Domain::I64 | Domain::U64, Scalar::UInt(x)) if p != PhysicalType::Boolean => return Some(*x as i128),
+        _ => {}
+    }
+    let n = v.to_num(domain)?;
+    Some(match (p, n) {
+        (PhysicalType::Float32, Num::F64(x)) => (x as f32).to_key() as i128,
+        _ => ordinal(n),
+    })
+}
+
+impl KeyTest {
+    pub(super) fn range(p: PhysicalType, r: OrdRange) -> Self {
+        let (tmin, tmax) = type_range(p);
+        let (lo, hi) = (r.lo.max(tmin), r.hi.min(tmax));
+        if lo > hi {
+            return KeyTest::Range { lo: 1, hi: 0, empty: true };
+        }
+        KeyTest::Range { lo: ord_to_key(p, lo), hi: ord_to_key(p, hi), empty: false }
+    }
+
+    pub(super) fn set(mut keys: Vec<u64>, null_in_list: bool) -> Self {
+        keys.sort_unstable();
+        keys.dedup();
+        let dense = match (keys.first(), keys.last()) {
+            (Some(&lo), Some(&hi)) if hi - lo < DENSE_SET_SPAN => {
+                let mut words = vec![0u64; ((hi - lo) / 64 + 1) as usize];
+                for k in &keys {
+                    let o = k - lo;
+                    words[(o / 64) as usize] |= 1 << (o % 64);
+                }
+                Some((lo, words))
+            }
+            _ => None,
+        };
+        KeyTest::Set(KeySet { keys, dense, null_in_list })
+    }
+
+    #[inline(always)]
+    pub(super) fn test(&self, k: u64) -> bool {
+        match self {
+            KeyTest::Range { empty: true, .. } => false,
+            KeyTest::Range { lo, hi, .. } => k.wrapping_sub(*lo) <= hi.wrapping_sub(*lo),
+            KeyTest::Set(s) => s.contains(k),
+        }
+    }
+
+    /// Whether some key in `[min, max]` passes, and whether some fails.
+    pub(super) fn zone(&self, min: u64, max: u64) -> (bool, bool) {
+        match self {
+            KeyTest::Range { empty: true, .. } => (false, true),
+            KeyTest::Range { lo, hi, .. } => (min <= *hi && max >= *lo, !(*lo <= min && max <= *hi)),
+            KeyTest::Set(s) => {
+                let i = s.keys.partition_point(|&k| k < min);
+                let any = s.keys.get(i).is_some_and(|&k| k <= max);
+                (any, !(min == max && any))
+            }
+        }
+    }
+
+    pub(super) fn null_in_list(&self) -> bool {
+        matches!(self, KeyTest::Set(s) if s.null_in_list)
+    }
+
+    /// Mask of `keys[0..n]` that pass.
+    #[inline]
+    pub(super) fn mask(&self, keys: &[u64; LANES], n: usize) -> Bits {
+        let mut out = Bits::EMPTY;
+        match self {
+            KeyTest::Range { empty: true, .. } => {}
+            KeyTest::Range { lo, hi, .. } => {
+                out = kernels::range_mask(keys, n, *lo, hi.wrapping_sub(*lo));
+            }
+            KeyTest::Set(s) => match &s.dense {
+                Some((lo, words)) => out = kernels::bitset_mask(keys, n, *lo, words),
+                None => {
+                    for (i, &k) in keys[..n].iter().enumerate() {
+                        if s.keys.binary_search(&k).is_ok() {
+                            out.set(i);
+                        }
+                    }
+                }
+            },
+        }
+        out
+    }
+}
+
+impl KeySet {
+    #[inline(always)]
+    pub(super) fn contains(&self, k: u64) -> bool {
+        match &self.dense {
+            Some((lo, words)) => {
+                let o = k.wrapping_sub(*lo);
+                (o / 64) < words.len() as u64 && words[(o / 64) as usize] >> (o % 64) & 1 == 1
+            }
+            None => self.keys.binary_search(&k).is_ok(),
+        }
+    }
+}
+
+impl OrdTest {
+    #[inline(always)]
+    pub(super) fn test(&self, o: i128) -> bool {
+        match self {
+            OrdTest::Range(r) => o >= r.lo && o <= r.hi,
+            OrdTest::Set { values, .. } => values.binary_search(&o).is_ok(),
+        }
+    }
+
+    pub(super) fn null_in_list(&self) -> bool {
+        matches!(self, OrdTest::Set { null_in_list: true, .. })
+    }
+}
+
+/// The smallest byte string greater than every string starting with `p`,
+/// or `None` if there is none (empty prefix or all 0xFF).
+pub(super) fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
+    let mut s = p.to_vec();
+    while let Some(last) = s.pop() {
+        if last < 0xFF {
+            s.push(last + 1);
+            return Some(s);
+        }
+    }
+    None
+}
+
+impl ByteTest {
+    #[inline]
+    pub(super) fn test(&self, v: &[u8]) -> bool {
+        match self {
+            ByteTest::Range { lo, hi } => {
+                lo.as_ref().is_none_or(|(b, incl)| match v.cmp(b) {
+                    Ordering::Greater => true,
+                    Ordering::Equal => *incl,
+                    Ordering::Less => false,
+                }) && hi.as_ref().is_none_or(|(b, incl)| match v.cmp(b) {
+                    Ordering::Less => true,
+                    Ordering::Equal => *incl,
+                    Ordering::Greater => false,
+                })
+            }
+            ByteTest::Set { values, .. } => values.binary_search_by(|x| x.as_slice().cmp(v)).is_ok(),
+            ByteTest::Prefix(p) => v.starts_with(p),
+        }
+    }
+
+    pub(super) fn null_in_list(&self) -> bool {
+        matches!(self, ByteTest::Set { null_in_list: true, .. })
+    }
+
+    /// The test on a dictionary's codes.
+    pub(super) fn codes(&self, dict: &StrDict) -> KeyTest {
+        let n = dict.dict_len() as u64;
+        let upper = |v: &[u8]| {
+            let i = dict.lower_bound(v);
+            if i < dict.dict_len() && dict.dict_value(i) == v { i + 1 } else { i }
+        };
+        let code_range = |lo: u64, hi_excl: u64| {
+            if lo >= hi_excl {
+                KeyTest::Range { lo: 1, hi: 0, empty: true }
+            } else {
+                KeyTest::Range { lo, hi: hi_excl - 1, empty: false }
+            }
+        };
+        match self {
+            ByteTest::Range { lo, hi } => {
+                let clo = lo.as_ref().map_or(0, |(v, incl)| if *incl { dict.lower_bound(v) } else { upper(v) }) as u64;
+                let chi = hi.as_ref().map_or(n, |(v, incl)| (if *incl { upper(v) } else { dict.lower_bound(v) }) as u64);
+                code_range(clo, chi)
+            }
+            ByteTest::Set { values, null_in_list } => {
+                let codes = values
+                    .iter()
+                    .filter_map(|v| {
+                        let i = dict.lower_bound(v);
+                        (i < dict.dict_len() && dict.dict_value(i) == v.as_slice()).then_some(i as u64)
+                    })
+                    .collect();
+                KeyTest::set(codes, *null_in_list)
+            }
+            ByteTest::Prefix(p) => {
+                let lo = dict.lower_bound(p) as u64;
+                let hi = prefix_successor(p).map_or(n, |s| dict.lower_bound(&s) as u64);
+                code_range(lo, hi)
+            }
+        }
+    }
+
+    /// Zone test on plain strings' 8-byte prefix keys (a bound, never exact).
+    pub(super) fn prefix_zone(&self, z: &Zone) -> bool {
+        match self {
+            ByteTest::Range { lo, hi } => {
+                lo.as_ref().is_none_or(|(v, _)| z.max >= prefix_key(v)) && hi.as_ref().is_none_or(|(v, _)| z.min <= prefix_key(v))
+            }
+            ByteTest::Set { values, .. } => values.iter().any(|v| (z.min..=z.max).contains(&prefix_key(v))),
+            ByteTest::Prefix(p) => {
+                let lo = prefix_key(p);
+                z.max >= lo && prefix_successor(p).is_none_or(|s| z.min <= prefix_key(&s))
+            }
+        }
+    }
+}
+
+/// Re-keys a test on f32 keys as one on the same values' f64 keys.
+pub(super) fn widen_f32_test(test: OrdTest) -> OrdTest {
+    let widen = |o: i128| -> i128 {
+        if o == i128::MIN || o == i128::MAX {
+            return o;
+        }
+        (f32::from_key(o as u64) as f64).to_key() as i128
+    };
+    match test {
+        OrdTest::Range(r) => OrdTest::Range(OrdRange { lo: widen(r.lo), hi: widen(r.hi) }),
+        OrdTest::Set { values, null_in_list } => OrdTest::Set { values: values.into_iter().map(widen).collect(), null_in_list },
+    }
+}
+
+/// A key test translated to the codes of a sorted key dictionary.
+pub(super) fn dict_codes(test: &KeyTest, values: &[u64]) -> KeyTest {
+    match test {
+        KeyTest::Range { empty: true, .. } => test.clone(),
+        KeyTest::Range { lo, hi, .. } => {
+            let clo = values.partition_point(|&v| v < *lo) as u64;
+            let chi = values.partition_point(|&v| v <= *hi) as u64;
+            if clo >= chi { KeyTest::Range { lo: 1, hi: 0, empty: true } } else { KeyTest::Range { lo: clo, hi: chi - 1, empty: false } }
+        }
+        KeyTest::Set(s) => {
+            let codes = s.keys.iter().filter_map(|k| values.binary_search(k).ok().map(|c| c as u64)).collect();
+            KeyTest::set(codes, s.null_in_list)
+        }
+    }
+}
