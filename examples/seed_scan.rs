@@ -9,7 +9,8 @@
 //! available cores; `--query NAME` runs one query only. Each figure is the median of `--runs` (default 7) runs
 //! after a warm-up; every answer is checked against a plain computation
 //! over the same batches. The last line is a JSON list of
-//! `{"query", "threads", "ms", "rows_per_s", "allocs"}`.
+//! `{"query", "threads", "ms", "rows_per_s", "allocs"}`. With
+//! `QUIVERDB_SEED_SCAN_TIMES=1` every run's time goes to stderr.
 
 #[path = "common/alloc.rs"]
 mod alloc;
