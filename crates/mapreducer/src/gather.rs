@@ -32,6 +32,11 @@ use crate::vector::{Bits, LANES, Sel, Values, sel_offsets};
 /// Longest value an Arrow view stores inline.
 const MAX_INLINE: usize = 12;
 
+/// Name of the shard-id column of [`GatherSpec::with_record_ids`].
+pub const SHARD_COLUMN: &str = "__shard";
+/// Name of the record-id column of [`GatherSpec::with_record_ids`].
+pub const RECORD_COLUMN: &str = "__record";
+
 /// What to gather: named expressions over one table, and the batch size.
 #[derive(Debug)]
 pub struct GatherSpec {
@@ -39,6 +44,7 @@ pub struct GatherSpec {
     exprs: Vec<MapExpr>,
     schema: SchemaRef,
     batch_size: usize,
+    record_ids: bool,
 }
 
 impl GatherSpec {
@@ -67,7 +73,20 @@ impl GatherSpec {
             schema: Arc::new(Schema::new(fields)),
             exprs: exprs.into_iter().map(|(e, _)| e).collect(),
             batch_size: batch_size.max(1),
+            record_ids: false,
         })
+    }
+
+    /// Also emits each row's record id, as two more columns: `__shard`
+    /// (UInt64, the shard id) and `__record` (UInt32, the record id within
+    /// that shard version) — what a DELETE or UPDATE needs.
+    pub fn with_record_ids(mut self) -> Self {
+        let mut fields: Vec<Field> = self.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(SHARD_COLUMN, DataType::UInt64, false));
+        fields.push(Field::new(RECORD_COLUMN, DataType::UInt32, false));
+        self.schema = Arc::new(Schema::new(fields));
+        self.record_ids = true;
+        self
     }
 
     /// Gathers table columns `projection` (all when `None`) under their names.
@@ -421,6 +440,23 @@ impl GatherKernel {
                     push_bytes_column(builder, src, side, sel, &lanes, scratch);
                 }
             }
+        }
+        if self.spec.record_ids {
+            let n = self.sources.len();
+            let shard = cols.shard().id().0;
+            let base = match side {
+                Side::Main(b) => b * LANES,
+                Side::Delta(c) => cols.main_rows() + c * LANES,
+            };
+            let (shards, records) = acc.builders[n..].split_at_mut(1);
+            let (ColumnBuilder::U64(s, sv), ColumnBuilder::I64(r, rv)) = (&mut shards[0], &mut records[0]) else {
+                return Err(Error::Internal("record-id columns of another type".into()));
+            };
+            let count = lanes.count();
+            s.extend(std::iter::repeat_n(shard, count));
+            sv.append_n(count, true);
+            sel_offsets(sel, &lanes, |_, o| r.push((base + o) as i64));
+            rv.append_n(count, true);
         }
         acc.rows += lanes.count();
         if acc.rows >= self.spec.batch_size {

@@ -72,7 +72,7 @@ pub use aggregate::{AggFunc, Aggregate, AggregateAcc, AggregateKernel, Aggregate
 pub use columns::{ColumnSource, Scratch, ShardColumns, domain_of, key_to_num};
 pub use error::{Error, Result};
 pub use expr::{ArithOp, CompiledExpr, MapExpr, Operand, Side};
-pub use gather::{GatherAcc, GatherKernel, GatherSpec};
+pub use gather::{GatherAcc, GatherKernel, GatherSpec, RECORD_COLUMN, SHARD_COLUMN};
 pub use quiverdb_storage::RecId;
 pub use scalar::{Domain, Num, Scalar};
 pub use shard::{Kernel, ShardMapReducer};

@@ -295,6 +295,17 @@ impl AggregateAcc {
 
     /// The final values: one row per group (one row without group keys).
     pub fn finish(self) -> Result<AggregateOutput> {
+        self.finish_as(false)
+    }
+
+    /// The partial states, one row per group, laid out as DataFusion's
+    /// partial aggregates do: each AVG contributes two arrays, `count`
+    /// (UInt64) and `sum`; every other aggregate its final value.
+    pub fn finish_states(self) -> Result<AggregateOutput> {
+        self.finish_as(true)
+    }
+
+    fn finish_as(self, states: bool) -> Result<AggregateOutput> {
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -314,9 +325,12 @@ impl AggregateAcc {
             .map(|((s, kind), out)| {
                 let mut s = s.clone();
                 s.ensure(n);
-                s.finish(kind, out)
+                if states { s.finish_state(kind, out) } else { Ok(vec![s.finish(kind, out)?]) }
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect();
         Ok(AggregateOutput { keys, values })
     }
 }

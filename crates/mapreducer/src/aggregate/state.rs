@@ -335,6 +335,34 @@ impl StateColumn {
     }
 }
 
+impl StateColumn {
+    /// The partial state of the aggregate, as DataFusion's partial
+    /// aggregates lay it out: AVG is `[count: UInt64, sum]`, every other
+    /// aggregate is its final value.
+    pub(crate) fn finish_state(&self, kind: &StateKind, output: &DataType) -> Result<Vec<ArrayRef>> {
+        let StateKind::Sum { avg: true, domain, .. } = kind else {
+            return Ok(vec![self.finish(kind, output)?]);
+        };
+        let (sum, n): (ArrayRef, &Vec<u64>) = match (self, domain) {
+            (StateColumn::SumI { sum, n }, _) => {
+                let v: Vec<f64> = (0..n.len()).map(|g| sum.get(g) as f64).collect();
+                (f64_array(&DataType::Float64, &v, nulls_from(&has_rows(n)))?, n)
+            }
+            (StateColumn::SumU { sum, n }, _) => {
+                let v: Vec<f64> = sum.iter().map(|&s| s as f64).collect();
+                (f64_array(&DataType::Float64, &v, nulls_from(&has_rows(n)))?, n)
+            }
+            (StateColumn::SumF { sum, n }, _) => (f64_array(&DataType::Float64, sum, nulls_from(&has_rows(n)))?, n),
+            (StateColumn::SumD { sum, n }, SumDomain::Decimal(_, s)) => {
+                (native_array(&DataType::Decimal128(38, *s), sum.clone(), nulls_from(&has_rows(n)))?, n)
+            }
+            _ => return Err(Error::Internal("AVG state of another aggregate".into())),
+        };
+        let count = native_array(&DataType::UInt64, n.clone(), None)?;
+        Ok(vec![count, sum])
+    }
+}
+
 fn has_rows(n: &[u64]) -> Vec<bool> {
     n.iter().map(|&c| c > 0).collect()
 }
