@@ -195,6 +195,11 @@ impl Budget {
             }
         }
     }
+
+    /// True when a limit is set and spent.
+    pub(crate) fn exhausted(&self) -> bool {
+        self.0.as_ref().is_some_and(|left| left.load(Ordering::Acquire) == 0)
+    }
 }
 
 /// Streams the selected records of one shard through the reducer that
@@ -293,4 +298,52 @@ where
         },
         K::merge,
     )
+}
+
+/// The unordered scan on the calling thread, one shard after another (in
+/// the order of `options.shards`, or all shards), for consumers that hand
+/// results on as they come: `after_shard` sees the accumulator after each
+/// shard that streamed something and returns whether to go on.
+/// `options.threads` is ignored; the kernel and its buffers are reused
+/// from shard to shard.
+pub fn scan_each<K, F>(
+    snapshot: &TableSnapshot,
+    filter: Option<&Predicate>,
+    options: &ScanOptions,
+    kernel: F,
+    acc: K::Acc,
+    mut after_shard: impl FnMut(&mut K::Acc) -> bool,
+) -> Result<K::Acc>
+where
+    K: Kernel,
+    F: Fn() -> quiverdb_mapreducer::Result<K>,
+{
+    if let Some(p) = filter {
+        p.validate(snapshot.schema())?;
+    }
+    let budget = Budget::new(options.limit);
+    let id_buffer = options.id_buffer();
+    let mut parts: Option<(K, Scratch)> = None;
+    let mut acc = acc;
+    for i in options.shard_positions(snapshot) {
+        if budget.exhausted() {
+            break;
+        }
+        let shard = snapshot.shard(i);
+        let open = || -> Result<ShardMapReducer<'_, K>> {
+            Ok(match parts.take() {
+                Some((k, scratch)) => ShardMapReducer::open_with(shard, k, scratch)?,
+                None => ShardMapReducer::open(shard, kernel()?)?,
+            })
+        };
+        let (next, reducer) = scan_shard(shard, filter, id_buffer, open, acc, &budget)?;
+        acc = next;
+        if let Some(r) = reducer {
+            parts = Some(r.into_parts());
+            if !after_shard(&mut acc) {
+                break;
+            }
+        }
+    }
+    Ok(acc)
 }

@@ -1,0 +1,140 @@
+//! [`QuiverAggregateExec`]: an aggregation run inside the scan.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, SchemaRef};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
+use quiverdb_mapreducer::{AggFunc, AggregateKernel, AggregateSpec};
+use quiverdb_scan::scan;
+use quiverdb_storage::TableSchema;
+
+use super::stream::spawn_producer;
+use super::{ScanSource, leaf_plan};
+use crate::error::Error;
+
+/// What an aggregation emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AggregateOutputMode {
+    /// DataFusion's partial states, one row per group and partition.
+    States,
+    /// Final values, one row per group, in one partition.
+    Final,
+}
+
+/// Runs an aggregation's reducers per shard inside the scan and emits
+/// either the partial states of the `AggregateExec` it replaced (one
+/// partition per group of shards) or its final values (one partition,
+/// the shards scanned in parallel).
+#[derive(Debug)]
+pub struct QuiverAggregateExec {
+    source: ScanSource,
+    spec: Arc<AggregateSpec>,
+    mode: AggregateOutputMode,
+    groups: Vec<Vec<usize>>,
+    threads: usize,
+    /// The aggregate and group expressions, as DataFusion wrote them.
+    text: String,
+    properties: Arc<PlanProperties>,
+}
+
+impl QuiverAggregateExec {
+    pub(crate) fn new(
+        source: ScanSource,
+        spec: Arc<AggregateSpec>,
+        mode: AggregateOutputMode,
+        groups: Vec<Vec<usize>>,
+        threads: usize,
+        text: String,
+        schema: SchemaRef,
+    ) -> Self {
+        let groups = match mode {
+            AggregateOutputMode::States => groups,
+            AggregateOutputMode::Final => vec![groups.concat()],
+        };
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(groups.len()),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Self { source, spec, mode, groups, threads: threads.max(1), text, properties }
+    }
+
+    /// The types of the columns this aggregation emits in `mode`.
+    pub(crate) fn output_types(spec: &AggregateSpec, mode: AggregateOutputMode, table: &TableSchema) -> Vec<DataType> {
+        let mut types = spec.key_types().to_vec();
+        for (agg, out) in spec.aggregates().iter().zip(spec.output_types()) {
+            if mode == AggregateOutputMode::States && agg.func == AggFunc::Avg {
+                // AVG's state is (count, sum); a decimal sum keeps the
+                // input's scale at full precision (see `finish_states`).
+                types.push(DataType::UInt64);
+                types.push(match agg.input.as_ref().and_then(|e| e.data_type(table).ok()) {
+                    Some(DataType::Decimal128(_, s)) => DataType::Decimal128(38, s),
+                    _ => DataType::Float64,
+                });
+            } else {
+                types.push(out.clone());
+            }
+        }
+        types
+    }
+}
+
+impl DisplayAs for QuiverAggregateExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if matches!(t, DisplayFormatType::TreeRender) {
+            return write!(f, "table={}", self.source.table);
+        }
+        let mode = match self.mode {
+            AggregateOutputMode::States => "partial",
+            AggregateOutputMode::Final => "final",
+        };
+        write!(f, "QuiverAggregateExec: mode={mode}, {}, ", self.text)?;
+        self.source.fmt_as(f)?;
+        write!(f, ", shards={}", self.source.snapshot.num_shards())
+    }
+}
+
+impl ExecutionPlan for QuiverAggregateExec {
+    fn name(&self) -> &str {
+        "QuiverAggregateExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    leaf_plan!();
+
+    fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let shards = self
+            .groups
+            .get(partition)
+            .cloned()
+            .ok_or_else(|| DataFusionError::Internal(format!("QuiverAggregateExec has no partition {partition}")))?;
+        let source = self.source.clone();
+        let spec = Arc::clone(&self.spec);
+        let mode = self.mode;
+        let threads = if mode == AggregateOutputMode::Final { self.threads } else { 1 };
+        let schema = self.schema();
+        Ok(spawn_producer(Arc::clone(&schema), move |out| {
+            let options = source.options(Some(&shards), None, threads);
+            let acc = scan(&source.snapshot, source.filter.as_ref(), &options, || AggregateKernel::new(Arc::clone(&spec)), || spec.new_acc())
+                .map_err(Error::from)?;
+            let output = match mode {
+                AggregateOutputMode::States => acc.finish_states(),
+                AggregateOutputMode::Final => acc.finish(),
+            }
+            .map_err(Error::from)?;
+            let columns = output.keys.into_iter().chain(output.values).collect();
+            out.send(RecordBatch::try_new(schema, columns)?);
+            Ok(())
+        }))
+    }
+}

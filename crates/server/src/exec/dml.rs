@@ -1,0 +1,394 @@
+//! [`DmlExec`]: INSERT, DELETE, UPDATE and TRUNCATE on a quiverdb table.
+//!
+//! Each statement is one storage transaction: its rows become visible all
+//! at once when it commits, or not at all if any step fails. The work
+//! happens when the plan is executed, never when it is planned or
+//! EXPLAINed. The plan yields one row, `count: UInt64`, the rows affected.
+//!
+//! ```text
+//!   INSERT    input partitions ──(all, concurrently)──▶ channel ──▶ transaction: append each batch
+//!   DELETE    transaction: snapshot ─ scan(filter) ─▶ ids ─[residual]─▶ delete
+//!   UPDATE    transaction: snapshot ─ scan(filter) ─▶ rows + ids ─[residual]─▶ SET ─▶ delete + append
+//!   TRUNCATE  transaction: remove every shard
+//! ```
+//!
+//! The filter is what the scan evaluates exactly; the residual is the rest
+//! of the WHERE clause, evaluated by DataFusion on the gathered rows.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::{ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt64Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties,
+    ReplaceChildrenOptions,
+};
+use futures::TryStreamExt;
+use quiverdb_mapreducer::{GatherKernel, GatherSpec, RecId};
+use quiverdb_scan::{Predicate, ScanOptions, matching_records, scan};
+use quiverdb_storage::{ShardId, Table, TableSnapshot, Transaction};
+use tokio::sync::mpsc;
+
+use crate::error::Error;
+
+/// Rows per batch gathered by DELETE and UPDATE.
+const DML_BATCH_ROWS: usize = 8192;
+
+/// Which rows a DELETE or UPDATE touches.
+#[derive(Debug, Clone)]
+pub(crate) struct DmlFilter {
+    /// Evaluated by the scan.
+    pub(crate) predicate: Option<Predicate>,
+    /// Evaluated by DataFusion on the gathered `columns`; a row is
+    /// touched when every expression is true.
+    pub(crate) residual: Vec<Arc<dyn PhysicalExpr>>,
+    /// The table columns the residual reads (positions in the table).
+    pub(crate) columns: Vec<usize>,
+    /// The conjuncts the scan evaluates, as DataFusion wrote them.
+    pub(crate) pushed_text: Vec<String>,
+    /// The residual conjuncts, as DataFusion wrote them.
+    pub(crate) residual_text: Vec<String>,
+}
+
+/// A statement.
+#[derive(Debug, Clone)]
+pub(crate) enum DmlOp {
+    /// `INSERT INTO` (or `INSERT OVERWRITE`: truncate, then append).
+    Insert { input: Arc<dyn ExecutionPlan>, overwrite: bool },
+    /// `DELETE FROM ... WHERE ...`.
+    Delete(DmlFilter),
+    /// `UPDATE ... SET ... WHERE ...`: `assignments` are over the table's
+    /// columns (all gathered), each already of its column's type.
+    Update { filter: DmlFilter, assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>, text: Vec<String> },
+    /// `TRUNCATE`.
+    Truncate,
+}
+
+/// Runs one INSERT, DELETE, UPDATE or TRUNCATE.
+#[derive(Debug)]
+pub struct DmlExec {
+    table: Table,
+    op: DmlOp,
+    threads: usize,
+    properties: Arc<PlanProperties>,
+}
+
+impl DmlExec {
+    pub(crate) fn new(table: Table, op: DmlOp, threads: usize) -> Self {
+        let schema = count_schema();
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Self { table, op, threads: threads.max(1), properties }
+    }
+}
+
+/// The schema of every DML result: `count: UInt64`.
+fn count_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]))
+}
+
+impl DisplayAs for DmlExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let table = self.table.name();
+        write!(f, "{}: table={table}", self.name())?;
+        let filter = match &self.op {
+            DmlOp::Insert { overwrite, .. } => return if *overwrite { write!(f, ", overwrite") } else { Ok(()) },
+            DmlOp::Truncate => return Ok(()),
+            DmlOp::Delete(filter) => filter,
+            DmlOp::Update { filter, text, .. } => {
+                write!(f, ", set=[{}]", text.join(", "))?;
+                filter
+            }
+        };
+        if !filter.pushed_text.is_empty() {
+            write!(f, ", filters=[{}]", filter.pushed_text.join(", "))?;
+        }
+        if !filter.residual_text.is_empty() {
+            write!(f, ", residual=[{}]", filter.residual_text.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for DmlExec {
+    fn name(&self) -> &str {
+        match self.op {
+            DmlOp::Insert { .. } => "QuiverInsertExec",
+            DmlOp::Delete(_) => "QuiverDeleteExec",
+            DmlOp::Update { .. } => "QuiverUpdateExec",
+            DmlOp::Truncate => "QuiverTruncateExec",
+        }
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        match &self.op {
+            DmlOp::Insert { input, .. } => vec![input],
+            _ => Vec::new(),
+        }
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        let (filter, assignments) = match &self.op {
+            DmlOp::Delete(filter) => (Some(filter), &[][..]),
+            DmlOp::Update { filter, assignments, .. } => (Some(filter), assignments.as_slice()),
+            _ => (None, &[][..]),
+        };
+        let exprs = filter.into_iter().flat_map(|f| f.residual.iter()).chain(assignments.iter().map(|(_, e)| e));
+        for e in exprs {
+            if f(e)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false; self.children().len()]
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        match (&self.op, children.len()) {
+            (DmlOp::Insert { overwrite, .. }, 1) => {
+                let op = DmlOp::Insert { input: children.swap_remove(0), overwrite: *overwrite };
+                Ok(Arc::new(DmlExec::new(self.table.clone(), op, self.threads)))
+            }
+            (DmlOp::Insert { .. }, _) => datafusion::common::internal_err!("QuiverInsertExec has one child"),
+            (_, 0) => Ok(self),
+            _ => datafusion::common::internal_err!("{} has no children", self.name()),
+        }
+    }
+
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!("{} has one partition, not {partition}", self.name())));
+        }
+        let table = self.table.clone();
+        let op = self.op.clone();
+        let threads = self.threads;
+        let count = async move {
+            let n = match op {
+                DmlOp::Insert { input, overwrite } => insert(table, input, overwrite, context).await?,
+                other => run_blocking(move || mutate(&table, &other, threads)).await?,
+            };
+            count_batch(n)
+        };
+        Ok(Box::pin(RecordBatchStreamAdapter::new(count_schema(), futures::stream::once(count))))
+    }
+}
+
+fn count_batch(n: usize) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new(count_schema(), vec![Arc::new(UInt64Array::from(vec![n as u64]))])?)
+}
+
+/// Runs `f` on tokio's blocking pool (inline outside a runtime).
+async fn run_blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle
+            .spawn_blocking(f)
+            .await
+            .map_err(|e| DataFusionError::Internal(format!("a quiverdb statement panicked: {e}")))?,
+        Err(_) => f(),
+    }
+}
+
+/// What the reading side of an INSERT hands the writing side.
+enum Insert {
+    Batch(RecordBatch),
+    /// Every input partition ended without error: commit.
+    End,
+}
+
+/// INSERT: every input partition is read concurrently and each batch is
+/// appended inside one transaction, which commits only once all input was
+/// read without error.
+async fn insert(table: Table, input: Arc<dyn ExecutionPlan>, overwrite: bool, context: Arc<TaskContext>) -> Result<usize> {
+    let partitions = input.properties().partitioning.partition_count();
+    let streams = (0..partitions).map(|p| input.execute(p, Arc::clone(&context))).collect::<Result<Vec<_>>>()?;
+    let (tx, mut rx) = mpsc::channel::<Insert>(2);
+    let schema = Arc::clone(table.arrow_schema());
+    let writer = run_blocking(move || {
+        let appended = table.try_transaction(|t: &mut Transaction<'_>| -> Result<usize, Error> {
+            if overwrite {
+                t.truncate();
+            }
+            let mut rows = 0;
+            loop {
+                match rx.blocking_recv() {
+                    Some(Insert::Batch(batch)) => rows += t.append(&relabel(&batch, &schema)?)?,
+                    Some(Insert::End) => return Ok(rows),
+                    // The input failed: roll back.
+                    None => return Err(Error::Aborted("the INSERT's input failed".into())),
+                }
+            }
+        });
+        appended.map_err(DataFusionError::from)
+    });
+    let reader = async move {
+        let mut all = futures::stream::select_all(streams);
+        while let Some(batch) = all.try_next().await? {
+            if batch.num_rows() > 0 && tx.send(Insert::Batch(batch)).await.is_err() {
+                // The writer failed; its error is reported below.
+                return Ok(());
+            }
+        }
+        let _ = tx.send(Insert::End).await;
+        Ok::<(), DataFusionError>(())
+    };
+    let (read, written) = futures::join!(reader, writer);
+    read?;
+    written
+}
+
+/// DELETE, UPDATE or TRUNCATE inside one transaction.
+fn mutate(table: &Table, op: &DmlOp, threads: usize) -> Result<usize> {
+    let n = table.try_transaction(|t: &mut Transaction<'_>| -> Result<usize, Error> {
+        let snapshot = t.snapshot();
+        let options = ScanOptions::default().with_threads(threads);
+        match op {
+            DmlOp::Truncate => Ok(t.truncate()),
+            DmlOp::Delete(filter) if filter.residual.is_empty() => {
+                let selection = matching_records(&snapshot, filter.predicate.as_ref(), &options)?;
+                Ok(t.delete_selection(&snapshot, &selection)?)
+            }
+            DmlOp::Delete(filter) => {
+                let mut selection = Selection::default();
+                for batch in gather(&snapshot, filter, &filter.columns, &options)? {
+                    let keep = residual_mask(&batch, &filter.residual)?;
+                    selection.add(&batch, &keep);
+                }
+                Ok(t.delete_selection(&snapshot, &selection.into_vec())?)
+            }
+            DmlOp::Update { filter, assignments, .. } => {
+                let all: Vec<usize> = (0..snapshot.schema().len()).collect();
+                let arrow = Arc::clone(snapshot.schema().arrow());
+                let mut selection = Selection::default();
+                let mut updated = Vec::new();
+                for batch in gather(&snapshot, filter, &all, &options)? {
+                    let keep = residual_mask(&batch, &filter.residual)?;
+                    let batch = filter_record_batch(&batch, &keep)?;
+                    selection.add(&batch, &BooleanArray::from(vec![true; batch.num_rows()]));
+                    updated.push(set(&batch, assignments, &arrow)?);
+                }
+                // Delete first: the ids refer to the snapshot, appends come after it.
+                let n = t.delete_selection(&snapshot, &selection.into_vec())?;
+                for batch in &updated {
+                    t.append(batch)?;
+                }
+                Ok(n)
+            }
+            DmlOp::Insert { .. } => Err(Error::Internal("INSERT is not a blocking statement".into())),
+        }
+    });
+    Ok(n?)
+}
+
+/// The rows of `snapshot` passing `filter.predicate`: table columns
+/// `columns`, then `__shard` and `__record`.
+fn gather(snapshot: &TableSnapshot, filter: &DmlFilter, columns: &[usize], options: &ScanOptions) -> Result<Vec<RecordBatch>, Error> {
+    let spec = Arc::new(GatherSpec::columns(snapshot.schema(), Some(columns), DML_BATCH_ROWS)?.with_record_ids());
+    let acc = scan(snapshot, filter.predicate.as_ref(), options, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc())?;
+    Ok(acc.finish()?)
+}
+
+/// True for the rows where every residual expression is true (not NULL).
+fn residual_mask(batch: &RecordBatch, residual: &[Arc<dyn PhysicalExpr>]) -> Result<BooleanArray> {
+    let mut keep = vec![true; batch.num_rows()];
+    for e in residual {
+        let value = e.evaluate(batch)?.into_array(batch.num_rows())?;
+        let Some(b) = value.as_boolean_opt() else {
+            return Err(DataFusionError::Plan(format!("the WHERE clause {e} is not a boolean ({})", value.data_type())));
+        };
+        for (k, v) in keep.iter_mut().zip(b.iter()) {
+            *k &= v == Some(true);
+        }
+    }
+    Ok(BooleanArray::from(keep))
+}
+
+/// The new versions of `batch`'s rows (table columns first).
+fn set(batch: &RecordBatch, assignments: &[(usize, Arc<dyn PhysicalExpr>)], table: &SchemaRef) -> Result<RecordBatch> {
+    let mut columns: Vec<ArrayRef> = batch.columns()[..table.fields().len()].to_vec();
+    for (c, e) in assignments {
+        columns[*c] = e.evaluate(batch)?.into_array(batch.num_rows())?;
+    }
+    let fields: Vec<Field> = table
+        .fields()
+        .iter()
+        .zip(&columns)
+        .map(|(f, a)| Field::new(f.name(), a.data_type().clone(), true))
+        .collect();
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &options)?)
+}
+
+/// `batch` under the table's column names (DataFusion names INSERT input
+/// columns after their expressions); types stay as they are, for the
+/// table to validate.
+fn relabel(batch: &RecordBatch, table: &SchemaRef) -> Result<RecordBatch, Error> {
+    if batch.num_columns() != table.fields().len() {
+        return Err(Error::Internal(format!(
+            "INSERT input has {} columns, the table {}",
+            batch.num_columns(),
+            table.fields().len()
+        )));
+    }
+    let fields: Vec<Field> = table
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(f, a)| Field::new(f.name(), a.data_type().clone(), true))
+        .collect();
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), batch.columns().to_vec(), &options)?)
+}
+
+/// Record ids chosen for deletion, per shard.
+#[derive(Debug, Default)]
+struct Selection(BTreeMap<u64, Vec<RecId>>);
+
+impl Selection {
+    /// Adds the ids of `batch`'s rows where `keep` is true.
+    fn add(&mut self, batch: &RecordBatch, keep: &BooleanArray) {
+        let n = batch.num_columns();
+        let shards = batch.column(n - 2).as_primitive::<UInt64Type>();
+        let records = batch.column(n - 1).as_primitive::<UInt32Type>();
+        for i in (0..batch.num_rows()).filter(|&i| keep.value(i)) {
+            self.0.entry(shards.value(i)).or_default().push(records.value(i));
+        }
+    }
+
+    fn into_vec(self) -> Vec<(ShardId, Vec<RecId>)> {
+        self.0.into_iter().map(|(s, ids)| (ShardId(s), ids)).collect()
+    }
+}
+

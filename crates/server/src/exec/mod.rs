@@ -1,0 +1,168 @@
+//! quiverdb's execution plans.
+//!
+//! | plan | runs | output |
+//! |---|---|---|
+//! | [`QuiverScanExec`] | the unordered scan with `gather` | the projected columns, one partition per group of shards |
+//! | [`QuiverAggregateExec`] | the unordered scan with the aggregate reducers | the partial states (or final values) of an `AggregateExec` |
+//! | [`QuiverTopKExec`] | the ordered scan with `gather` | the first `fetch` rows in sort order |
+//! | [`DmlExec`] | INSERT, DELETE, UPDATE, TRUNCATE | one row, `count: UInt64` |
+//!
+//! Every scan plan reads a snapshot taken when the plan was made, so its
+//! statistics, its EXPLAIN and its result describe the same table state.
+
+mod aggregate;
+mod dml;
+mod scan;
+mod stream;
+mod topk;
+
+use std::fmt;
+
+use quiverdb_scan::{Predicate, ScanOptions};
+use quiverdb_storage::TableSnapshot;
+
+pub(crate) use aggregate::AggregateOutputMode;
+pub use aggregate::QuiverAggregateExec;
+pub use dml::DmlExec;
+pub(crate) use dml::{DmlFilter, DmlOp};
+pub use scan::QuiverScanExec;
+pub use topk::QuiverTopKExec;
+
+/// What a quiverdb scan reads: a table snapshot and the filter it applies.
+#[derive(Debug, Clone)]
+pub(crate) struct ScanSource {
+    /// The table's name (for EXPLAIN).
+    pub(crate) table: String,
+    /// The rows.
+    pub(crate) snapshot: TableSnapshot,
+    /// The filter the scan evaluates: exact filters and pruning-only ones.
+    pub(crate) filter: Option<Predicate>,
+    /// The filters evaluated exactly, as DataFusion wrote them.
+    pub(crate) exact_text: Vec<String>,
+    /// The filters only used to skip rows, as DataFusion wrote them.
+    pub(crate) pruning_text: Vec<String>,
+    /// Ids per reducer call (0 = the default).
+    pub(crate) id_buffer: usize,
+}
+
+impl ScanSource {
+    /// Scan options: `shards` (all when `None`) on `threads` threads.
+    pub(crate) fn options(&self, shards: Option<&[usize]>, limit: Option<usize>, threads: usize) -> ScanOptions {
+        ScanOptions { threads, limit, shards: shards.map(<[usize]>::to_vec), id_buffer: self.id_buffer }
+    }
+
+    /// True if the scan drops rows (so statistics are inexact).
+    pub(crate) fn filtered(&self) -> bool {
+        self.filter.is_some()
+    }
+
+    /// Writes `table=..., filters=[...], pruning=[...]` for EXPLAIN.
+    pub(crate) fn fmt_as(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "table={}", self.table)?;
+        if !self.exact_text.is_empty() {
+            write!(f, ", filters=[{}]", self.exact_text.join(", "))?;
+        }
+        if !self.pruning_text.is_empty() {
+            write!(f, ", pruning=[{}]", self.pruning_text.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Splits the shards of `snapshot` into at most `partitions` contiguous,
+/// non-empty groups holding about the same number of live rows (a table
+/// without shards gets one empty group).
+pub(crate) fn shard_groups(snapshot: &TableSnapshot, partitions: usize) -> Vec<Vec<usize>> {
+    let n = snapshot.num_shards();
+    if n == 0 {
+        return vec![Vec::new()];
+    }
+    let parts = partitions.clamp(1, n);
+    let mut prefix = Vec::with_capacity(n + 1);
+    prefix.push(0usize);
+    for i in 0..n {
+        prefix.push(prefix[i] + snapshot.shard(i).live_rows());
+    }
+    let total = prefix[n];
+    let mut groups = Vec::with_capacity(parts);
+    let mut start = 0;
+    for k in 1..=parts {
+        // The first shard of the next group: where the rows reach k/parts
+        // of the total, leaving at least one shard per remaining group.
+        let end = if k == parts {
+            n
+        } else {
+            let target = total * k / parts;
+            let at = prefix.partition_point(|&p| p < target).max(start + 1);
+            at.min(n - (parts - k))
+        };
+        groups.push((start..end).collect());
+        start = end;
+    }
+    groups
+}
+
+/// The boilerplate of a leaf plan (no children, no expressions).
+macro_rules! leaf_plan {
+    () => {
+        fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            Vec::new()
+        }
+
+        fn apply_expressions(
+            &self,
+            _f: &mut dyn FnMut(
+                &std::sync::Arc<dyn datafusion::physical_plan::PhysicalExpr>,
+            ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        }
+
+        fn with_new_children(
+            self: std::sync::Arc<Self>,
+            children: Vec<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>,
+        ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            if children.is_empty() {
+                Ok(self)
+            } else {
+                datafusion::common::internal_err!("{} has no children", self.name())
+            }
+        }
+    };
+}
+pub(crate) use leaf_plan;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+    use quiverdb_storage::{Database, TableOptions};
+
+    use super::shard_groups;
+
+    #[test]
+    fn shard_groups_cover_every_shard_once() {
+        let db = Database::new();
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let table = db.create_table("t", &schema, TableOptions::default().with_shard_capacity(10)).unwrap();
+        for rows in [0usize, 5, 10, 35, 100] {
+            if rows > 0 {
+                let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..rows as i64))]).unwrap();
+                table.append(&batch).unwrap();
+            }
+            let snapshot = table.snapshot();
+            for parts in 1..=12 {
+                let groups = shard_groups(&snapshot, parts);
+                let n = snapshot.num_shards();
+                assert_eq!(groups.len(), parts.clamp(1, n.max(1)), "rows {rows} parts {parts}");
+                let flat: Vec<usize> = groups.iter().flatten().copied().collect();
+                assert_eq!(flat, (0..n).collect::<Vec<_>>(), "rows {rows} parts {parts}: {groups:?}");
+                if n >= parts {
+                    assert!(groups.iter().all(|g| !g.is_empty()), "rows {rows} parts {parts}: {groups:?}");
+                }
+            }
+        }
+    }
+}

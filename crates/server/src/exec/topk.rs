@@ -1,0 +1,109 @@
+//! [`QuiverTopKExec`]: `ORDER BY ... LIMIT k` as the ordered scan.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, RecordBatchOptions};
+use arrow_schema::SchemaRef;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use quiverdb_mapreducer::{GatherKernel, GatherSpec};
+use quiverdb_scan::{SortKey, scan_order};
+
+use super::stream::spawn_producer;
+use super::{ScanSource, leaf_plan};
+use crate::error::Error;
+
+/// The ordered scan with a limit: each shard keeps its best `fetch` rows
+/// (skipping main blocks whose zone maps cannot beat the current k-th),
+/// a heap merges the shards, and only the winners are gathered. Emits the
+/// rows in sort order in partition 0 (other partitions, kept so that the
+/// plan above stays valid, are empty).
+#[derive(Debug)]
+pub struct QuiverTopKExec {
+    source: ScanSource,
+    sort: Vec<SortKey>,
+    fetch: usize,
+    spec: Arc<GatherSpec>,
+    threads: usize,
+    text: String,
+    properties: Arc<PlanProperties>,
+}
+
+impl QuiverTopKExec {
+    /// `properties` are those of the `SortExec` this replaces.
+    pub(crate) fn new(
+        source: ScanSource,
+        sort: Vec<SortKey>,
+        fetch: usize,
+        spec: Arc<GatherSpec>,
+        threads: usize,
+        text: String,
+        properties: Arc<PlanProperties>,
+    ) -> Self {
+        Self { source, sort, fetch, spec, threads: threads.max(1), text, properties }
+    }
+}
+
+impl DisplayAs for QuiverTopKExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if matches!(t, DisplayFormatType::TreeRender) {
+            return write!(f, "table={}", self.source.table);
+        }
+        write!(f, "QuiverTopKExec: {}, fetch={}, ", self.text, self.fetch)?;
+        self.source.fmt_as(f)?;
+        write!(f, ", shards={}", self.source.snapshot.num_shards())
+    }
+}
+
+impl ExecutionPlan for QuiverTopKExec {
+    fn name(&self) -> &str {
+        "QuiverTopKExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    leaf_plan!();
+
+    fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let partitions = self.properties.partitioning.partition_count();
+        if partition >= partitions {
+            return Err(DataFusionError::Internal(format!("QuiverTopKExec has no partition {partition}")));
+        }
+        let schema: SchemaRef = self.schema();
+        if partition > 0 {
+            return Ok(spawn_producer(schema, |_| Ok(())));
+        }
+        let source = self.source.clone();
+        let sort = self.sort.clone();
+        let spec = Arc::clone(&self.spec);
+        let fetch = self.fetch;
+        let threads = self.threads;
+        Ok(spawn_producer(Arc::clone(&schema), move |out| {
+            let options = source.options(None, None, threads);
+            let acc = scan_order(
+                &source.snapshot,
+                source.filter.as_ref(),
+                &sort,
+                0,
+                Some(fetch),
+                &options,
+                || GatherKernel::new(Arc::clone(&spec)),
+                || spec.new_acc(),
+            )
+            .map_err(Error::from)?;
+            for batch in acc.finish().map_err(Error::from)? {
+                // The sort's schema: same types, its names and nullability.
+                let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                let batch = RecordBatch::try_new_with_options(Arc::clone(&schema), batch.columns().to_vec(), &options)?;
+                if !out.send(batch) {
+                    break;
+                }
+            }
+            Ok(())
+        }))
+    }
+}

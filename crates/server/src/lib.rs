@@ -1,0 +1,56 @@
+//! quiverdb-server: quiverdb over DataFusion SQL.
+//!
+//! ```text
+//!   SQL ──DataFusion──▶ logical plan ──▶ physical plan ──quiverdb rules──▶ execution
+//!                          │                 │                  │
+//!                 QuiverSchema (DDL)   QuiverTable::scan   AggregateExec → QuiverAggregateExec
+//!                 DmlGuard (DML)       DML hooks → DmlExec SortExec(k)   → QuiverTopKExec
+//! ```
+//!
+//! - [`session_context`] turns a quiverdb [`Database`](quiverdb_storage::Database)
+//!   into a ready `SessionContext`: `CREATE TABLE`, `CREATE TABLE ... AS
+//!   SELECT`, `DROP TABLE`, `INSERT`, `DELETE`, `UPDATE`, `TRUNCATE`,
+//!   `SHOW TABLES` and `information_schema` all act on quiverdb tables.
+//! - [`QuiverTable`] is the `TableProvider`: scans decode only the
+//!   projected columns, run the filters DataFusion pushes (exactly where
+//!   quiverdb can, or to prune), and report exact statistics from zone
+//!   maps, so `COUNT(*)`, `MIN` and `MAX` are answered without a scan.
+//! - [`QuiverPushdown`] replaces aggregates (COUNT, SUM, MIN, MAX, AVG,
+//!   with GROUP BY keys quiverdb can compute) and `ORDER BY ... LIMIT`
+//!   over a quiverdb scan with scans that run them in quiverdb's
+//!   map+reduce kernels.
+//!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> datafusion::error::Result<()> {
+//! use quiverdb_storage::Database;
+//!
+//! let db = Database::new();
+//! let ctx = quiverdb_server::session_context(&db);
+//! ctx.sql("CREATE TABLE t (id BIGINT NOT NULL, name VARCHAR, PRIMARY KEY (id))").await?;
+//! ctx.sql("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, NULL)").await?.collect().await?;
+//! let rows = ctx.sql("SELECT COUNT(name) FROM t WHERE id >= 2").await?.collect().await?;
+//! assert_eq!(datafusion::arrow::util::pretty::pretty_format_batches(&rows)?.to_string().lines().nth(3), Some("| 1             |"));
+//! assert_eq!(db.table("t").unwrap().row_count(), 3);
+//! # Ok(())
+//! # }
+//! ```
+
+mod catalog;
+mod convert;
+mod error;
+mod exec;
+mod provider;
+mod rules;
+mod session;
+mod stats;
+mod translate;
+
+pub use catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema};
+pub use error::{Error, Result};
+pub use exec::{DmlExec, QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
+pub use provider::{QuiverTable, ScanSettings};
+pub use rules::QuiverPushdown;
+pub use session::{DEFAULT_CATALOG, SessionOptions, session_context, session_context_with};

@@ -1,0 +1,256 @@
+//! [`QuiverTable`]: a quiverdb table as a DataFusion `TableProvider`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_schema::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{Constraints, DFSchema};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
+use quiverdb_scan::Predicate;
+use quiverdb_storage::Table;
+
+use crate::exec::{DmlExec, DmlFilter, DmlOp, QuiverScanExec, ScanSource};
+use crate::translate::Translator;
+
+/// Settings the SQL layer applies to quiverdb tables.
+#[derive(Debug, Clone, Default)]
+pub struct ScanSettings {
+    /// Ids per reducer call of every scan (0 = the default, 1,024); tests
+    /// set it tiny to exercise buffer boundaries.
+    pub id_buffer: usize,
+}
+
+/// A quiverdb table seen by DataFusion: scans, statistics, filter
+/// pushdown, and the DML hooks (INSERT, DELETE, UPDATE, TRUNCATE).
+#[derive(Debug, Clone)]
+pub struct QuiverTable {
+    table: Table,
+    defaults: Arc<HashMap<String, Expr>>,
+    constraints: Option<Constraints>,
+    settings: ScanSettings,
+    /// The WHERE clause (and SET list) of the one DELETE or UPDATE this
+    /// provider was bound to while it was analysed (see `DmlGuard`).
+    statement: Option<Arc<DmlStatementParts>>,
+}
+
+/// The parts of a DELETE or UPDATE as written, read before DataFusion's
+/// optimizer can drop them: it folds `WHERE 1 = 0` into an empty relation
+/// and then hands the table no filter at all, which would mean "every row".
+#[derive(Debug, Clone)]
+pub(crate) struct DmlStatementParts {
+    /// The WHERE clause's conjuncts, unqualified.
+    pub(crate) filters: Vec<Expr>,
+    /// UPDATE's `column = expr` list (only the changed columns), unqualified.
+    pub(crate) assignments: Vec<(String, Expr)>,
+}
+
+impl QuiverTable {
+    /// A provider for `table`, with the column defaults `defaults`.
+    pub fn new(table: Table, defaults: Arc<HashMap<String, Expr>>, settings: ScanSettings) -> Self {
+        Self { table, defaults, constraints: None, settings, statement: None }
+    }
+
+    /// This provider bound to one DELETE or UPDATE: its DML hooks use
+    /// `parts` instead of what DataFusion's optimizer passes.
+    pub(crate) fn bound_to(&self, parts: DmlStatementParts) -> Self {
+        Self { statement: Some(Arc::new(parts)), ..self.clone() }
+    }
+
+    /// The storage table.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    /// Splits `filters` into what the scan evaluates and the texts EXPLAIN
+    /// shows: exact predicates, and pruning-only ones.
+    fn scan_filter(&self, filters: &[Expr]) -> (Option<Predicate>, Vec<String>, Vec<String>) {
+        let translator = Translator::logical(self.table.schema());
+        let mut parts = Vec::new();
+        let (mut exact, mut pruning) = (Vec::new(), Vec::new());
+        for f in filters {
+            if let Some(p) = translator.predicate(f) {
+                parts.push(p);
+                exact.push(f.to_string());
+            } else if let Some(p) = translator.necessary(f) {
+                parts.push(p);
+                pruning.push(f.to_string());
+            }
+        }
+        (combine(parts), exact, pruning)
+    }
+
+    /// The rows a DELETE or UPDATE with `filters` touches: translated
+    /// filters run in the scan, the rest as DataFusion expressions over
+    /// the columns they read (over every column with `all_columns`).
+    fn dml_filter(&self, state: &dyn Session, filters: &[Expr], all_columns: bool) -> Result<DmlFilter> {
+        let schema = self.table.schema();
+        let translator = Translator::logical(schema);
+        let mut parts = Vec::new();
+        let mut pushed_text = Vec::new();
+        let mut residual_exprs = Vec::new();
+        for f in filters {
+            match translator.predicate(f) {
+                Some(p) => {
+                    parts.push(p);
+                    pushed_text.push(f.to_string());
+                }
+                None => residual_exprs.push(f.clone()),
+            }
+        }
+        let mut columns: Vec<usize> = if all_columns {
+            (0..schema.len()).collect()
+        } else {
+            residual_exprs.iter().flat_map(|e| e.column_refs()).map(|c| schema.arrow().index_of(&c.name)).collect::<Result<_, _>>()?
+        };
+        columns.sort_unstable();
+        columns.dedup();
+        let projected = DFSchema::try_from(schema.arrow().project(&columns)?)?;
+        let residual = residual_exprs
+            .iter()
+            .map(|e| state.create_physical_expr(e.clone(), &projected))
+            .collect::<Result<Vec<_>>>()?;
+        let residual_text = residual_exprs.iter().map(ToString::to_string).collect();
+        Ok(DmlFilter { predicate: combine(parts), residual, columns, pushed_text, residual_text })
+    }
+
+    fn threads(state: &dyn Session) -> usize {
+        state.config().target_partitions()
+    }
+}
+
+/// The conjunction of `parts` (`None` when empty).
+fn combine(mut parts: Vec<Predicate>) -> Option<Predicate> {
+    match parts.len() {
+        0 => None,
+        1 => parts.pop(),
+        _ => Some(Predicate::And(parts)),
+    }
+}
+
+#[async_trait]
+impl TableProvider for QuiverTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(self.table.arrow_schema())
+    }
+
+    fn constraints(&self) -> Option<&Constraints> {
+        self.constraints.as_ref()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        self.defaults.get(column)
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let (filter, exact_text, pruning_text) = self.scan_filter(filters);
+        let source = ScanSource {
+            table: self.table.name().to_string(),
+            snapshot: self.table.snapshot(),
+            filter,
+            exact_text,
+            pruning_text,
+            id_buffer: self.settings.id_buffer,
+        };
+        let config = state.config();
+        let exec = QuiverScanExec::try_new(
+            source,
+            projection.map(Vec::as_slice),
+            limit,
+            config.target_partitions(),
+            config.batch_size(),
+        )?;
+        Ok(Arc::new(exec))
+    }
+
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> Result<Vec<TableProviderFilterPushDown>> {
+        let translator = Translator::logical(self.table.schema());
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if translator.predicate(f).is_some() {
+                    TableProviderFilterPushDown::Exact
+                } else if translator.necessary(f).is_some() {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
+    async fn insert_into(
+        &self,
+        state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let overwrite = match insert_op {
+            InsertOp::Append => false,
+            InsertOp::Overwrite => true,
+            InsertOp::Replace => {
+                return Err(DataFusionError::NotImplemented("REPLACE INTO is not supported by quiverdb".into()));
+            }
+        };
+        let expected = self.table.schema().len();
+        let found = input.schema().fields().len();
+        if found != expected {
+            return Err(DataFusionError::Plan(format!(
+                "INSERT into '{}' gives {found} columns, the table has {expected}",
+                self.table.name()
+            )));
+        }
+        let op = DmlOp::Insert { input, overwrite };
+        Ok(Arc::new(DmlExec::new(self.table.clone(), op, Self::threads(state))))
+    }
+
+    async fn delete_from(&self, state: &dyn Session, filters: Vec<Expr>) -> Result<Arc<dyn ExecutionPlan>> {
+        let filters = self.statement.as_ref().map_or(filters, |s| s.filters.clone());
+        let filter = self.dml_filter(state, &filters, false)?;
+        Ok(Arc::new(DmlExec::new(self.table.clone(), DmlOp::Delete(filter), Self::threads(state))))
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let (assignments, filters) = match &self.statement {
+            Some(s) => (s.assignments.clone(), s.filters.clone()),
+            None => (assignments, filters),
+        };
+        let filter = self.dml_filter(state, &filters, true)?;
+        let schema = self.table.schema().arrow();
+        let full = DFSchema::try_from(Arc::clone(schema))?;
+        let mut exprs: Vec<(usize, Arc<dyn PhysicalExpr>)> = Vec::with_capacity(assignments.len());
+        let mut text = Vec::with_capacity(assignments.len());
+        for (column, expr) in &assignments {
+            let c = schema.index_of(column).map_err(|_| {
+                DataFusionError::Plan(format!("UPDATE sets column '{column}', which table '{}' does not have", self.table.name()))
+            })?;
+            exprs.push((c, state.create_physical_expr(expr.clone(), &full)?));
+            text.push(format!("{column} = {expr}"));
+        }
+        let op = DmlOp::Update { filter, assignments: exprs, text };
+        Ok(Arc::new(DmlExec::new(self.table.clone(), op, Self::threads(state))))
+    }
+
+    async fn truncate(&self, state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(DmlExec::new(self.table.clone(), DmlOp::Truncate, Self::threads(state))))
+    }
+}

@@ -1,0 +1,284 @@
+//! Physical optimizer rule: aggregates and TopK run inside quiverdb scans.
+//!
+//! ```text
+//!   AggregateExec (Partial | Single | SinglePartitioned)        SortExec (fetch = k)
+//!     [ProjectionExec | FilterExec | CooperativeExec |            [the same wrappers]
+//!      RepartitionExec | CoalescePartitionsExec]*                   QuiverScanExec
+//!       QuiverScanExec (no limit)
+//!   ──────────────────────────────────────────────────────────────────────────────
+//!   QuiverAggregateExec (states or final values)               QuiverTopKExec
+//! ```
+//!
+//! The wrappers between the plan and the scan are folded into map
+//! expressions (projections) and predicates (filters) over the table's
+//! columns; if any needed expression has no exact quiverdb equivalent, or
+//! an aggregate is DISTINCT, filtered, ordered or not one of COUNT, SUM,
+//! MIN, MAX, AVG, the plan is left to DataFusion untouched. The rule runs
+//! after DataFusion's own rules, so it sees the final plan shape.
+
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::error::Result;
+use datafusion::physical_expr::expressions::{Column as PColumn, Literal as PLiteral};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning, PhysicalExpr};
+use quiverdb_mapreducer::{AggFunc, Aggregate, AggregateSpec, Domain, GatherSpec, MapExpr};
+use quiverdb_scan::{Predicate, SortKey};
+use quiverdb_storage::TableSchema;
+
+use crate::exec::{AggregateOutputMode, QuiverAggregateExec, QuiverScanExec, QuiverTopKExec, ScanSource, shard_groups};
+use crate::translate::Translator;
+
+/// Pushes aggregates and TopK into quiverdb scans (see the module docs).
+#[derive(Debug, Default)]
+pub struct QuiverPushdown;
+
+impl PhysicalOptimizerRule for QuiverPushdown {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let threads = config.execution.target_partitions;
+        let rewritten = plan.transform_down(|node| {
+            let replaced = if let Some(agg) = node.downcast_ref::<AggregateExec>() {
+                push_aggregate(agg, threads)?
+            } else if let Some(sort) = node.downcast_ref::<SortExec>() {
+                push_topk(sort, threads)
+            } else {
+                None
+            };
+            Ok(match replaced {
+                Some(p) => Transformed::yes(p),
+                None => Transformed::no(node),
+            })
+        })?;
+        Ok(rewritten.data)
+    }
+
+    fn name(&self) -> &str {
+        "quiverdb_pushdown"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// A chain of wrappers over a quiverdb scan, folded: the scan, the map
+/// expression of each output column (`None` if quiverdb cannot compute
+/// it), and the filters met on the way.
+struct Folded<'a> {
+    scan: &'a QuiverScanExec,
+    outputs: Vec<Option<MapExpr>>,
+    filters: Vec<Predicate>,
+    filter_text: Vec<String>,
+}
+
+impl Folded<'_> {
+    fn schema(&self) -> &TableSchema {
+        self.scan.source().snapshot.schema()
+    }
+
+    fn translator(&self) -> Translator<'_> {
+        Translator::physical(self.schema(), &self.outputs)
+    }
+
+    /// The scan's source with the folded filters added.
+    fn source(&self) -> ScanSource {
+        let mut source = self.scan.source().clone();
+        let mut parts: Vec<Predicate> = source.filter.take().into_iter().collect();
+        parts.extend(self.filters.iter().cloned());
+        source.filter = match parts.len() {
+            0 => None,
+            1 => parts.pop(),
+            _ => Some(Predicate::And(parts)),
+        };
+        source.exact_text.extend(self.filter_text.iter().cloned());
+        source
+    }
+}
+
+/// Folds `plan` down to a quiverdb scan without a limit. `hash_ok`
+/// allows hash repartitioning on the way (fine when the result is
+/// computed whole, not per input partition).
+fn fold(plan: &Arc<dyn ExecutionPlan>, hash_ok: bool) -> Option<Folded<'_>> {
+    if let Some(scan) = plan.downcast_ref::<QuiverScanExec>() {
+        if scan.limit().is_some() {
+            return None;
+        }
+        let outputs = scan.projection().iter().map(|&c| Some(MapExpr::Column(c))).collect();
+        return Some(Folded { scan, outputs, filters: Vec::new(), filter_text: Vec::new() });
+    }
+    if let Some(coop) = plan.downcast_ref::<CooperativeExec>() {
+        return fold(coop.input(), hash_ok);
+    }
+    if let Some(r) = plan.downcast_ref::<RepartitionExec>() {
+        let ok = matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)) || hash_ok;
+        return if ok { fold(r.input(), hash_ok) } else { None };
+    }
+    if let Some(c) = plan.downcast_ref::<CoalescePartitionsExec>() {
+        return if c.fetch().is_none() { fold(c.input(), hash_ok) } else { None };
+    }
+    if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
+        let mut folded = fold(p.input(), hash_ok)?;
+        let outputs = {
+            let t = folded.translator();
+            p.expr().iter().map(|e| t.physical_map(&e.expr)).collect()
+        };
+        folded.outputs = outputs;
+        return Some(folded);
+    }
+    if let Some(f) = plan.downcast_ref::<FilterExec>() {
+        if f.fetch().is_some() {
+            return None;
+        }
+        let mut folded = fold(f.input(), hash_ok)?;
+        let predicate = folded.translator().physical_predicate(f.predicate())?;
+        folded.filters.push(predicate);
+        folded.filter_text.push(f.predicate().to_string());
+        if let Some(projection) = f.projection() {
+            folded.outputs = projection.iter().map(|&i| folded.outputs.get(i).cloned().flatten()).collect();
+        }
+        return Some(folded);
+    }
+    None
+}
+
+/// An `AggregateExec` as a [`QuiverAggregateExec`], if it qualifies.
+fn push_aggregate(agg: &AggregateExec, threads: usize) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let (mode, hash_ok) = match agg.mode() {
+        AggregateMode::Partial => (AggregateOutputMode::States, false),
+        AggregateMode::Single | AggregateMode::SinglePartitioned => (AggregateOutputMode::Final, true),
+        _ => return Ok(None),
+    };
+    if agg.group_expr().has_grouping_set() || agg.limit_options().is_some() || agg.filter_expr().iter().any(Option::is_some) {
+        return Ok(None);
+    }
+    let Some(folded) = fold(agg.input(), hash_ok) else { return Ok(None) };
+    let t = folded.translator();
+    let Some(keys) = agg.group_expr().expr().iter().map(|(e, _)| t.physical_map(e)).collect::<Option<Vec<_>>>() else {
+        return Ok(None);
+    };
+    let mut aggregates = Vec::with_capacity(agg.aggr_expr().len());
+    for a in agg.aggr_expr() {
+        if a.is_distinct() || !a.order_bys().is_empty() {
+            return Ok(None);
+        }
+        let args = a.expressions();
+        let [arg] = args.as_slice() else { return Ok(None) };
+        let func = match a.fun().name() {
+            "count" => AggFunc::Count,
+            "sum" => AggFunc::Sum,
+            "min" => AggFunc::Min,
+            "max" => AggFunc::Max,
+            "avg" => AggFunc::Avg,
+            _ => return Ok(None),
+        };
+        // COUNT of a non-NULL constant (COUNT(*) arrives as COUNT(1)) counts rows.
+        let constant = arg.downcast_ref::<PLiteral>().is_some_and(|l| !l.value().is_null());
+        aggregates.push(if func == AggFunc::Count && constant {
+            Aggregate::count_star()
+        } else {
+            let Some(input) = t.physical_map(arg) else { return Ok(None) };
+            Aggregate::new(func, input)
+        });
+    }
+    let table = folded.schema();
+    let Ok(spec) = AggregateSpec::new(keys, aggregates, table) else { return Ok(None) };
+    let schema = agg.schema();
+    let types = QuiverAggregateExec::output_types(&spec, mode, table);
+    let same = types.len() == schema.fields().len() && types.iter().zip(schema.fields()).all(|(t, f)| t == f.data_type());
+    if !same {
+        return Ok(None);
+    }
+    let mut text = vec![format!(
+        "aggr=[{}]",
+        agg.aggr_expr().iter().map(|a| a.name().to_string()).collect::<Vec<_>>().join(", ")
+    )];
+    if !agg.group_expr().is_empty() {
+        text.push(format!(
+            "group_by=[{}]",
+            agg.group_expr().expr().iter().map(|(e, name)| format!("{e} as {name}")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let exec: Arc<dyn ExecutionPlan> = Arc::new(QuiverAggregateExec::new(
+        folded.source(),
+        Arc::new(spec),
+        mode,
+        groups_for(&folded, agg.properties().partitioning.partition_count()),
+        threads,
+        text.join(", "),
+        Arc::clone(&schema),
+    ));
+    // A SinglePartitioned aggregate's output is hash-partitioned on its
+    // keys; keep that promise for the plan above.
+    let partitioning = agg.properties().partitioning.clone();
+    if let Partitioning::Hash(_, n) = partitioning
+        && n > 1
+    {
+        let keys: Vec<Arc<dyn PhysicalExpr>> = (0..agg.group_expr().expr().len())
+            .map(|i| Arc::new(PColumn::new(schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
+            .collect();
+        return Ok(Some(Arc::new(RepartitionExec::try_new(exec, Partitioning::Hash(keys, n))?)));
+    }
+    if exec.properties().partitioning.partition_count() != agg.properties().partitioning.partition_count()
+        && mode == AggregateOutputMode::Final
+    {
+        return Ok(None);
+    }
+    Ok(Some(exec))
+}
+
+/// The scan's shards in exactly `partitions` groups (some possibly empty),
+/// so that the aggregate's replacement keeps its partition count.
+fn groups_for(folded: &Folded<'_>, partitions: usize) -> Vec<Vec<usize>> {
+    let mut groups = shard_groups(&folded.scan.source().snapshot, partitions);
+    groups.resize(partitions.max(1), Vec::new());
+    groups
+}
+
+/// A `SortExec` with a fetch as a [`QuiverTopKExec`], if it qualifies.
+fn push_topk(sort: &SortExec, threads: usize) -> Option<Arc<dyn ExecutionPlan>> {
+    let fetch = sort.fetch()?;
+    let folded = fold(sort.input(), true)?;
+    let table = folded.schema();
+    let t = folded.translator();
+    let mut keys = Vec::new();
+    for e in sort.expr().iter() {
+        let expr = t.physical_map(&e.expr)?;
+        let data_type = expr.data_type(table).ok()?;
+        if Domain::of(&data_type).is_none() && expr.as_column().is_none() {
+            return None;
+        }
+        keys.push(SortKey { expr, descending: e.options.descending, nulls_first: e.options.nulls_first });
+    }
+    let schema = sort.schema();
+    let exprs = folded
+        .outputs
+        .iter()
+        .zip(schema.fields())
+        .map(|(e, f)| Some((e.clone()?, f.name().clone())))
+        .collect::<Option<Vec<_>>>()?;
+    let spec = GatherSpec::new(exprs, table, fetch.max(1)).ok()?;
+    let same = spec.schema().fields().len() == schema.fields().len()
+        && spec.schema().fields().iter().zip(schema.fields()).all(|(a, b)| a.data_type() == b.data_type());
+    if !same {
+        return None;
+    }
+    let text = format!("sort=[{}]", sort.expr().iter().map(ToString::to_string).collect::<Vec<_>>().join(", "));
+    Some(Arc::new(QuiverTopKExec::new(
+        folded.source(),
+        keys,
+        fetch,
+        Arc::new(spec),
+        threads,
+        text,
+        Arc::clone(sort.properties()),
+    )))
+}

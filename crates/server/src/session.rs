@@ -1,0 +1,192 @@
+//! A DataFusion `SessionContext` over a quiverdb database, in one call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::{Column, DFSchemaRef};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::datasource::{DefaultTableSource, provider_as_source};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{Expr, LogicalPlan, WriteOp};
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::optimizer::AnalyzerRule;
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use quiverdb_storage::{Database, TableOptions};
+
+use crate::catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema};
+use crate::provider::{DmlStatementParts, QuiverTable, ScanSettings};
+use crate::rules::QuiverPushdown;
+
+/// The name of quiverdb's catalog.
+pub const DEFAULT_CATALOG: &str = "quiverdb";
+
+/// How a quiverdb session runs.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// DataFusion partitions per query (0 = the available parallelism);
+    /// a scan splits a table's shards into this many groups.
+    pub target_partitions: usize,
+    /// Rows per batch (DataFusion's `batch_size`).
+    pub batch_size: usize,
+    /// Options of tables created through SQL.
+    pub table_options: TableOptions,
+    /// Scan settings.
+    pub scan: ScanSettings,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self { target_partitions: 0, batch_size: 8192, table_options: TableOptions::default(), scan: ScanSettings::default() }
+    }
+}
+
+/// A `SessionContext` whose catalog is `db`: `SELECT`, `INSERT`,
+/// `CREATE TABLE` and the rest act on quiverdb tables, and quiverdb's
+/// optimizer rules push aggregates and TopK into its scans.
+pub fn session_context(db: &Database) -> SessionContext {
+    session_context_with(db, SessionOptions::default())
+}
+
+/// [`session_context`] with options.
+pub fn session_context_with(db: &Database, options: SessionOptions) -> SessionContext {
+    let mut config = SessionConfig::new()
+        .with_information_schema(true)
+        .with_default_catalog_and_schema(DEFAULT_CATALOG, DEFAULT_SCHEMA)
+        .with_create_default_catalog_and_schema(false)
+        .with_batch_size(options.batch_size.max(1));
+    if options.target_partitions > 0 {
+        config = config.with_target_partitions(options.target_partitions);
+    }
+    let schema = Arc::new(QuiverSchema::new(db.clone(), options.table_options, options.scan));
+    let catalogs = Arc::new(MemoryCatalogProviderList::new());
+    catalogs.register_catalog(DEFAULT_CATALOG.to_string(), Arc::new(QuiverCatalog::new(schema)));
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        // Nothing a client sends may read or write files: no CREATE
+        // EXTERNAL TABLE, no COPY.
+        .with_table_factories(HashMap::new())
+        .with_file_formats(Vec::new())
+        .with_catalog_list(catalogs)
+        .with_analyzer_rule(Arc::new(DmlGuard))
+        .with_physical_optimizer_rule(Arc::new(QuiverPushdown))
+        .build();
+    SessionContext::new_with_state(state)
+}
+
+/// Makes DELETE and UPDATE act on exactly the rows their WHERE clause
+/// names. Runs after DataFusion's analyzer rules, on the typed plan:
+///
+/// - rejects what DataFusion would not hand to the table: a subquery (IN,
+///   EXISTS, scalar) in WHERE, which the optimizer turns into a join so the
+///   table would be asked to change every row (apache/datafusion#24654),
+///   and `UPDATE ... FROM`, whose other table's conditions are dropped;
+/// - binds the target quiverdb table to the statement's WHERE conjuncts
+///   and SET list as written, because the optimizer may fold a false
+///   condition (`WHERE 1 = 0`) into an empty input, after which the table
+///   would be handed no filter, meaning every row.
+#[derive(Debug)]
+struct DmlGuard;
+
+impl AnalyzerRule for DmlGuard {
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+        let config = Arc::new(config.clone());
+        let bound = plan.transform_down(|node| {
+            let LogicalPlan::Dml(dml) = &node else { return Ok(Transformed::no(node)) };
+            if !matches!(dml.op, WriteOp::Delete | WriteOp::Update) {
+                return Ok(Transformed::no(node));
+            }
+            let parts = dml_parts(&dml.op, &dml.input, &config)?;
+            let provider = dml.target.downcast_ref::<DefaultTableSource>().and_then(|s| s.table_provider.downcast_ref::<QuiverTable>());
+            let Some(table) = provider else { return Ok(Transformed::no(node)) };
+            let mut dml = dml.clone();
+            dml.target = provider_as_source(Arc::new(table.bound_to(parts)));
+            Ok(Transformed::yes(LogicalPlan::Dml(dml)))
+        })?;
+        Ok(bound.data)
+    }
+
+    fn name(&self) -> &str {
+        "quiverdb_dml_guard"
+    }
+}
+
+/// The WHERE conjuncts and SET list of a DELETE or UPDATE input plan, or
+/// an error if the plan reads anything but the target table.
+fn dml_parts(op: &WriteOp, input: &LogicalPlan, config: &Arc<ConfigOptions>) -> Result<DmlStatementParts> {
+    let statement = if matches!(op, WriteOp::Delete) { "DELETE" } else { "UPDATE" };
+    let mut filters = Vec::new();
+    input.apply(|node| {
+        match node {
+            LogicalPlan::Filter(f) => {
+                let simplifier = simplifier(f.input.schema(), config);
+                for e in split_conjunction(&f.predicate) {
+                    filters.push(simplifier.simplify(e.clone())?);
+                }
+            }
+            LogicalPlan::Projection(_) | LogicalPlan::TableScan(_) | LogicalPlan::SubqueryAlias(_) => {}
+            LogicalPlan::Join(_) | LogicalPlan::Union(_) => {
+                return Err(DataFusionError::NotImplemented(format!(
+                    "{statement} reading other tables (FROM or USING) is not supported by quiverdb"
+                )));
+            }
+            other => {
+                return Err(DataFusionError::NotImplemented(format!(
+                    "{statement} over a {} is not supported by quiverdb",
+                    other.display()
+                )));
+            }
+        }
+        for e in node.expressions() {
+            let subquery = e.exists(|e| Ok(matches!(e, Expr::Exists(_) | Expr::InSubquery(_) | Expr::ScalarSubquery(_))))?;
+            if subquery {
+                return Err(DataFusionError::NotImplemented(format!(
+                    "{statement} with a subquery (IN, EXISTS or scalar) is not supported: DataFusion would not pass \
+                     the condition to the table (apache/datafusion#24654); select the keys first, then {statement} \
+                     with a literal IN list"
+                )));
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    let mut assignments = Vec::new();
+    if matches!(op, WriteOp::Update) {
+        let LogicalPlan::Projection(p) = input else {
+            return Err(DataFusionError::Internal(format!("UPDATE input is not a projection: {}", input.display())));
+        };
+        let simplifier = simplifier(p.input.schema(), config);
+        for e in &p.expr {
+            if let Expr::Alias(alias) = e {
+                let identity = matches!(alias.expr.as_ref(), Expr::Column(c) if c.name == alias.name);
+                if !identity {
+                    let value = simplifier.simplify(alias.expr.as_ref().clone())?;
+                    assignments.push((alias.name.clone(), unqualified(value)?));
+                }
+            }
+        }
+    }
+    let filters = filters.into_iter().map(unqualified).collect::<Result<Vec<_>>>()?;
+    Ok(DmlStatementParts { filters, assignments })
+}
+
+/// Constant folding and literal-cast unwrapping (as DataFusion's optimizer
+/// does), so that `name LIKE CAST('a%' AS Utf8View)` reaches the scan as a
+/// literal pattern and `1 = 0` as `false`.
+fn simplifier(schema: &DFSchemaRef, config: &Arc<ConfigOptions>) -> ExprSimplifier {
+    let context = SimplifyContext::builder().with_schema(Arc::clone(schema)).with_config_options(Arc::clone(config)).build();
+    ExprSimplifier::new(context)
+}
+
+/// `e` with its columns' table qualifiers removed.
+fn unqualified(e: Expr) -> Result<Expr> {
+    Ok(e.transform(|e| match e {
+        Expr::Column(c) if c.relation.is_some() => Ok(Transformed::yes(Expr::Column(Column::new_unqualified(c.name)))),
+        other => Ok(Transformed::no(other)),
+    })?
+    .data)
+}

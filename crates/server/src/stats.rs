@@ -1,0 +1,186 @@
+//! Table statistics from zone maps and deltas.
+//!
+//! Row counts are exact (deletes are exact). A column's min, max and null
+//! count are exact when the covered shards have no deleted rows: main
+//! storage's zone maps are exact for every key encoding and for
+//! dictionary strings, and delta values are read directly (deltas are
+//! small). With deletions they are reported as inexact bounds, and with a
+//! pushed filter everything is inexact.
+
+use arrow_schema::DataType;
+use datafusion::common::stats::Precision;
+use datafusion::common::{ColumnStatistics, ScalarValue, Statistics};
+use quiverdb_mapreducer::key_to_num;
+use quiverdb_storage::main::Encoding;
+use quiverdb_storage::types::{KeyNative, PhysicalType};
+use quiverdb_storage::{DeltaColumnReader, ShardSnapshot, TableSnapshot};
+
+use crate::convert::{bytes_to_scalar, num_to_scalar};
+
+/// Min and max of one column over some rows: keys for fixed-width
+/// columns, bytes for strings; `None` when unknown.
+#[derive(Debug, Clone, Default)]
+struct Range {
+    keys: Option<(u64, u64)>,
+    bytes: Option<(Vec<u8>, Vec<u8>)>,
+    known: bool,
+}
+
+impl Range {
+    fn empty() -> Self {
+        Self { keys: None, bytes: None, known: true }
+    }
+
+    fn add_key(&mut self, k: u64) {
+        self.keys = Some(match self.keys {
+            None => (k, k),
+            Some((a, b)) => (a.min(k), b.max(k)),
+        });
+    }
+
+    fn add_bytes(&mut self, v: &[u8]) {
+        match &mut self.bytes {
+            None => self.bytes = Some((v.to_vec(), v.to_vec())),
+            Some((a, b)) => {
+                if v < a.as_slice() {
+                    *a = v.to_vec();
+                }
+                if v > b.as_slice() {
+                    *b = v.to_vec();
+                }
+            }
+        }
+    }
+}
+
+/// Statistics of `projection` over the shards `shards` of `snapshot`.
+pub(crate) fn statistics(snapshot: &TableSnapshot, shards: &[usize], projection: &[usize], filtered: bool) -> Statistics {
+    let schema = snapshot.schema();
+    let rows: usize = shards.iter().map(|&s| snapshot.shard(s).live_rows()).sum();
+    let any_deletes = shards.iter().any(|&s| snapshot.shard(s).deletes().is_some());
+    let exact = !filtered && !any_deletes;
+    let columns = projection
+        .iter()
+        .map(|&c| {
+            let data_type = schema.field(c).data_type();
+            let physical = schema.physical(c);
+            let mut range = Range::empty();
+            let mut nulls = 0usize;
+            for &s in shards {
+                let shard = snapshot.shard(s);
+                nulls += main_stats(&shard, c, physical, &mut range);
+                nulls += delta_stats(&shard, c, physical, &mut range);
+            }
+            let wrap = |v: ScalarValue| if exact { Precision::Exact(v) } else { Precision::Inexact(v) };
+            let (min, max) = match (range.known, &range.keys, &range.bytes) {
+                (true, Some((lo, hi)), _) => (
+                    num_to_scalar(key_to_num(physical, *lo), data_type).map_or(Precision::Absent, wrap),
+                    num_to_scalar(key_to_num(physical, *hi), data_type).map_or(Precision::Absent, wrap),
+                ),
+                (true, None, Some((lo, hi))) => (
+                    bytes_to_scalar(lo, data_type).map_or(Precision::Absent, wrap),
+                    bytes_to_scalar(hi, data_type).map_or(Precision::Absent, wrap),
+                ),
+                _ => (Precision::Absent, Precision::Absent),
+            };
+            let null_count = if exact { Precision::Exact(nulls) } else { Precision::Inexact(nulls) };
+            let boolean = *data_type == DataType::Boolean;
+            ColumnStatistics {
+                null_count,
+                min_value: if boolean { Precision::Absent } else { min },
+                max_value: if boolean { Precision::Absent } else { max },
+                ..ColumnStatistics::new_unknown()
+            }
+        })
+        .collect();
+    Statistics {
+        num_rows: if filtered { Precision::Inexact(rows) } else { Precision::Exact(rows) },
+        total_byte_size: Precision::Absent,
+        column_statistics: columns,
+    }
+}
+
+/// Adds the main rows of column `c` of a shard to `range`; returns their nulls.
+fn main_stats(shard: &ShardSnapshot<'_>, c: usize, physical: PhysicalType, range: &mut Range) -> usize {
+    let Some(col) = shard.main().column(c) else { return 0 };
+    match col.encoding() {
+        Encoding::Keys(_) if physical != PhysicalType::Bytes => {
+            if let Some((lo, hi)) = col.key_range() {
+                range.add_key(lo);
+                range.add_key(hi);
+            }
+        }
+        Encoding::StrDict(dict) => {
+            if let Some((lo, hi)) = col.key_range() {
+                range.add_bytes(dict.dict_value(lo as usize));
+                range.add_bytes(dict.dict_value(hi as usize));
+            }
+        }
+        // Plain strings' zone maps hold only prefixes; wide decimals' keys are clamped.
+        _ => range.known = false,
+    }
+    col.null_count()
+}
+
+/// Adds the delta rows of column `c` of a shard to `range`; returns their nulls.
+fn delta_stats(shard: &ShardSnapshot<'_>, c: usize, physical: PhysicalType, range: &mut Range) -> usize {
+    let len = shard.delta_len();
+    if len == 0 {
+        return 0;
+    }
+    let reader = shard.delta().reader(len);
+    let col = reader.column(c);
+    let mut nulls = 0;
+    let mut validity = [0u64; 16];
+    for chunk in 0..reader.num_chunks() {
+        let rows = reader.chunk_len(chunk);
+        let has_validity = col.validity(chunk, &mut validity);
+        let valid = |i: usize| !has_validity || validity[i / 64] >> (i % 64) & 1 == 1;
+        nulls += (0..rows).filter(|&i| !valid(i)).count();
+        add_delta_chunk(&col, physical, chunk, rows, &valid, range);
+    }
+    nulls
+}
+
+fn add_delta_chunk(col: &DeltaColumnReader<'_>, physical: PhysicalType, chunk: usize, rows: usize, valid: &dyn Fn(usize) -> bool, range: &mut Range) {
+    fn keys<T: KeyNative>(values: &[T], rows: usize, valid: &dyn Fn(usize) -> bool, range: &mut Range) {
+        for (i, v) in values.iter().enumerate().take(rows) {
+            if valid(i) {
+                range.add_key(v.to_key());
+            }
+        }
+    }
+    match physical {
+        PhysicalType::Boolean => {
+            let mut words = [0u64; 16];
+            col.booleans(chunk, &mut words);
+            for i in (0..rows).filter(|&i| valid(i)) {
+                range.add_key(words[i / 64] >> (i % 64) & 1);
+            }
+        }
+        PhysicalType::Int8 => keys::<i8>(col.values(chunk), rows, valid, range),
+        PhysicalType::Int16 => keys::<i16>(col.values(chunk), rows, valid, range),
+        PhysicalType::Int32 => keys::<i32>(col.values(chunk), rows, valid, range),
+        PhysicalType::Int64 => keys::<i64>(col.values(chunk), rows, valid, range),
+        PhysicalType::UInt8 => keys::<u8>(col.values(chunk), rows, valid, range),
+        PhysicalType::UInt16 => keys::<u16>(col.values(chunk), rows, valid, range),
+        PhysicalType::UInt32 => keys::<u32>(col.values(chunk), rows, valid, range),
+        PhysicalType::UInt64 => keys::<u64>(col.values(chunk), rows, valid, range),
+        PhysicalType::Float32 => keys::<f32>(col.values(chunk), rows, valid, range),
+        PhysicalType::Float64 => keys::<f64>(col.values(chunk), rows, valid, range),
+        PhysicalType::Decimal128 => {
+            // Decimals beyond the i64 range have no exact key.
+            let values: &[i128] = col.values(chunk);
+            if values.iter().take(rows).any(|v| *v < i64::MIN as i128 || *v > i64::MAX as i128) {
+                range.known = false;
+            }
+            keys::<i128>(values, rows, valid, range);
+        }
+        PhysicalType::Bytes => {
+            let bytes = col.bytes(chunk);
+            for i in (0..rows).filter(|&i| valid(i)) {
+                range.add_bytes(bytes.get(i));
+            }
+        }
+    }
+}

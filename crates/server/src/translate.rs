@@ -1,0 +1,300 @@
+//! DataFusion expressions → quiverdb map expressions and predicates.
+//!
+//! Two sources: the logical filters a table scan receives (`Expr`), and
+//! the physical expressions the pushdown rules meet (`PhysicalExpr`, whose
+//! columns are positions in their input, mapped back to table columns).
+//! Anything without an exact quiverdb equivalent translates to `None`, and
+//! the caller leaves it to DataFusion.
+
+use std::sync::Arc;
+
+use arrow_schema::DataType;
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::expr::{Between, Cast, InList, Like};
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{
+    BinaryExpr as PBinary, CastExpr, Column as PColumn, InListExpr, IsNotNullExpr, IsNullExpr, LikeExpr,
+    Literal as PLiteral, NotExpr,
+};
+use quiverdb_mapreducer::{ArithOp, MapExpr, Scalar};
+use quiverdb_scan::{CmpOp, Predicate};
+use quiverdb_storage::TableSchema;
+
+use crate::convert::scalar_for;
+
+fn cmp_op(op: Operator) -> Option<CmpOp> {
+    Some(match op {
+        Operator::Eq => CmpOp::Eq,
+        Operator::NotEq => CmpOp::NotEq,
+        Operator::Lt => CmpOp::Lt,
+        Operator::LtEq => CmpOp::LtEq,
+        Operator::Gt => CmpOp::Gt,
+        Operator::GtEq => CmpOp::GtEq,
+        _ => return None,
+    })
+}
+
+/// `a op b` as `b op' a`.
+fn flip(op: CmpOp) -> CmpOp {
+    match op {
+        CmpOp::Lt => CmpOp::Gt,
+        CmpOp::LtEq => CmpOp::GtEq,
+        CmpOp::Gt => CmpOp::Lt,
+        CmpOp::GtEq => CmpOp::LtEq,
+        other => other,
+    }
+}
+
+fn arith_op(op: Operator) -> Option<ArithOp> {
+    Some(match op {
+        Operator::Plus => ArithOp::Add,
+        Operator::Minus => ArithOp::Sub,
+        Operator::Multiply => ArithOp::Mul,
+        Operator::Divide => ArithOp::Div,
+        Operator::Modulo => ArithOp::Rem,
+        _ => return None,
+    })
+}
+
+/// `prefix` if `pattern` is `prefix%` with no other wildcard.
+fn like_prefix(pattern: &str) -> Option<&str> {
+    let prefix = pattern.strip_suffix('%')?;
+    (!prefix.contains(['%', '_', '\\'])).then_some(prefix)
+}
+
+/// Translates DataFusion expressions over one table.
+pub(crate) struct Translator<'a> {
+    schema: &'a TableSchema,
+    /// For physical expressions: the map expression of each input column
+    /// (`None` for a column quiverdb cannot compute).
+    inputs: Option<&'a [Option<MapExpr>]>,
+}
+
+impl<'a> Translator<'a> {
+    /// For logical expressions whose columns are table columns by name.
+    pub(crate) fn logical(schema: &'a TableSchema) -> Self {
+        Self { schema, inputs: None }
+    }
+
+    /// For physical expressions whose column `i` is `inputs[i]`.
+    pub(crate) fn physical(schema: &'a TableSchema, inputs: &'a [Option<MapExpr>]) -> Self {
+        Self { schema, inputs: Some(inputs) }
+    }
+
+    fn validated(&self, p: Predicate) -> Option<Predicate> {
+        p.validate(self.schema).is_ok().then_some(p)
+    }
+
+    fn typed(&self, e: MapExpr) -> Option<(MapExpr, DataType)> {
+        let t = e.data_type(self.schema).ok()?;
+        Some((e, t))
+    }
+
+    // ---------------------------------------------------------------- logical
+
+    /// A logical filter as a predicate, if quiverdb evaluates it exactly.
+    pub(crate) fn predicate(&self, e: &Expr) -> Option<Predicate> {
+        let p = self.predicate_inner(e)?;
+        self.validated(p)
+    }
+
+    fn predicate_inner(&self, e: &Expr) -> Option<Predicate> {
+        Some(match e {
+            Expr::Literal(ScalarValue::Boolean(Some(b)), _) => Predicate::Const(*b),
+            Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
+                Predicate::And(vec![self.predicate_inner(left)?, self.predicate_inner(right)?])
+            }
+            Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
+                Predicate::Or(vec![self.predicate_inner(left)?, self.predicate_inner(right)?])
+            }
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+                let op = cmp_op(*op)?;
+                match (left.as_ref(), right.as_ref()) {
+                    (Expr::Literal(v, _), other) => {
+                        let (m, t) = self.typed(self.map(other)?)?;
+                        Predicate::cmp(m, flip(op), scalar_for(v, &t)?)
+                    }
+                    (other, Expr::Literal(v, _)) => {
+                        let (m, t) = self.typed(self.map(other)?)?;
+                        Predicate::cmp(m, op, scalar_for(v, &t)?)
+                    }
+                    _ => return None,
+                }
+            }
+            Expr::Not(inner) => self.predicate_inner(inner)?.negate(),
+            Expr::IsNull(inner) => Predicate::IsNull(self.map(inner)?),
+            Expr::IsNotNull(inner) => Predicate::IsNotNull(self.map(inner)?),
+            Expr::Between(Between { expr, negated, low, high }) => {
+                let (m, t) = self.typed(self.map(expr)?)?;
+                let (Expr::Literal(lo, _), Expr::Literal(hi, _)) = (low.as_ref(), high.as_ref()) else { return None };
+                Predicate::Between { expr: m, low: scalar_for(lo, &t)?, high: scalar_for(hi, &t)?, negated: *negated }
+            }
+            Expr::InList(InList { expr, list, negated }) => {
+                let (m, t) = self.typed(self.map(expr)?)?;
+                let values = list
+                    .iter()
+                    .map(|v| match v {
+                        Expr::Literal(v, _) => scalar_for(v, &t),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                Predicate::InList { expr: m, values, negated: *negated }
+            }
+            Expr::Like(Like { negated, expr, pattern, escape_char: None, case_insensitive: false }) => {
+                let m = self.map(expr)?;
+                m.as_column()?;
+                let Expr::Literal(p, _) = pattern.as_ref() else { return None };
+                let pattern = p.try_as_str().flatten()?;
+                match like_prefix(pattern) {
+                    Some(prefix) => Predicate::LikePrefix { expr: m, prefix: prefix.as_bytes().to_vec(), negated: *negated },
+                    // No wildcard at all: equality.
+                    None if !pattern.contains(['%', '_', '\\']) => {
+                        let p = Predicate::cmp(m, CmpOp::Eq, Scalar::Bytes(pattern.as_bytes().to_vec()));
+                        if *negated { p.negate() } else { p }
+                    }
+                    None => return None,
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    /// A condition every row passing `e` also passes, for skipping rows
+    /// before DataFusion evaluates `e` itself: `e` when it translates
+    /// exactly, the literal prefix of a LIKE pattern, and the parts of an
+    /// AND (or both sides of an OR) that have one.
+    pub(crate) fn necessary(&self, e: &Expr) -> Option<Predicate> {
+        let p = self.necessary_inner(e)?;
+        self.validated(p)
+    }
+
+    fn necessary_inner(&self, e: &Expr) -> Option<Predicate> {
+        if let Some(p) = self.predicate_inner(e) {
+            return Some(p);
+        }
+        match e {
+            Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
+                match (self.necessary_inner(left), self.necessary_inner(right)) {
+                    (Some(l), Some(r)) => Some(Predicate::And(vec![l, r])),
+                    (Some(p), None) | (None, Some(p)) => Some(p),
+                    (None, None) => None,
+                }
+            }
+            Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
+                Some(Predicate::Or(vec![self.necessary_inner(left)?, self.necessary_inner(right)?]))
+            }
+            Expr::Like(Like { negated: false, expr, pattern, escape_char: None, case_insensitive: false }) => {
+                let m = self.map(expr)?;
+                m.as_column()?;
+                let Expr::Literal(p, _) = pattern.as_ref() else { return None };
+                let pattern = p.try_as_str().flatten()?;
+                let end = pattern.find(['%', '_', '\\'])?;
+                (end > 0).then(|| Predicate::LikePrefix { expr: m, prefix: pattern[..end].as_bytes().to_vec(), negated: false })
+            }
+            _ => None,
+        }
+    }
+
+    /// A logical value expression as a map expression.
+    pub(crate) fn map(&self, e: &Expr) -> Option<MapExpr> {
+        Some(match e {
+            Expr::Column(c) => MapExpr::Column(self.schema.arrow().index_of(&c.name).ok()?),
+            Expr::Literal(v, _) => {
+                let t = v.data_type();
+                MapExpr::lit(scalar_for(v, &t)?, t)
+            }
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+                self.map(left)?.arith(arith_op(*op)?, self.map(right)?)
+            }
+            Expr::Cast(Cast { expr, field }) => self.map(expr)?.cast(field.data_type().clone()),
+            _ => return None,
+        })
+    }
+
+    // --------------------------------------------------------------- physical
+
+    /// A physical value expression as a map expression.
+    pub(crate) fn physical_map(&self, e: &Arc<dyn PhysicalExpr>) -> Option<MapExpr> {
+        if let Some(c) = e.downcast_ref::<PColumn>() {
+            return self.inputs?.get(c.index()).cloned().flatten();
+        }
+        if let Some(l) = e.downcast_ref::<PLiteral>() {
+            let t = l.value().data_type();
+            return Some(MapExpr::lit(scalar_for(l.value(), &t)?, t));
+        }
+        if let Some(b) = e.downcast_ref::<PBinary>() {
+            return Some(self.physical_map(b.left())?.arith(arith_op(*b.op())?, self.physical_map(b.right())?));
+        }
+        if let Some(c) = e.downcast_ref::<CastExpr>() {
+            return Some(self.physical_map(c.expr())?.cast(c.cast_type().clone()));
+        }
+        None
+    }
+
+    /// A physical boolean expression as a predicate.
+    pub(crate) fn physical_predicate(&self, e: &Arc<dyn PhysicalExpr>) -> Option<Predicate> {
+        let p = self.physical_predicate_inner(e)?;
+        self.validated(p)
+    }
+
+    fn physical_predicate_inner(&self, e: &Arc<dyn PhysicalExpr>) -> Option<Predicate> {
+        if let Some(l) = e.downcast_ref::<PLiteral>() {
+            return match l.value() {
+                ScalarValue::Boolean(Some(b)) => Some(Predicate::Const(*b)),
+                _ => None,
+            };
+        }
+        if let Some(b) = e.downcast_ref::<PBinary>() {
+            return Some(match b.op() {
+                Operator::And => {
+                    Predicate::And(vec![self.physical_predicate_inner(b.left())?, self.physical_predicate_inner(b.right())?])
+                }
+                Operator::Or => {
+                    Predicate::Or(vec![self.physical_predicate_inner(b.left())?, self.physical_predicate_inner(b.right())?])
+                }
+                op => {
+                    let op = cmp_op(*op)?;
+                    if let Some(l) = b.right().downcast_ref::<PLiteral>() {
+                        let (m, t) = self.typed(self.physical_map(b.left())?)?;
+                        Predicate::cmp(m, op, scalar_for(l.value(), &t)?)
+                    } else if let Some(l) = b.left().downcast_ref::<PLiteral>() {
+                        let (m, t) = self.typed(self.physical_map(b.right())?)?;
+                        Predicate::cmp(m, flip(op), scalar_for(l.value(), &t)?)
+                    } else {
+                        return None;
+                    }
+                }
+            });
+        }
+        if let Some(n) = e.downcast_ref::<NotExpr>() {
+            return Some(self.physical_predicate_inner(n.arg())?.negate());
+        }
+        if let Some(n) = e.downcast_ref::<IsNullExpr>() {
+            return Some(Predicate::IsNull(self.physical_map(n.arg())?));
+        }
+        if let Some(n) = e.downcast_ref::<IsNotNullExpr>() {
+            return Some(Predicate::IsNotNull(self.physical_map(n.arg())?));
+        }
+        if let Some(i) = e.downcast_ref::<InListExpr>() {
+            let (m, t) = self.typed(self.physical_map(i.expr())?)?;
+            let values = i
+                .list()
+                .iter()
+                .map(|v| v.downcast_ref::<PLiteral>().and_then(|l| scalar_for(l.value(), &t)))
+                .collect::<Option<Vec<_>>>()?;
+            return Some(Predicate::InList { expr: m, values, negated: i.negated() });
+        }
+        if let Some(l) = e.downcast_ref::<LikeExpr>() {
+            if l.case_insensitive() {
+                return None;
+            }
+            let m = self.physical_map(l.expr())?;
+            m.as_column()?;
+            let pattern = l.pattern().downcast_ref::<PLiteral>()?.value().try_as_str().flatten()?;
+            let prefix = like_prefix(pattern)?;
+            return Some(Predicate::LikePrefix { expr: m, prefix: prefix.as_bytes().to_vec(), negated: l.negated() });
+        }
+        None
+    }
+}
