@@ -6,7 +6,9 @@
 //! layers: [`storage`] (tables, shards, encodings, snapshots),
 //! [`mapreducer`] (the batched map+reduce interface and its reducers) and
 //! [`scan`] (predicates, unordered and ordered scans, DELETE/UPDATE by
-//! predicate).
+//! predicate) and [`server`] (SQL through DataFusion: the table provider,
+//! catalog, DML and pushdown rules; [`session_context`] is the one call
+//! that turns a [`Database`] into a SQL session).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -24,5 +26,7 @@
 
 pub use quiverdb_mapreducer as mapreducer;
 pub use quiverdb_scan as scan;
+pub use quiverdb_server as server;
+pub use quiverdb_server::{SessionOptions, session_context, session_context_with};
 pub use quiverdb_storage as storage;
 pub use quiverdb_storage::{Database, Error, Result, Table, TableOptions, TableSnapshot, Value};

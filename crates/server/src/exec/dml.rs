@@ -23,7 +23,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::compute::{CastOptions, cast_with_options, filter_record_batch};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -37,6 +37,7 @@ use datafusion::physical_plan::{
 use futures::TryStreamExt;
 use quiverdb_mapreducer::{GatherKernel, GatherSpec, RecId};
 use quiverdb_scan::{Predicate, ScanOptions, matching_records, scan};
+use quiverdb_storage::types::ingest_compatible;
 use quiverdb_storage::{ShardId, Table, TableSnapshot, Transaction};
 use tokio::sync::mpsc;
 
@@ -338,8 +339,11 @@ fn residual_mask(batch: &RecordBatch, residual: &[Arc<dyn PhysicalExpr>]) -> Res
 /// The new versions of `batch`'s rows (table columns first).
 fn set(batch: &RecordBatch, assignments: &[(usize, Arc<dyn PhysicalExpr>)], table: &SchemaRef) -> Result<RecordBatch> {
     let mut columns: Vec<ArrayRef> = batch.columns()[..table.fields().len()].to_vec();
+    let strict = CastOptions { safe: false, ..CastOptions::default() };
     for (c, e) in assignments {
-        columns[*c] = e.evaluate(batch)?.into_array(batch.num_rows())?;
+        let value = e.evaluate(batch)?.into_array(batch.num_rows())?;
+        let declared = table.field(*c).data_type();
+        columns[*c] = if ingest_compatible(declared, value.data_type()) { value } else { cast_with_options(&value, declared, &strict)? };
     }
     let fields: Vec<Field> = table
         .fields()
@@ -352,8 +356,9 @@ fn set(batch: &RecordBatch, assignments: &[(usize, Arc<dyn PhysicalExpr>)], tabl
 }
 
 /// `batch` under the table's column names (DataFusion names INSERT input
-/// columns after their expressions); types stay as they are, for the
-/// table to validate.
+/// columns after their expressions), each column cast to its table type
+/// where DataFusion left another one (it types an INSERT's input before
+/// coercing a UNION in it); a value that does not fit fails the cast.
 fn relabel(batch: &RecordBatch, table: &SchemaRef) -> Result<RecordBatch, Error> {
     if batch.num_columns() != table.fields().len() {
         return Err(Error::Internal(format!(
@@ -362,14 +367,20 @@ fn relabel(batch: &RecordBatch, table: &SchemaRef) -> Result<RecordBatch, Error>
             table.fields().len()
         )));
     }
-    let fields: Vec<Field> = table
-        .fields()
-        .iter()
-        .zip(batch.columns())
-        .map(|(f, a)| Field::new(f.name(), a.data_type().clone(), true))
-        .collect();
+    let strict = CastOptions { safe: false, ..CastOptions::default() };
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (f, a) in table.fields().iter().zip(batch.columns()) {
+        let a = if ingest_compatible(f.data_type(), a.data_type()) {
+            Arc::clone(a)
+        } else {
+            cast_with_options(a, f.data_type(), &strict)?
+        };
+        fields.push(Field::new(f.name(), a.data_type().clone(), true));
+        columns.push(a);
+    }
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    Ok(RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), batch.columns().to_vec(), &options)?)
+    Ok(RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &options)?)
 }
 
 /// Record ids chosen for deletion, per shard.

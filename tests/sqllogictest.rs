@@ -1,0 +1,199 @@
+//! Runs every `tests/sql/*.slt` file through a quiverdb-backed DataFusion
+//! session, twice: with default settings, and with tiny shards, batches and
+//! id buffers plus a forced rebuild of every table after every statement
+//! (so each statement meets main storage, deltas and shard boundaries).
+//!
+//! Conventions of the files: `NULL` is a NULL cell, `(empty)` an empty
+//! string; floats print with at most 12 decimals; DML statements return
+//! their row count (`query I`). Column types: `I` integers, `R` floats and
+//! decimals, `T` everything else. EXPLAIN expectations use `<slt:ignore>`
+//! for the parts that depend on the settings (shard and partition counts).
+
+use std::path::PathBuf;
+
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::DataType;
+use async_trait::async_trait;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::error::DataFusionError;
+use datafusion::prelude::SessionContext;
+use quiverdb::server::ScanSettings;
+use quiverdb::{Database, SessionOptions, TableOptions};
+use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Runner};
+
+/// One run's settings.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// The defaults a user gets.
+    Default,
+    /// Tiny shards, batches and buffers; every table rebuilt after every statement.
+    Tiny,
+}
+
+struct Quiver {
+    db: Database,
+    ctx: SessionContext,
+    mode: Mode,
+}
+
+impl Quiver {
+    fn new(mode: Mode) -> Self {
+        let db = Database::new();
+        let options = match mode {
+            Mode::Default => SessionOptions::default(),
+            Mode::Tiny => SessionOptions {
+                target_partitions: 3,
+                batch_size: 5,
+                table_options: TableOptions::default().with_shard_capacity(7).with_background_rebuild(false),
+                scan: ScanSettings { id_buffer: 3 },
+            },
+        };
+        let ctx = quiverdb::session_context_with(&db, options);
+        Self { db, ctx, mode }
+    }
+}
+
+#[async_trait]
+impl AsyncDB for Quiver {
+    type Error = DataFusionError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DataFusionError> {
+        let batches = self.ctx.sql(sql).await?.collect().await?;
+        if let Mode::Tiny = self.mode {
+            self.db.rebuild_all().map_err(|e| DataFusionError::External(Box::new(e)))?;
+        }
+        let Some(first) = batches.first() else { return Ok(DBOutput::StatementComplete(0)) };
+        let schema = first.schema();
+        if schema.fields().is_empty() {
+            return Ok(DBOutput::StatementComplete(0));
+        }
+        let types = schema.fields().iter().map(|f| column_type(f.data_type())).collect();
+        let explain = schema.fields().iter().map(|f| f.name().as_str()).eq(["plan_type", "plan"]);
+        let mut rows = Vec::new();
+        for batch in &batches {
+            let formatted = format_rows(batch)?;
+            if explain {
+                rows.extend(formatted.into_iter().flat_map(plan_rows));
+            } else {
+                rows.extend(formatted);
+            }
+        }
+        Ok(DBOutput::Rows { types, rows })
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "quiverdb"
+    }
+
+    async fn sleep(dur: std::time::Duration) {
+        tokio::time::sleep(dur).await;
+    }
+}
+
+fn column_type(t: &DataType) -> DefaultColumnType {
+    if t.is_integer() {
+        DefaultColumnType::Integer
+    } else if t.is_floating() || matches!(t, DataType::Decimal128(..)) {
+        DefaultColumnType::FloatingPoint
+    } else {
+        DefaultColumnType::Text
+    }
+}
+
+fn format_rows(batch: &RecordBatch) -> Result<Vec<Vec<String>>, DataFusionError> {
+    let options = FormatOptions::default().with_null("NULL");
+    let formatters = batch
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((0..batch.num_rows())
+        .map(|r| {
+            batch
+                .columns()
+                .iter()
+                .zip(&formatters)
+                .map(|(c, f)| {
+                    let text = f.value(r).to_string();
+                    if c.is_null(r) {
+                        text
+                    } else if c.data_type().is_floating() {
+                        float_text(&text)
+                    } else if text.is_empty() {
+                        "(empty)".to_string()
+                    } else {
+                        text
+                    }
+                })
+                .collect()
+        })
+        .collect())
+}
+
+/// An EXPLAIN row as DataFusion's own sqllogictests print it: the plan
+/// type, then one numbered line per plan node, indentation as dashes.
+fn plan_rows(row: Vec<String>) -> Vec<Vec<String>> {
+    let mut out = vec![vec![row[0].clone()]];
+    for (i, line) in row[1].lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        let text = line.trim_start();
+        let indent = line.len() - text.len();
+        out.push(vec![format!("{:02}){}{text}", i + 1, "-".repeat(indent))]);
+    }
+    out
+}
+
+/// A float rounded to 12 decimals, without trailing zeros (summation order
+/// changes the last bits of float aggregates between partitionings).
+fn float_text(text: &str) -> String {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() => {
+            let s = format!("{v:.12}");
+            let s = s.trim_end_matches('0').trim_end_matches('.');
+            if s == "-0" { "0".to_string() } else { s.to_string() }
+        }
+        _ => text.to_string(),
+    }
+}
+
+fn slt_files() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sql");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "slt"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .slt files in {}", dir.display());
+    files
+}
+
+fn run_all(mode: Mode) {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let mut failures = Vec::new();
+    for file in slt_files() {
+        let outcome = runtime.block_on(async {
+            let mut runner = Runner::new(move || async move { Ok(Quiver::new(mode)) });
+            runner.with_column_validator(sqllogictest::strict_column_validator);
+            let result = runner.run_file_async(&file).await;
+            runner.shutdown_async().await;
+            result
+        });
+        if let Err(e) = outcome {
+            failures.push(format!("{} ({mode:?}):\n{e}", file.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{} sqllogictest file(s) failed:\n\n{}", failures.len(), failures.join("\n\n"));
+}
+
+#[test]
+fn sqllogictest_default_settings() {
+    run_all(Mode::Default);
+}
+
+#[test]
+fn sqllogictest_tiny_shards_and_rebuilds() {
+    run_all(Mode::Tiny);
+}
