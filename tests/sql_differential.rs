@@ -158,6 +158,8 @@ struct Column {
     name: String,
     ty: Ty,
     nullable: bool,
+    /// A `DEFAULT` literal.
+    default: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -171,7 +173,10 @@ impl Table {
         let cols: Vec<String> = self
             .cols
             .iter()
-            .map(|c| format!("{} {}{}", c.name, c.ty.sql(), if c.nullable { "" } else { " NOT NULL" }))
+            .map(|c| {
+                let default = c.default.as_ref().map(|d| format!(" DEFAULT {d}")).unwrap_or_default();
+                format!("{} {}{}{default}", c.name, c.ty.sql(), if c.nullable { "" } else { " NOT NULL" })
+            })
             .collect();
         format!("CREATE TABLE {} ({})", self.name, cols.join(", "))
     }
@@ -217,7 +222,8 @@ impl Gen {
             // The first column is an integer in every table (a join key).
             let ty = if i == 0 { *self.pick(&[Ty::I32, Ty::I64, Ty::I64, Ty::I16, Ty::U32]) } else { *self.pick(TYPES) };
             let nullable = !self.chance(0.3);
-            cols.push(Column { name: format!("c{i}"), ty, nullable });
+            let default = if self.chance(0.25) { Some(self.lit_plain(ty)) } else { None };
+            cols.push(Column { name: format!("c{i}"), ty, nullable, default });
         }
         Table { name: format!("t{index}"), cols }
     }
@@ -294,6 +300,28 @@ impl Gen {
         sql
     }
 
+    /// `INSERT INTO t (some columns, any order) VALUES ...`: the others get
+    /// their DEFAULT or NULL (an omitted NOT NULL column without a default
+    /// fails on both sides).
+    fn insert_columns(&mut self, t: &Table) -> String {
+        let mut cols: Vec<Column> = t.cols.iter().filter(|c| c.nullable || c.default.is_some() || self.chance(0.95)).cloned().collect();
+        let optional: Vec<usize> = (0..cols.len()).filter(|&i| cols[i].nullable || cols[i].default.is_some()).collect();
+        if !optional.is_empty() && self.chance(0.7) {
+            let i = *self.pick(&optional);
+            cols.remove(i);
+        }
+        let shift = self.rng.random_range(0..cols.len().max(1));
+        cols.rotate_left(shift);
+        if cols.is_empty() {
+            cols.push(t.cols[0].clone());
+        }
+        let rows = self.rng.random_range(1..=8);
+        let values: Vec<String> =
+            (0..rows).map(|_| format!("({})", cols.iter().map(|c| self.value(c)).collect::<Vec<_>>().join(", "))).collect();
+        let names: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
+        format!("INSERT INTO {} ({}) VALUES {}", t.name, names.join(", "), values.join(", "))
+    }
+
     /// An expression of `value` (generate_series' column) for column `c`.
     fn series_expr(&mut self, c: &Column) -> String {
         let m = self.range(2, 13);
@@ -337,7 +365,7 @@ impl Gen {
                 let same = src.cols.iter().filter(|s| s.ty.class() == c.ty.class()).map(|s| s.name.clone()).collect::<Vec<_>>();
                 if !same.is_empty() && self.chance(0.8) {
                     let s = self.pick(&same).clone();
-                    if c.nullable { format!("{s} AS x{i}") } else { format!("coalesce({s}, {}) AS x{i}", self.lit_plain(c.ty)) }
+                    if c.nullable { format!("{s} AS x{i}") } else { format!("coalesce({s}, CAST({} AS {})) AS x{i}", self.lit_plain(c.ty), c.ty.sql()) }
                 } else {
                     format!("{} AS x{i}", self.value(c))
                 }
@@ -374,6 +402,32 @@ impl Gen {
         }
     }
 
+    /// A literal of another type than `ty` that still compares with it:
+    /// out of the column type's range, a fraction for an integer, a
+    /// timestamp for a date...
+    fn odd_lit(&mut self, ty: Ty) -> String {
+        match ty.class() {
+            Class::Int | Class::UInt => (*self.pick(&[
+                "-1", "300", "-300", "70000", "-70000", "5000000000", "-5000000000", "2.5", "-0.5", "18446744073709551615",
+                "CAST(3 AS TINYINT)", "CAST(7 AS TINYINT UNSIGNED)", "CAST(-2 AS SMALLINT)", "CAST(4.5 AS DECIMAL(5,2))",
+            ]))
+            .into(),
+            Class::Float => (*self.pick(&["3", "-2", "CAST(1.25 AS DECIMAL(5,2))", "1e300", "-1e-300"])).into(),
+            Class::Dec => (*self.pick(&["3", "-2", "1.125", "0.001", "99999.5", "CAST(2.5 AS DECIMAL(20,4))", "-1.5e1"])).into(),
+            Class::Date => (*self.pick(&[
+                "TIMESTAMP '2024-01-05 12:00:00'",
+                "TIMESTAMP '2024-01-10 00:00:00'",
+                "'2024-01-07T00:00:00'",
+                "DATE '1970-01-01'",
+            ]))
+            .into(),
+            Class::Ts => (*self.pick(&["DATE '2024-01-01'", "DATE '2024-01-02'", "'2024-01-01'", "TIMESTAMP '2024-01-01 00:00:10.000001'"]))
+                .into(),
+            Class::Str => (*self.pick(&["'aa'", "'é'", "'ab '", "'A'", "'~'"])).into(),
+            Class::Bool => (*self.pick(&["CAST('true' AS BOOLEAN)", "CAST(0 AS BOOLEAN)"])).into(),
+        }
+    }
+
     fn cmp_op(&mut self) -> &'static str {
         *self.pick(&["=", "<>", "<", "<=", ">", ">="])
     }
@@ -388,9 +442,22 @@ impl Gen {
         if r < 10 {
             return format!("{col} {}", if self.chance(0.5) { "IS NULL" } else { "IS NOT NULL" });
         }
+        if r < 13 {
+            let l = if self.chance(0.3) { "NULL".to_string() } else { self.lit(c.ty) };
+            return match self.rng.random_range(0..3) {
+                0 => format!("({col} IS DISTINCT FROM {l})"),
+                1 => format!("({col} IS NOT DISTINCT FROM {l})"),
+                _ => format!("{col} {} NULL", self.cmp_op()),
+            };
+        }
+        if r < 16 && c.ty.integer() {
+            let target = *self.pick(&["BIGINT", "INT", "DOUBLE", "SMALLINT", "DECIMAL(10,2)", "VARCHAR"]);
+            let l = if target == "VARCHAR" { format!("'{}'", self.range(-50, 50)) } else { self.int_lit(Class::Int) };
+            return format!("CAST({col} AS {target}) {} {l}", self.cmp_op());
+        }
         if r < 35 {
             let op = self.cmp_op();
-            let l = self.lit(c.ty);
+            let l = if self.chance(0.15) { self.odd_lit(c.ty) } else { self.lit(c.ty) };
             return if self.chance(0.8) { format!("{col} {op} {l}") } else { format!("{l} {op} {col}") };
         }
         if r < 43 {
@@ -503,6 +570,7 @@ impl Gen {
                     2 => format!("{col} * {k}"),
                     3 => format!("{col} - {k}"),
                     4 => format!("abs({col})"),
+                    5 if c.ty == Ty::I64 => format!("CAST({col} AS INT)"),
                     5 => format!("CAST({col} AS BIGINT)"),
                     _ => format!("{col} / {k}"),
                 }
@@ -561,7 +629,12 @@ impl Gen {
         if !numeric {
             return format!("MAX({})", v.sql);
         }
-        if r < 82 || self.skips("avg") { format!("SUM({})", v.sql) } else { format!("AVG({})", v.sql) }
+        let agg = if r < 82 || self.skips("avg") { format!("SUM({})", v.sql) } else { format!("AVG({})", v.sql) };
+        if self.chance(0.1) {
+            let p = self.pred(t, q, 0);
+            return format!("{agg} FILTER (WHERE {p})");
+        }
+        agg
     }
 
     // ---------------------------------------------------------- statements
@@ -582,7 +655,8 @@ impl Gen {
             return self.lit_plain(c.ty);
         }
         let col = &c.name;
-        let same: Vec<Column> = t.cols.iter().filter(|o| o.ty == c.ty && o.nullable <= c.nullable).cloned().collect();
+        let same: Vec<Column> =
+            t.cols.iter().filter(|o| o.ty.class() == c.ty.class() && o.nullable <= c.nullable).cloned().collect();
         if !same.is_empty() && self.chance(0.15) {
             return self.pick(&same).name.clone();
         }
@@ -614,6 +688,18 @@ impl Gen {
                 e
             };
             sets.push(format!("{} = {e}", c.name));
+        }
+        // Sometimes swap two columns of one type: each SET sees the old row.
+        let pairs: Vec<(String, String)> = t
+            .cols
+            .iter()
+            .flat_map(|a| t.cols.iter().map(move |b| (a, b)))
+            .filter(|(a, b)| a.name < b.name && a.ty == b.ty && a.nullable == b.nullable)
+            .map(|(a, b)| (a.name.clone(), b.name.clone()))
+            .collect();
+        if !pairs.is_empty() && self.chance(0.15) {
+            let (a, b) = self.pick(&pairs).clone();
+            sets = vec![format!("{a} = {b}"), format!("{b} = {a}")];
         }
         let mut sql = format!("UPDATE {} SET {}", t.name, sets.join(", "));
         if !self.chance(0.05) {
@@ -693,6 +779,10 @@ impl Gen {
             let order: Vec<String> = keys.iter().map(|&k| self.order_item(&format!("o{k}"))).collect();
             let limit = self.range(0, 12);
             let offset = if self.chance(0.3) { self.range(0, 5) } else { 0 };
+            if all && self.chance(0.15) {
+                // A full sort, no limit.
+                return Query::exact(format!("{base} ORDER BY {}", order.join(", ")));
+            }
             let tail = if offset > 0 { format!(" LIMIT {limit} OFFSET {offset}") } else { format!(" LIMIT {limit}") };
             let sql = format!("{base} ORDER BY {}{tail}", order.join(", "));
             let full = format!("{base} ORDER BY {}", order.join(", "));
@@ -755,6 +845,26 @@ impl Gen {
                 _ => format!("SELECT {lk} AS k FROM {} UNION ALL SELECT {rk} FROM {} WHERE {pu}", t.name, u.name),
             });
         }
+        if r < 97 {
+            // LIMIT without ORDER BY: any `limit` of the rows.
+            let proj = self.projection(&t, "");
+            let w = where_(self, &t, "");
+            let base = format!("SELECT {} FROM {}{w}", proj.join(", "), t.name);
+            let limit = self.range(0, 15) as usize;
+            return Query { sql: format!("{base} LIMIT {limit}"), check: Check::Subset { full: base, limit } };
+        }
+        if r < 99 {
+            // Window aggregates over whole partitions (no ORDER BY: the value is one per partition).
+            let key = self.val(&t, "").sql;
+            let agg = self.aggregate(&t, "");
+            let proj = self.projection(&t, "");
+            let w = where_(self, &t, "");
+            return Query::multiset(format!(
+                "SELECT {}, {agg} OVER (PARTITION BY {key}) AS w0, COUNT(*) OVER () AS w1 FROM {}{w}",
+                proj.join(", "),
+                t.name
+            ));
+        }
         // The whole table.
         Query::multiset(format!("SELECT * FROM {}", t.name))
     }
@@ -800,6 +910,8 @@ enum Check {
     /// match the reference's full sorted result at the window, and each row
     /// must be one of the rows with its key.
     Prefix { keys: Vec<usize>, full: String, limit: usize, offset: usize },
+    /// LIMIT without ORDER BY: `min(limit, n)` of the `n` rows of `full`.
+    Subset { full: String, limit: usize },
 }
 
 #[derive(Debug, Clone)]
@@ -1040,6 +1152,10 @@ impl Engines {
         let ok = match &query.check {
             Check::Multiset => rows_match(&sorted(a.rows.clone()), &sorted(b.rows.clone())),
             Check::Exact => rows_match(&a.rows, &b.rows),
+            Check::Subset { full, limit } => {
+                let all = run_on(&self.reference, full).await.map_err(|e| format!("reference failed on {full}: {e}"))?;
+                a.rows.len() == (*limit).min(all.rows.len()) && sub_multiset(&a.rows, &all.rows)
+            }
             Check::Prefix { keys, full, limit, offset } => {
                 let all = run_on(&self.reference, full).await.map_err(|e| format!("reference failed on {full}: {e}"))?;
                 prefix_ok(&a.rows, &all.rows, keys, *limit, *offset) && rows_match(&project(&a.rows, keys), &project(&b.rows, keys))
@@ -1059,7 +1175,11 @@ fn prefix_ok(got: &[Row], full: &[Row], keys: &[usize], limit: usize, offset: us
     if !rows_match(&project(got, keys), &project(&window, keys)) {
         return false;
     }
-    // Each returned row is one of the rows with its key, no row used twice.
+    sub_multiset(got, full)
+}
+
+/// Each row of `got` is a row of `full`, no row of `full` used twice.
+fn sub_multiset(got: &[Row], full: &[Row]) -> bool {
     let mut pool: Vec<Option<&Row>> = full.iter().map(Some).collect();
     got.iter().all(|g| {
         let slot = pool.iter_mut().find(|p| p.is_some_and(|f| rows_match(std::slice::from_ref(g), std::slice::from_ref(f))));
@@ -1142,7 +1262,8 @@ async fn run_seed(seed: u64, steps: usize, trace: bool) -> Result<(), String> {
         }
     }
     result.map_err(|msg| {
-        let script = e.log.iter().map(|s| format!("    {s};")).collect::<Vec<_>>().join("\n");
+        let script =
+            e.log.iter().map(|s| if s.starts_with("--") { format!("    {s}") } else { format!("    {s};") }).collect::<Vec<_>>().join("\n");
         format!("seed {seed} {settings:?}:\n{msg}\n  statements so far:\n{script}")
     })
 }
@@ -1172,11 +1293,30 @@ async fn script(g: &mut Gen, e: &mut Engines, steps: usize) -> Result<(), String
             if e.trace {
                 println!("-- rebuild_all");
             }
-            e.log.push("-- db.rebuild_all()".into());
+            e.log.push("-- rebuild".into());
             e.db.rebuild_all().map_err(|err| format!("rebuild_all failed: {err}"))?;
         } else if r < 14 {
-            let sql = if g.chance(0.5) { g.insert_values(&t) } else { g.insert_series(&t) };
+            let sql = match g.rng.random_range(0..5) {
+                0 | 1 => g.insert_values(&t),
+                2 => g.insert_columns(&t),
+                _ => g.insert_series(&t),
+            };
             e.dml(&sql, &t.name).await?;
+        } else if r < 15 {
+            if g.chance(0.5) {
+                // The table reads itself while it grows.
+                let w = if g.chance(0.5) { format!(" WHERE {}", g.pred(&t, "", 1)) } else { String::new() };
+                e.dml(&format!("INSERT INTO {} SELECT * FROM {}{w}", t.name, t.name), &t.name).await?;
+            } else {
+                // CREATE TABLE AS SELECT: a table with the query's types, compared whole, then dropped.
+                let proj = g.projection(&t, "");
+                let w = if g.chance(0.6) { format!(" WHERE {}", g.pred(&t, "", 1)) } else { String::new() };
+                e.ddl(&format!("CREATE TABLE tx AS SELECT {} FROM {}{w}", proj.join(", "), t.name)).await?;
+                e.compare_table("tx").await?;
+                let q = Query::multiset("SELECT o0, COUNT(*) AS n FROM tx GROUP BY o0".into());
+                e.query(&q).await?;
+                e.ddl("DROP TABLE tx").await?;
+            }
         } else if r < 17 {
             let src = g.tables[(ti + 1) % g.tables.len()].clone();
             let sql = g.insert_from(&t, &src);
