@@ -51,6 +51,10 @@ use rand::{Rng, SeedableRng};
 
 /// Seeds run by default (CI runs the debug build: keep it under a minute).
 const DEFAULT_SEEDS: u64 = 24;
+/// A shard capacity that spans several blocks (1024 rows) of main
+/// storage; with it, one table starts with `BIG_ROWS` rows.
+const BIG_SHARD: usize = 2500;
+const BIG_ROWS: i64 = 3000;
 /// Random statements per seed after the initial inserts.
 const DEFAULT_STEPS: usize = 45;
 
@@ -323,35 +327,50 @@ impl Gen {
     }
 
     /// An expression of `value` (generate_series' column) for column `c`.
-    fn series_expr(&mut self, c: &Column) -> String {
+    /// Shapes: scattered values, sorted runs, one constant; NULLs
+    /// scattered or in one long run (whole blocks and shards of NULLs).
+    fn series_expr(&mut self, c: &Column, rows: i64) -> String {
         let m = self.range(2, 13);
         let k = self.range(0, 50);
+        let v = match self.rng.random_range(0..6) {
+            0..=3 => format!("(value * {m} + {k})"),
+            4 => format!("(value / {m} + {k})"),
+            _ => format!("(value * 0 + {k})"),
+        };
         let body = match c.ty {
-            Ty::I8 | Ty::I16 | Ty::I32 | Ty::I64 => format!("(value * {m} + {k}) % 101 - 50"),
-            Ty::U8 | Ty::U16 | Ty::U32 | Ty::U64 => format!("(value * {m} + {k}) % 51"),
-            Ty::F64 => format!("CAST((value * {m} + {k}) % 161 - 80 AS DOUBLE) / 4"),
-            Ty::Bool => format!("(value * {m} + {k}) % 3 = 0"),
+            Ty::I8 | Ty::I16 | Ty::I32 | Ty::I64 => format!("{v} % 101 - 50"),
+            Ty::U8 | Ty::U16 | Ty::U32 | Ty::U64 => format!("{v} % 51"),
+            Ty::F64 => format!("CAST({v} % 161 - 80 AS DOUBLE) / 4"),
+            Ty::Bool => format!("{v} % 3 = 0"),
             Ty::Str => {
                 let a = self.pick(STRINGS).to_string();
                 let b = self.pick(STRINGS).to_string();
                 let c2 = self.pick(STRINGS).to_string();
                 format!("CASE (value + {k}) % 3 WHEN 0 THEN '{a}' WHEN 1 THEN '{b}' ELSE '{c2}' END")
             }
-            Ty::Date => format!("CAST(CAST(19723 + (value * {m} + {k}) % 20 AS INT) AS DATE)"),
-            Ty::Ts => format!("to_timestamp(1704067200 + (value * {m} + {k}) % 31)"),
-            Ty::Dec(p, s) => format!("CAST(CAST((value * {m} + {k}) % 101 - 50 AS DECIMAL(8,0)) / 2 AS DECIMAL({p},{s}))"),
+            Ty::Date => format!("CAST(CAST(19723 + {v} % 20 AS INT) AS DATE)"),
+            Ty::Ts => format!("to_timestamp(1704067200 + {v} % 31)"),
+            Ty::Dec(p, s) => format!("CAST(CAST({v} % 101 - 50 AS DECIMAL(8,0)) / 2 AS DECIMAL({p},{s}))"),
         };
-        if c.nullable && self.chance(0.7) {
+        if !c.nullable || self.chance(0.3) {
+            return body;
+        }
+        if self.chance(0.75) {
             let n = self.range(3, 7);
             format!("CASE WHEN (value + {k}) % {n} = 0 THEN NULL ELSE {body} END")
         } else {
-            body
+            let from = self.range(0, rows);
+            format!("CASE WHEN value > {from} THEN NULL ELSE {body} END")
         }
     }
 
     fn insert_series(&mut self, t: &Table) -> String {
         let n = self.range(5, 120);
-        let exprs: Vec<String> = t.cols.iter().map(|c| self.series_expr(c)).collect();
+        self.insert_series_of(t, n)
+    }
+
+    fn insert_series_of(&mut self, t: &Table, n: i64) -> String {
+        let exprs: Vec<String> = t.cols.iter().map(|c| self.series_expr(c, n)).collect();
         format!("INSERT INTO {} SELECT {} FROM generate_series(1, {n})", t.name, exprs.join(", "))
     }
 
@@ -570,8 +589,7 @@ impl Gen {
                     2 => format!("{col} * {k}"),
                     3 => format!("{col} - {k}"),
                     4 => format!("abs({col})"),
-                    5 if c.ty == Ty::I64 => format!("CAST({col} AS INT)"),
-                    5 => format!("CAST({col} AS BIGINT)"),
+                    5 => format!("CAST({col} AS DOUBLE)"),
                     _ => format!("{col} / {k}"),
                 }
             }
@@ -595,9 +613,12 @@ impl Gen {
             Class::Ts if self.skips("date_trunc") => format!("{col} + INTERVAL '1 second'"),
             Class::Ts => format!("date_trunc('second', {col})"),
         };
-        let class = match (class, sql.starts_with("length(") || sql.starts_with("date_part(")) {
-            (_, true) => Class::Int,
-            (c, false) => c,
+        let class = if sql.starts_with("length(") || sql.starts_with("date_part(") {
+            Class::Int
+        } else if sql.ends_with("AS DOUBLE)") {
+            Class::Float
+        } else {
+            class
         };
         Val { sql, class }
     }
@@ -1042,6 +1063,8 @@ struct Engines {
     quiver: SessionContext,
     reference: SessionContext,
     trace: bool,
+    /// One table starts with `BIG_ROWS` rows.
+    big: bool,
     log: Vec<String>,
     /// Statements compared, and those both sides rejected (with the reference's message).
     compared: usize,
@@ -1242,18 +1265,23 @@ fn reference_context(settings: Settings) -> SessionContext {
 async fn run_seed(seed: u64, steps: usize, trace: bool) -> Result<(), String> {
     let skip = std::env::var("QUIVERDB_DIFF_SKIP").unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect();
     let mut g = Gen { rng: StdRng::seed_from_u64(seed), tables: Vec::new(), skip };
-    let settings = Settings {
-        shard_capacity: *g.pick(&[1, 3, 7, 64]),
+    let mut settings = Settings {
+        shard_capacity: *g.pick(&[1, 3, 7, 64, BIG_SHARD]),
         batch_size: *g.pick(&[1, 3, 8192, 8192]),
         target_partitions: g.rng.random_range(1..=4),
         id_buffer: *g.pick(&[1, 3, 0]),
     };
+    if settings.shard_capacity == BIG_SHARD {
+        // Thousands of rows in batches of 1 or 3 take too long in a debug build.
+        settings.batch_size = *g.pick(&[1000, 8192]);
+    }
     if trace {
         println!("-- seed {seed}: {settings:?}");
     }
     let (db, quiver) = quiver_context(settings);
     let reference = reference_context(settings);
-    let mut e = Engines { db, quiver, reference, trace, log: Vec::new(), compared: 0, both_failed: Vec::new() };
+    let big = settings.shard_capacity == BIG_SHARD;
+    let mut e = Engines { db, quiver, reference, trace, big, log: Vec::new(), compared: 0, both_failed: Vec::new() };
     let result = script(&mut g, &mut e, steps).await;
     if std::env::var("QUIVERDB_DIFF_STATS").is_ok() {
         eprintln!("seed {seed}: {} statements compared, {} failed on both sides", e.compared, e.both_failed.len());
@@ -1274,6 +1302,15 @@ async fn script(g: &mut Gen, e: &mut Engines, steps: usize) -> Result<(), String
         let t = g.table(i);
         e.ddl(&t.create_sql()).await?;
         g.tables.push(t);
+    }
+    if e.big {
+        let t = g.tables[0].clone();
+        let sql = g.insert_series_of(&t, BIG_ROWS);
+        e.dml(&sql, &t.name).await?;
+        if g.chance(0.7) {
+            e.log.push("-- rebuild".into());
+            e.db.rebuild_all().map_err(|err| format!("rebuild_all failed: {err}"))?;
+        }
     }
     for t in g.tables.clone() {
         for _ in 0..g.rng.random_range(1..=2) {
