@@ -27,7 +27,7 @@
 //! `QUIVERDB_DIFF_TRACE=1` prints every statement (a failing seed's script);
 //! `QUIVERDB_DIFF_STATS=1` prints each seed's time and the statements both
 //! sides rejected;
-//! `QUIVERDB_DIFF_SKIP=in_null,avg,date_trunc,bool_in` leaves those constructs out
+//! `QUIVERDB_DIFF_SKIP=in_null,avg,date_trunc,bool_in,float_special` leaves those constructs out
 //! (to look past an open bug). The ignored test `sql_differential_script`
 //! replays a script file on both sides (see its docs).
 
@@ -50,7 +50,7 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
 /// Seeds run by default (CI runs the debug build: keep it under a minute).
-const DEFAULT_SEEDS: u64 = 24;
+const DEFAULT_SEEDS: u64 = 28;
 /// A shard capacity that spans several blocks (1024 rows) of main
 /// storage; with it, one table starts with `BIG_ROWS` rows.
 const BIG_SHARD: usize = 2500;
@@ -246,6 +246,7 @@ impl Gen {
         match ty {
             Ty::I8 | Ty::I16 | Ty::I32 | Ty::I64 => self.int_lit(Class::Int),
             Ty::U8 | Ty::U16 | Ty::U32 | Ty::U64 => self.int_lit(Class::UInt),
+            Ty::F64 if self.chance(0.1) => (*self.pick(&["0.0", "-0.0", "0"])).into(),
             Ty::F64 => format!("{:?}", self.range(-80, 80) as f64 / 4.0),
             Ty::Bool => (if self.chance(0.5) { "true" } else { "false" }).into(),
             Ty::Str => format!("'{}'", self.pick(STRINGS)),
@@ -285,6 +286,12 @@ impl Gen {
         }
         match c.ty {
             Ty::Dec(_, s) => self.dec_text(s),
+            // No NaN: DataFusion's grouped MIN/MAX skip NaN (`SELECT k, MAX(x)
+            // ... GROUP BY k` over {NaN, -0.0} gives -0.0) while its
+            // ungrouped MAX, PostgreSQL and quiverdb say NaN.
+            Ty::F64 if !self.skips("float_special") && self.chance(0.08) => {
+                (*self.pick(&["CAST('inf' AS DOUBLE)", "CAST('-inf' AS DOUBLE)", "-0.0", "-0.0"])).into()
+            }
             ty => self.lit(ty),
         }
     }
@@ -1018,7 +1025,10 @@ fn rows_of(batches: &[RecordBatch]) -> Result<Output, DataFusionError> {
                         if c.is_null(r) {
                             Cell::Null
                         } else if c.data_type().is_floating() {
-                            Cell::Float(f.value(r).to_string().parse().unwrap_or(f64::NAN))
+                            // -0.0 prints as "-0.0" but equals 0.0: which one a
+                            // MIN, MAX or group key shows is not defined.
+                            let v: f64 = f.value(r).to_string().parse().unwrap_or(f64::NAN);
+                            Cell::Float(if v == 0.0 { 0.0 } else { v })
                         } else {
                             Cell::Text(f.value(r).to_string())
                         }
@@ -1439,18 +1449,35 @@ fn sql_differential() {
     let steps = env_number("QUIVERDB_DIFF_STEPS").map_or(DEFAULT_STEPS, |n| n as usize);
     let trace = std::env::var("QUIVERDB_DIFF_TRACE").is_ok_and(|v| v != "0");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
-    let mut failures = Vec::new();
-    for &seed in &seeds {
-        let started = std::time::Instant::now();
-        let outcome = runtime.block_on(run_seed(seed, steps, trace));
-        if std::env::var("QUIVERDB_DIFF_STATS").is_ok() {
-            eprintln!("seed {seed}: {:?}", started.elapsed());
+    // Two seeds at a time (planning a query is single-threaded).
+    let parallel = if trace { 1 } else { 2 };
+    let mut failures = runtime.block_on(async {
+        let mut running = tokio::task::JoinSet::new();
+        let mut failures = Vec::new();
+        let mut next = seeds.iter().copied();
+        loop {
+            while running.len() < parallel {
+                let Some(seed) = next.next() else { break };
+                running.spawn(async move {
+                    let started = std::time::Instant::now();
+                    let outcome = run_seed(seed, steps, trace).await;
+                    if std::env::var("QUIVERDB_DIFF_STATS").is_ok() {
+                        eprintln!("seed {seed}: {:?}", started.elapsed());
+                    }
+                    (seed, outcome)
+                });
+            }
+            let Some(done) = running.join_next().await else { break };
+            let (seed, outcome) = done.expect("a seed's task panicked");
+            if let Err(msg) = outcome {
+                eprintln!("FAILED {msg}\n");
+                failures.push((seed, msg));
+            }
         }
-        if let Err(msg) = outcome {
-            eprintln!("FAILED {msg}\n");
-            failures.push(msg);
-        }
-    }
+        failures
+    });
+    failures.sort_by_key(|(seed, _)| *seed);
+    let failures: Vec<String> = failures.into_iter().map(|(_, msg)| msg).collect();
     assert!(
         failures.is_empty(),
         "{} of {} seed(s) found a difference between quiverdb and DataFusion's MemTable:\n\n{}",
