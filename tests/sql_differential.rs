@@ -455,7 +455,7 @@ impl Gen {
     }
 
     fn cmp_op(&mut self) -> &'static str {
-        *self.pick(&["=", "<>", "<", "<=", ">", ">="])
+        self.pick(&["=", "<>", "<", "<=", ">", ">="])
     }
 
     fn leaf(&mut self, t: &Table, q: &str) -> String {
