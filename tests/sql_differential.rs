@@ -455,7 +455,8 @@ impl Gen {
     }
 
     fn cmp_op(&mut self) -> &'static str {
-        self.pick(&["=", "<>", "<", "<=", ">", ">="])
+        const OPS: [&str; 6] = ["=", "<>", "<", "<=", ">", ">="];
+        OPS[self.rng.random_range(0..OPS.len())]
     }
 
     fn leaf(&mut self, t: &Table, q: &str) -> String {
