@@ -83,6 +83,15 @@ pub enum Error {
         column: String,
     },
 
+    /// A write would give two live rows the same primary key.
+    #[error("duplicate primary key {key} in table '{table}'")]
+    DuplicateKey {
+        /// Table name.
+        table: String,
+        /// The key, as `(columns) = (values)`.
+        key: String,
+    },
+
     /// A delete named a record that does not exist in the snapshot it came from.
     #[error("record {record} does not exist in shard {shard} of table '{table}'")]
     RecordNotFound {

@@ -70,6 +70,7 @@ mod ingest;
 pub mod main;
 mod memory;
 mod output;
+mod pk;
 mod rebuild;
 mod shard;
 mod snapshot;

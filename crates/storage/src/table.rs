@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use arc_swap::ArcSwap;
-use arrow_array::RecordBatch;
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_buffer::BooleanBufferBuilder;
 use arrow_schema::SchemaRef;
 
@@ -30,6 +30,8 @@ use crate::delta::Delta;
 use crate::error::{Error, Result};
 use crate::ingest::{encode_value, validate_batch};
 use crate::main::Main;
+use crate::main::decode::Rows;
+use crate::pk::PendingKeys;
 use crate::rebuild::{self, RebuildQueue};
 use crate::shard::{DeleteSet, RecId, ShardData, ShardId, ShardList, ShardState};
 use crate::snapshot::TableSnapshot;
@@ -216,7 +218,7 @@ impl Table {
     ) -> std::result::Result<R, E> {
         let mut txn = Transaction::begin(&self.inner)?;
         let out = f(&mut txn)?;
-        txn.commit();
+        txn.commit()?;
         Ok(out)
     }
 
@@ -287,6 +289,8 @@ pub struct Transaction<'t> {
     deletes: BTreeMap<usize, (BooleanBufferBuilder, usize)>,
     /// Positions of shards whose delta grew (or that are new).
     appended: Vec<usize>,
+    /// Keys appended, for a table with a primary key.
+    keys: Option<PendingKeys>,
 }
 
 impl<'t> Transaction<'t> {
@@ -299,7 +303,8 @@ impl<'t> Transaction<'t> {
         }
         let base = table.state.load_full();
         let work = (*base).clone();
-        Ok(Self { table, writer, base, work, deletes: BTreeMap::new(), appended: Vec::new() })
+        let keys = PendingKeys::new(&table.schema);
+        Ok(Self { table, writer, base, work, deletes: BTreeMap::new(), appended: Vec::new(), keys })
     }
 
     /// The table as it was when the transaction began: the snapshot that
@@ -330,6 +335,10 @@ impl<'t> Transaction<'t> {
     pub fn append(&mut self, batch: &RecordBatch) -> Result<usize> {
         validate_batch(&self.table.name, &self.table.schema, batch)?;
         let n = batch.num_rows();
+        if let Some(keys) = &mut self.keys {
+            let arrays: Vec<ArrayRef> = keys.columns().iter().map(|&c| Arc::clone(batch.column(c))).collect();
+            keys.add(&self.table.name, &self.table.schema, &arrays, n)?;
+        }
         let mut done = 0;
         while done < n {
             let idx = self.tail_with_room();
@@ -358,7 +367,17 @@ impl<'t> Transaction<'t> {
         }
         let idx = self.tail_with_room();
         let shard = self.work.shards.get(idx);
-        shard.data.delta.write_row(shard.delta_len, cell)?;
+        let at = shard.delta_len;
+        shard.data.delta.write_row(at, cell)?;
+        if let Some(keys) = &mut self.keys {
+            // Read the key back from the (not yet counted) row.
+            let arrays = keys
+                .columns()
+                .iter()
+                .map(|&c| shard.data.delta.column(c).decode(at + 1, Rows::Ids(&[at as RecId])))
+                .collect::<Result<Vec<_>>>()?;
+            keys.add(&self.table.name, &self.table.schema, &arrays, 1)?;
+        }
         self.work.shards.get_mut(idx).delta_len += 1;
         self.appended.push(idx);
         Ok(())
@@ -455,8 +474,31 @@ impl<'t> Transaction<'t> {
         live
     }
 
-    /// Publishes everything at once.
-    fn commit(mut self) {
+    /// Fails if a key this transaction appended is held by a live row it
+    /// started from (rows it deleted do not count).
+    fn check_keys(&mut self) -> Result<()> {
+        let Some(keys) = &mut self.keys else { return Ok(()) };
+        if keys.is_empty() {
+            return Ok(());
+        }
+        keys.seal();
+        let snapshot = TableSnapshot::new(self.table.schema.clone(), Arc::clone(&self.base));
+        for pos in 0..self.base.shards.len() {
+            // A truncate in this transaction removed the shard.
+            let kept = pos < self.work.shards.len() && Arc::ptr_eq(&self.work.shards.get(pos).data, &self.base.shards.get(pos).data);
+            if !kept {
+                continue;
+            }
+            let deleted = self.deletes.get(&pos).map(|(bits, _)| bits);
+            let deleted_here = |id: RecId| deleted.is_some_and(|b| b.get_bit(id as usize));
+            keys.check_shard(&self.table.name, &self.table.schema, &snapshot.shard(pos), &deleted_here)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the primary key, then publishes everything at once.
+    fn commit(mut self) -> Result<()> {
+        self.check_keys()?;
         let mut touched = std::mem::take(&mut self.appended);
         for (pos, (mut bits, newly)) in std::mem::take(&mut self.deletes) {
             if newly == 0 {
@@ -484,6 +526,7 @@ impl<'t> Transaction<'t> {
                 self.table.rebuilds.schedule(&self.table.self_ref, &data);
             }
         }
+        Ok(())
     }
 
     fn needs_rebuild(&self, shard: &ShardState) -> bool {

@@ -32,7 +32,7 @@ use super::sequence::Sequence;
 use super::strings::{RawBytes, StrDict, StrPlain, distinct_bytes};
 use super::{BLOCK_SIZE, Encoding, KeyEncoding, MainColumn, Zone};
 use crate::error::{Error, Result};
-use crate::types::{KeyNative, PhysicalType, fits_i64, prefix_key};
+use crate::types::{KeyNative, PhysicalType, fits_i64, prefix_key, with_native};
 
 /// The encodings of main storage, in order of decoding cost (ties in size
 /// go to the earlier one).
@@ -131,7 +131,7 @@ impl MainColumn {
         let validity = array.logical_nulls().filter(|n| n.null_count() > 0);
         let values = raw_values(array, physical);
         let len = values.len();
-        let (encoding, zones) = encode(values, validity.as_ref(), force)?;
+        let (encoding, zones) = encode(values, validity.as_ref(), force, zero_key(physical))?;
         Ok(Self { data_type, physical, len, encoding, validity, zones: zones.into() })
     }
 }
@@ -206,16 +206,24 @@ fn raw_bytes(array: &dyn Array) -> RawBytes {
     raw
 }
 
+/// The key of the value zero of a fixed-width type: what the slots of an
+/// all-null column hold (readers that compute on null slots, as Arrow
+/// kernels do, then meet a harmless value rather than the type's minimum).
+fn zero_key(physical: PhysicalType) -> u64 {
+    with_native!(physical, T => T::default().to_key(), bool => 0, bytes => 0)
+}
+
 /// Encodes raw values: fills null slots, computes zone maps, picks the encoding.
 pub(crate) fn encode(
     values: RawValues,
     validity: Option<&NullBuffer>,
     force: Option<EncodingKind>,
+    zero_key: u64,
 ) -> Result<(Encoding, Vec<Zone>)> {
     match values {
         RawValues::Keys(mut keys) => {
             if let Some(v) = validity {
-                fill_nulls(&mut keys, v);
+                fill_nulls(&mut keys, v, zero_key);
             }
             let zones = key_zones(&keys, validity, |k| k);
             Ok((Encoding::Keys(choose_keys(keys, force)?), zones))
@@ -241,9 +249,9 @@ fn not_applicable(force: Option<EncodingKind>, what: &str) -> Error {
 /// Gives each null slot the key of the nearest valid slot before it (the
 /// first valid key for leading nulls), so nulls never break a run or widen
 /// a frame.
-fn fill_nulls(keys: &mut [u64], validity: &NullBuffer) {
+fn fill_nulls(keys: &mut [u64], validity: &NullBuffer, zero_key: u64) {
     let Some(first) = validity.valid_indices().next() else {
-        keys.fill(0);
+        keys.fill(zero_key);
         return;
     };
     let mut last = keys[first];
