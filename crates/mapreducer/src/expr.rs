@@ -396,7 +396,7 @@ fn decimal_fits(v: i128, t: &DataType) -> bool {
 fn scalar_arith(op: ArithOp, a: Option<Num>, b: Option<Num>, width: IntWidth, t: &DataType) -> Result<Option<Num>> {
     let (Some(a), Some(b)) = (a, b) else { return Ok(None) };
     Ok(Some(match (a, b) {
-        (Num::I64(x), Num::I64(y)) => Num::I64(i64_op(op, x, y, width).ok_or(Error::DivideByZero)?),
+        (Num::I64(x), Num::I64(y)) => Num::I64(i64_op(op, x, y, width).ok_or_else(|| division_error(y == 0, op, t))?),
         (Num::U64(x), Num::U64(y)) => Num::U64(u64_op(op, x, y).ok_or(Error::DivideByZero)?),
         (Num::F64(x), Num::F64(y)) => Num::F64(f64_op(op, x, y, matches!(t, DataType::Float32))),
         (Num::I128(x), Num::I128(y)) => {
@@ -413,7 +413,15 @@ fn i64_op(op: ArithOp, x: i64, y: i64, width: IntWidth) -> Option<i64> {
         ArithOp::Add => x.wrapping_add(y),
         ArithOp::Sub => x.wrapping_sub(y),
         ArithOp::Mul => x.wrapping_mul(y),
-        ArithOp::Div => x.checked_div(y).or_else(|| (y != 0).then(|| x.wrapping_div(y)))?,
+        // MIN / -1 overflows (as in Arrow's checked division, which
+        // DataFusion runs): `None`, like a zero divisor.
+        ArithOp::Div => {
+            let q = x.checked_div(y)?;
+            if wrap_i64(q, width) != q {
+                return None;
+            }
+            q
+        }
         ArithOp::Rem => x.checked_rem(y).or_else(|| (y != 0).then_some(0))?,
     };
     Some(wrap_i64(v, width))
@@ -496,7 +504,9 @@ fn arith(
     };
     if failed {
         return Err(match (op, data_type) {
-            (ArithOp::Div | ArithOp::Rem, t) if !matches!(t, DataType::Decimal128(..)) => Error::DivideByZero,
+            (ArithOp::Div | ArithOp::Rem, t) if !matches!(t, DataType::Decimal128(..)) => {
+                division_error(has_zero(r, &checked), op, t)
+            }
             _ => Error::Overflow(format!("{op} on {data_type} left its range")),
         });
     }
@@ -504,6 +514,30 @@ fn arith(
     out.validity = validity;
     out.has_nulls = has_nulls;
     Ok(())
+}
+
+/// The error of a failed integer division: by zero, or `MIN / -1`.
+fn division_error(by_zero: bool, op: ArithOp, t: &DataType) -> Error {
+    if by_zero { Error::DivideByZero } else { Error::Overflow(format!("{op} on {t}: the quotient of MIN / -1 does not fit")) }
+}
+
+/// True if an active lane of the divisor `r` is zero.
+fn has_zero(r: Operand<'_>, active: &Bits) -> bool {
+    match r {
+        Operand::Scalar(Some(n)) => matches!(n, Num::I64(0) | Num::U64(0)),
+        Operand::Scalar(None) => false,
+        Operand::Vector(v) => {
+            let mut zero = false;
+            active.for_each_one(|l| {
+                zero |= match &v.values {
+                    Values::I64(x) => x[l] == 0,
+                    Values::U64(x) => x[l] == 0,
+                    _ => false,
+                };
+            });
+            zero
+        }
+    }
 }
 
 /// A native type of one numeric domain.

@@ -340,9 +340,9 @@ impl ColumnBuilder {
         let fresh = ColumnBuilder::new(data_type, rows);
         let old = std::mem::replace(self, fresh);
         Ok(match old {
-            ColumnBuilder::I64(x, mut v) => i64_array(data_type, &x, nulls(&mut v))?,
+            ColumnBuilder::I64(x, mut v) => i64_array(data_type, x, nulls(&mut v))?,
             ColumnBuilder::U64(x, mut v) => native_array(data_type, x, nulls(&mut v))?,
-            ColumnBuilder::F64(x, mut v) => f64_array(data_type, &x, nulls(&mut v))?,
+            ColumnBuilder::F64(x, mut v) => f64_array(data_type, x, nulls(&mut v))?,
             ColumnBuilder::I128(x, mut v) => native_array(data_type, x, nulls(&mut v))?,
             ColumnBuilder::Bytes { offsets, bytes, mut valid } => {
                 let nulls = nulls(&mut valid);
@@ -391,11 +391,22 @@ enum Source {
     Bytes(usize),
 }
 
+/// The views of every value of one shard's string dictionary, for the
+/// builder buffer that holds the dictionary: gathering a row is then one
+/// table lookup by its code.
+#[derive(Debug, Default)]
+struct DictViews {
+    buffer: u32,
+    views: Vec<u128>,
+}
+
 /// The [`Kernel`] of a gather over one shard.
 #[derive(Debug)]
 pub struct GatherKernel {
     spec: Arc<GatherSpec>,
     sources: Vec<Source>,
+    /// Per source: the dictionary view table of the current shard.
+    dict_views: Vec<Option<DictViews>>,
 }
 
 impl GatherKernel {
@@ -413,7 +424,8 @@ impl GatherKernel {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { spec, sources })
+        let dict_views = sources.iter().map(|_| None).collect();
+        Ok(Self { spec, sources, dict_views })
     }
 
     fn process(&mut self, cols: &ShardColumns<'_>, mut acc: GatherAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> GatherAcc {
@@ -429,7 +441,7 @@ impl GatherKernel {
     fn fold(&mut self, cols: &ShardColumns<'_>, acc: &mut GatherAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> Result<()> {
         let lanes = sel.active();
         let dense = sel.dense().then(|| sel.lanes());
-        for (source, builder) in self.sources.iter_mut().zip(&mut acc.builders) {
+        for ((source, builder), views) in self.sources.iter_mut().zip(&mut acc.builders).zip(&mut self.dict_views) {
             match source {
                 Source::Num(expr) => {
                     let o = expr.eval(cols, side, sel, scratch)?;
@@ -437,7 +449,7 @@ impl GatherKernel {
                 }
                 Source::Bytes(col) => {
                     let src = cols.column(*col);
-                    push_bytes_column(builder, src, side, sel, &lanes, scratch);
+                    push_bytes_column(builder, src, side, sel, &lanes, scratch, views);
                 }
             }
         }
@@ -474,6 +486,7 @@ fn push_bytes_column(
     sel: Sel<'_>,
     lanes: &Bits,
     scratch: &mut Scratch,
+    dict_views: &mut Option<DictViews>,
 ) {
     let validity = match side {
         Side::Main(b) => src.main_validity(b, sel),
@@ -496,15 +509,24 @@ fn push_bytes_column(
                         bufs.len() as u32
                     }
                 };
+                let table = match dict_views {
+                    Some(t) if t.buffer == index => t,
+                    _ => {
+                        let starts = dict.dict_offsets();
+                        let views = (0..dict.dict_len()).map(|code| make_view(dict.dict_value(code), index, starts[code])).collect();
+                        dict_views.insert(DictViews { buffer: index, views })
+                    }
+                };
                 gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
                 let codes = &scratch.keys;
-                let starts = dict.dict_offsets();
-                lanes.for_each_one(|l| {
-                    let code = codes[l] as usize;
-                    let v = dict.dict_value(code);
-                    views.push(make_view(v, index, starts[code]));
-                    vb.append(valid(l));
-                });
+                match lanes.dense_len() {
+                    Some(n) => views.extend(codes[..n].iter().map(|&c| table.views[c as usize])),
+                    None => lanes.for_each_one(|l| views.push(table.views[codes[l] as usize])),
+                }
+                match &validity {
+                    None => vb.append_n(lanes.count(), true),
+                    Some(_) => lanes.for_each_one(|l| vb.append(valid(l))),
+                }
                 return;
             }
             let start = block * LANES;
@@ -518,6 +540,12 @@ fn push_bytes_column(
 
 impl Kernel for GatherKernel {
     type Acc = GatherAcc;
+
+    fn open(&mut self, _cols: &ShardColumns<'_>) -> Result<()> {
+        // View tables belong to the previous shard's dictionaries.
+        self.dict_views.iter_mut().for_each(|v| *v = None);
+        Ok(())
+    }
 
     fn columns(&self) -> Vec<usize> {
         let mut out = Vec::new();

@@ -36,7 +36,7 @@ pub(crate) fn native_array<T: ArrowNativeType>(
 
 /// An array of the I64-domain type `data_type` (booleans, integers up to
 /// 32 unsigned / 64 signed bits, dates, timestamps).
-pub(crate) fn i64_array(data_type: &DataType, values: &[i64], nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+pub(crate) fn i64_array(data_type: &DataType, values: Vec<i64>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
     Ok(match data_type {
         DataType::Boolean => Arc::new(BooleanArray::new(
             BooleanBuffer::collect_bool(values.len(), |i| values[i] != 0),
@@ -50,16 +50,17 @@ pub(crate) fn i64_array(data_type: &DataType, values: &[i64], nulls: Option<Null
         DataType::UInt8 => native_array(data_type, values.iter().map(|&v| v as u8).collect(), nulls)?,
         DataType::UInt16 => native_array(data_type, values.iter().map(|&v| v as u16).collect(), nulls)?,
         DataType::UInt32 => native_array(data_type, values.iter().map(|&v| v as u32).collect(), nulls)?,
-        DataType::Int64 | DataType::Timestamp(_, _) => native_array(data_type, values.to_vec(), nulls)?,
+        // Moved, not copied.
+        DataType::Int64 | DataType::Timestamp(_, _) => native_array(data_type, values, nulls)?,
         other => return Err(Error::Internal(format!("I64-domain output of type {other}"))),
     })
 }
 
 /// An array of `Float32` or `Float64` from F64-domain values.
-pub(crate) fn f64_array(data_type: &DataType, values: &[f64], nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+pub(crate) fn f64_array(data_type: &DataType, values: Vec<f64>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
     Ok(match data_type {
         DataType::Float32 => Arc::new(Float32Array::new(values.iter().map(|&v| v as f32).collect(), nulls)),
-        DataType::Float64 => Arc::new(Float64Array::new(values.to_vec().into(), nulls)),
+        DataType::Float64 => Arc::new(Float64Array::new(values.into(), nulls)),
         other => return Err(Error::Internal(format!("F64-domain output of type {other}"))),
     })
 }

@@ -259,7 +259,7 @@ impl KeyMap {
             (m, KeyValue::Null) => m.null(),
             (KeyMap::I64(m), KeyValue::I64(x)) => m.id(*x),
             (KeyMap::U64(m), KeyValue::U64(x)) => m.id(*x),
-            (KeyMap::F64(m), KeyValue::F64(x)) => m.id(x.to_bits()),
+            (KeyMap::F64(m), KeyValue::F64(x)) => m.id(float_group_bits(*x)),
             (KeyMap::I128(m), KeyValue::I128(x)) => m.id(*x),
             (KeyMap::Bytes(m), KeyValue::Bytes(b)) => m.id(b),
             _ => return Err(Error::Internal("group key of another type".into())),
@@ -325,4 +325,12 @@ impl Groups {
         }
         self.tuples[g as usize]
     }
+}
+
+/// The grouping identity of a float: its bits, with `-0.0` as `+0.0` (SQL
+/// groups the two zeros together, as DataFusion does; NaNs group by bits).
+#[inline(always)]
+pub(super) fn float_group_bits(x: f64) -> u64 {
+    let bits = x.to_bits();
+    if bits << 1 == 0 { 0 } else { bits }
 }

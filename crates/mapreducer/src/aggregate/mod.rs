@@ -29,7 +29,7 @@ use arrow_schema::DataType;
 use quiverdb_storage::TableSchema;
 use quiverdb_storage::main::Encoding;
 
-use self::groups::{BytesMap, Groups, HashMapKeys, IntMap, KeyMap, KeyValue, MAX_KEYS};
+use self::groups::{float_group_bits, BytesMap, Groups, HashMapKeys, IntMap, KeyMap, KeyValue, MAX_KEYS};
 use self::state::{MinMaxDomain, StateColumn, StateKind, SumDomain};
 use crate::columns::{ColumnSource, Scratch, ShardColumns, gather_keys};
 use crate::error::{Error, Result};
@@ -300,7 +300,8 @@ impl AggregateAcc {
 
     /// The partial states, one row per group, laid out as DataFusion's
     /// partial aggregates do: each AVG contributes two arrays, `count`
-    /// (UInt64) and `sum`; every other aggregate its final value.
+    /// (UInt64) and `sum`, both NULL for a group without values; every
+    /// other aggregate its final value.
     pub fn finish_states(self) -> Result<AggregateOutput> {
         self.finish_as(true)
     }
@@ -342,7 +343,7 @@ fn key_array(data_type: &DataType, values: &[KeyValue<'_>]) -> Result<ArrayRef> 
     match Domain::of(data_type) {
         Some(Domain::I64) => {
             let v: Vec<i64> = values.iter().map(|v| if let KeyValue::I64(x) = v { *x } else { 0 }).collect();
-            i64_array(data_type, &v, nulls)
+            i64_array(data_type, v, nulls)
         }
         Some(Domain::U64) => {
             let v: Vec<u64> = values.iter().map(|v| if let KeyValue::U64(x) = v { *x } else { 0 }).collect();
@@ -350,7 +351,7 @@ fn key_array(data_type: &DataType, values: &[KeyValue<'_>]) -> Result<ArrayRef> 
         }
         Some(Domain::F64) => {
             let v: Vec<f64> = values.iter().map(|v| if let KeyValue::F64(x) = v { *x } else { 0.0 }).collect();
-            f64_array(data_type, &v, nulls)
+            f64_array(data_type, v, nulls)
         }
         Some(Domain::I128) => {
             let v: Vec<i128> = values.iter().map(|v| if let KeyValue::I128(x) = v { *x } else { 0 }).collect();
@@ -499,7 +500,7 @@ impl AggregateKernel {
                                 m.ids(x, &valid, ids);
                             }
                             (KeyMap::U64(m), Values::U64(x)) => valid.for_each_one(|l| ids[l] = m.id(x[l])),
-                            (KeyMap::F64(m), Values::F64(x)) => valid.for_each_one(|l| ids[l] = m.id(x[l].to_bits())),
+                            (KeyMap::F64(m), Values::F64(x)) => valid.for_each_one(|l| ids[l] = m.id(float_group_bits(x[l]))),
                             (KeyMap::I128(m), Values::I128(x)) => valid.for_each_one(|l| ids[l] = m.id(x[l])),
                             _ => return Err(Error::Internal("group key of another domain".into())),
                         }

@@ -286,7 +286,7 @@ impl StateColumn {
                 native_array(output, values, nulls_from(&has_rows(n)))?
             }
             (StateColumn::SumF { sum, n }, StateKind::Sum { avg: false, .. }) => {
-                f64_array(output, sum, nulls_from(&has_rows(n)))?
+                f64_array(output, sum.clone(), nulls_from(&has_rows(n)))?
             }
             (StateColumn::SumD { sum, n }, StateKind::Sum { avg: false, .. }) => {
                 let DataType::Decimal128(p, _) = output else {
@@ -323,9 +323,9 @@ impl StateColumn {
                     .collect::<Result<Vec<i128>>>()?;
                 native_array(output, values, nulls_from(&has_rows(n)))?
             }
-            (StateColumn::MinMaxI { v, has }, _) => i64_array(output, v, nulls_from(has))?,
+            (StateColumn::MinMaxI { v, has }, _) => i64_array(output, v.clone(), nulls_from(has))?,
             (StateColumn::MinMaxU { v, has }, _) => native_array(output, v.clone(), nulls_from(has))?,
-            (StateColumn::MinMaxF { v, has }, _) => f64_array(output, v, nulls_from(has))?,
+            (StateColumn::MinMaxF { v, has }, _) => f64_array(output, v.clone(), nulls_from(has))?,
             (StateColumn::MinMaxD { v, has }, _) => native_array(output, v.clone(), nulls_from(has))?,
             (StateColumn::MinMaxB { v, has }, _) => {
                 bytes_array(output, v.iter().zip(has).map(|(b, h)| h.then_some(b.as_slice())))?
@@ -346,19 +346,21 @@ impl StateColumn {
         let (sum, n): (ArrayRef, &Vec<u64>) = match (self, domain) {
             (StateColumn::SumI { sum, n }, _) => {
                 let v: Vec<f64> = (0..n.len()).map(|g| sum.get(g) as f64).collect();
-                (f64_array(&DataType::Float64, &v, nulls_from(&has_rows(n)))?, n)
+                (f64_array(&DataType::Float64, v, nulls_from(&has_rows(n)))?, n)
             }
             (StateColumn::SumU { sum, n }, _) => {
                 let v: Vec<f64> = sum.iter().map(|&s| s as f64).collect();
-                (f64_array(&DataType::Float64, &v, nulls_from(&has_rows(n)))?, n)
+                (f64_array(&DataType::Float64, v, nulls_from(&has_rows(n)))?, n)
             }
-            (StateColumn::SumF { sum, n }, _) => (f64_array(&DataType::Float64, sum, nulls_from(&has_rows(n)))?, n),
+            (StateColumn::SumF { sum, n }, _) => (f64_array(&DataType::Float64, sum.clone(), nulls_from(&has_rows(n)))?, n),
             (StateColumn::SumD { sum, n }, SumDomain::Decimal(_, s)) => {
                 (native_array(&DataType::Decimal128(38, *s), sum.clone(), nulls_from(&has_rows(n)))?, n)
             }
             _ => return Err(Error::Internal("AVG state of another aggregate".into())),
         };
-        let count = native_array(&DataType::UInt64, n.clone(), None)?;
+        // A group without values has a NULL count too: DataFusion's merge
+        // counts a group as seen when its count is not NULL.
+        let count = native_array(&DataType::UInt64, n.clone(), nulls_from(&has_rows(n)))?;
         Ok(vec![count, sum])
     }
 }
