@@ -46,6 +46,9 @@ impl std::fmt::Display for CmpOp {
 pub enum Predicate {
     /// A constant (from folding); `Const(false)` matches nothing.
     Const(bool),
+    /// SQL's NULL as a condition (`WHERE NULL`, `x = 1 OR NULL`): neither
+    /// true nor false, and so is its negation.
+    Unknown,
     /// `expr op value`.
     Compare {
         /// Left side.
@@ -126,7 +129,7 @@ impl Predicate {
     /// Appends the columns the predicate reads to `out`.
     pub fn columns(&self, out: &mut Vec<usize>) {
         match self {
-            Predicate::Const(_) => {}
+            Predicate::Const(_) | Predicate::Unknown => {}
             Predicate::Compare { expr, .. }
             | Predicate::Between { expr, .. }
             | Predicate::InList { expr, .. }
@@ -168,7 +171,7 @@ impl Predicate {
             }
         };
         match self {
-            Predicate::Const(_) => Ok(()),
+            Predicate::Const(_) | Predicate::Unknown => Ok(()),
             Predicate::Compare { expr, value, .. } => check(&expr_type(expr)?, value),
             Predicate::Between { expr, low, high, .. } => {
                 let t = expr_type(expr)?;
@@ -207,6 +210,7 @@ impl std::fmt::Display for Predicate {
         let join = |v: &[Predicate], sep: &str| v.iter().map(|p| format!("({p})")).collect::<Vec<_>>().join(sep);
         match self {
             Predicate::Const(b) => write!(f, "{b}"),
+            Predicate::Unknown => write!(f, "NULL"),
             Predicate::Compare { expr, op, value } => write!(f, "{expr} {op} {}", lit(value)),
             Predicate::Between { expr, low, high, negated } => {
                 write!(f, "{expr} {}BETWEEN {} AND {}", if *negated { "NOT " } else { "" }, lit(low), lit(high))

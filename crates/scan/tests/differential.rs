@@ -726,12 +726,29 @@ fn or3(values: impl IntoIterator<Item = Option<bool>>) -> Option<bool> {
     if null { None } else { Some(false) }
 }
 
+/// SQL comparison: as `Ord`, except that the two float zeros are equal.
+fn sql_cmp(a: &V, b: &V) -> Ordering {
+    match (a, b) {
+        (V::F(x), V::F(y)) if *x == 0.0 && *y == 0.0 => Ordering::Equal,
+        _ => a.cmp(b),
+    }
+}
+
+/// A group key: SQL groups the two float zeros together.
+fn group_cell(c: Cell) -> Cell {
+    match c {
+        Some(V::F(x)) if x == 0.0 => Some(V::F(0.0)),
+        other => other,
+    }
+}
+
 /// SQL three-valued evaluation of a predicate on one row.
 fn eval_pred(p: &Predicate, row: &Row) -> Option<bool> {
-    let cmp = |x: &Cell, y: &Cell| -> Option<Ordering> { Some(x.as_ref()?.cmp(y.as_ref()?)) };
+    let cmp = |x: &Cell, y: &Cell| -> Option<Ordering> { Some(sql_cmp(x.as_ref()?, y.as_ref()?)) };
     let neg = |r: Option<bool>, negated: bool| if negated { r.map(|b| !b) } else { r };
     match p {
         Predicate::Const(b) => Some(*b),
+        Predicate::Unknown => None,
         Predicate::Compare { expr, op, value } => {
             let o = cmp(&eval(expr, row), &lit_cell(value))?;
             Some(match op {
@@ -862,7 +879,7 @@ fn ref_aggregation(rows: &[&Row], keys: &[MapExpr], aggs: &[Aggregate]) -> Resul
         groups.insert(Vec::new(), Vec::new());
     }
     for r in rows {
-        groups.entry(keys.iter().map(|k| eval(k, r)).collect()).or_default().push(r);
+        groups.entry(keys.iter().map(|k| group_cell(eval(k, r))).collect()).or_default().push(r);
     }
     let mut out = Vec::new();
     for (key, members) in groups {

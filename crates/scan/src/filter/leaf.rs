@@ -118,6 +118,38 @@ pub(super) fn literal_ordinal(p: PhysicalType, domain: Domain, v: &Scalar) -> Op
     })
 }
 
+/// For a float literal equal to zero, the ordinals of `-0.0` and `+0.0`:
+/// SQL (and DataFusion) compare the two zeros as equal, while ordinals
+/// follow IEEE total order, where they are adjacent but distinct; a
+/// comparison with zero therefore spans both.
+pub(super) fn zero_span(p: PhysicalType, domain: Domain, v: &Scalar) -> Option<(i128, i128)> {
+    if domain != Domain::F64 {
+        return None;
+    }
+    match v.to_num(domain)? {
+        Num::F64(x) if x == 0.0 => Some(match p {
+            PhysicalType::Float32 => ((-0.0f32).to_key() as i128, 0.0f32.to_key() as i128),
+            _ => ((-0.0f64).to_key() as i128, 0.0f64.to_key() as i128),
+        }),
+        _ => None,
+    }
+}
+
+/// The ordinal range of `value op c` for a literal `c` (zeros span both
+/// signs, see [`zero_span`]).
+pub(super) fn literal_range(p: PhysicalType, domain: Domain, op: CmpOp, v: &Scalar) -> Option<OrdRange> {
+    Some(match zero_span(p, domain, v) {
+        Some((neg, pos)) => match op {
+            CmpOp::Eq | CmpOp::NotEq => OrdRange { lo: neg, hi: pos },
+            CmpOp::Lt => cmp_range(CmpOp::Lt, neg),
+            CmpOp::LtEq => cmp_range(CmpOp::LtEq, pos),
+            CmpOp::Gt => cmp_range(CmpOp::Gt, pos),
+            CmpOp::GtEq => cmp_range(CmpOp::GtEq, neg),
+        },
+        None => cmp_range(op, literal_ordinal(p, domain, v)?),
+    })
+}
+
 impl KeyTest {
     pub(super) fn range(p: PhysicalType, r: OrdRange) -> Self {
         let (tmin, tmax) = type_range(p);

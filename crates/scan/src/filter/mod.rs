@@ -29,7 +29,7 @@ use quiverdb_storage::types::{KeyNative, PhysicalType};
 use quiverdb_storage::{ShardSnapshot, TableSchema};
 
 use self::block::{delta_keys, key_block};
-use self::leaf::{ByteTest, KeyTest, OrdRange, OrdTest, cmp_range, dict_codes, literal_ordinal, ord_to_key, ordinal, type_range, widen_f32_test};
+use self::leaf::{ByteTest, KeyTest, OrdRange, OrdTest, dict_codes, literal_ordinal, literal_range, ord_to_key, ordinal, type_range, widen_f32_test, zero_span};
 use crate::error::{Error, Result};
 use crate::predicate::{CmpOp, Predicate};
 
@@ -118,6 +118,7 @@ fn compile_node(p: &Predicate, schema: &TableSchema, cols: &ShardColumns<'_>) ->
     let not = |n: Node| Node::Not(Box::new(n));
     Ok(match p {
         Predicate::Const(b) => Node::Const(Some(*b)),
+        Predicate::Unknown => Node::Const(None),
         Predicate::And(v) => Node::And(v.iter().map(|p| compile_node(p, schema, cols)).collect::<Result<_>>()?),
         Predicate::Or(v) => Node::Or(v.iter().map(|p| compile_node(p, schema, cols)).collect::<Result<_>>()?),
         Predicate::Not(p) => not(compile_node(p, schema, cols)?),
@@ -133,7 +134,7 @@ fn compile_node(p: &Predicate, schema: &TableSchema, cols: &ShardColumns<'_>) ->
                 return Ok(Node::Const(None));
             }
             let node = leaf(expr, schema, cols, |ctx| match ctx {
-                Ctx::Ord(p, d) => literal_ordinal(p, d, value).map(|c| Test::Ord(OrdTest::Range(cmp_range(*op, c)))),
+                Ctx::Ord(p, d) => literal_range(p, d, *op, value).map(|r| Test::Ord(OrdTest::Range(r))),
                 Ctx::Bytes => value.as_bytes().map(|b| {
                     let v = (b.to_vec(), true);
                     let excl = (b.to_vec(), false);
@@ -161,8 +162,8 @@ fn compile_node(p: &Predicate, schema: &TableSchema, cols: &ShardColumns<'_>) ->
         Predicate::Between { expr, low, high, negated } => {
             let node = leaf(expr, schema, cols, |ctx| match ctx {
                 Ctx::Ord(p, d) => Some(Test::Ord(OrdTest::Range(OrdRange {
-                    lo: literal_ordinal(p, d, low)?,
-                    hi: literal_ordinal(p, d, high)?,
+                    lo: literal_range(p, d, CmpOp::GtEq, low)?.lo,
+                    hi: literal_range(p, d, CmpOp::LtEq, high)?.hi,
                 }))),
                 Ctx::Bytes => Some(Test::Bytes(ByteTest::Range {
                     lo: Some((low.as_bytes()?.to_vec(), true)),
@@ -175,11 +176,14 @@ fn compile_node(p: &Predicate, schema: &TableSchema, cols: &ShardColumns<'_>) ->
             let null_in_list = values.iter().any(Scalar::is_null);
             let node = leaf(expr, schema, cols, |ctx| match ctx {
                 Ctx::Ord(p, d) => {
-                    let mut v = values
-                        .iter()
-                        .filter(|v| !v.is_null())
-                        .map(|v| literal_ordinal(p, d, v))
-                        .collect::<Option<Vec<i128>>>()?;
+                    let mut v = Vec::with_capacity(values.len());
+                    for value in values.iter().filter(|v| !v.is_null()) {
+                        match zero_span(p, d, value) {
+                            // Both zeros.
+                            Some((neg, pos)) => v.extend([neg, pos]),
+                            None => v.push(literal_ordinal(p, d, value)?),
+                        }
+                    }
                     v.sort_unstable();
                     v.dedup();
                     Some(Test::Ord(OrdTest::Set { values: v, null_in_list }))
