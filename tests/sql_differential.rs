@@ -27,9 +27,10 @@
 //! `QUIVERDB_DIFF_TRACE=1` prints every statement (a failing seed's script);
 //! `QUIVERDB_DIFF_STATS=1` prints each seed's time and the statements both
 //! sides rejected;
-//! `QUIVERDB_DIFF_SKIP=in_null,avg,date_trunc,bool_in,float_special` leaves those constructs out
-//! (to look past an open bug). The ignored test `sql_differential_script`
-//! replays a script file on both sides (see its docs).
+//! `QUIVERDB_DIFF_SKIP=in_null,avg,date_trunc,bool_in,float_special`
+//! leaves those constructs out (to look past a bug while reducing
+//! another); `QUIVERDB_DIFF_SCRIPT=file` replays a script file on both
+//! sides instead of the seeds (see `replay_script`).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -1385,16 +1386,13 @@ async fn script(g: &mut Gen, e: &mut Engines, steps: usize) -> Result<(), String
     Ok(())
 }
 
-/// Runs the script in `QUIVERDB_DIFF_SCRIPT` (a file: statements each
+/// Runs the script at `path` (from `QUIVERDB_DIFF_SCRIPT`; a file: statements each
 /// ending with `;` at the end of a line, `-- rebuild` lines for
 /// `db.rebuild_all()`) on both sides and prints both results of each
 /// statement, for reducing a failing seed by hand. Settings from
 /// `QUIVERDB_DIFF_SETTINGS=shard_capacity,batch_size,target_partitions,id_buffer`.
-#[test]
-#[ignore = "a tool: needs QUIVERDB_DIFF_SCRIPT"]
-fn sql_differential_script() {
-    let path = std::env::var("QUIVERDB_DIFF_SCRIPT").expect("QUIVERDB_DIFF_SCRIPT");
-    let text = std::fs::read_to_string(&path).expect("read the script");
+fn replay_script(path: &str) {
+    let text = std::fs::read_to_string(path).expect("read the script");
     let numbers: Vec<usize> = std::env::var("QUIVERDB_DIFF_SETTINGS")
         .unwrap_or_else(|_| "7,3,2,3".into())
         .split(',')
@@ -1442,6 +1440,10 @@ fn env_number(name: &str) -> Option<u64> {
 
 #[test]
 fn sql_differential() {
+    if let Ok(path) = std::env::var("QUIVERDB_DIFF_SCRIPT") {
+        replay_script(&path);
+        return;
+    }
     let seeds: Vec<u64> = match (env_number("QUIVERDB_DIFF_SEED"), env_number("QUIVERDB_DIFF_SEEDS")) {
         (Some(s), _) => vec![s],
         (None, Some(n)) => (0..n).collect(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow_schema::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{Constraints, DFSchema};
+use datafusion::common::{Constraint, Constraints, DFSchema};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
@@ -14,7 +14,7 @@ use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 use quiverdb_scan::Predicate;
 use quiverdb_storage::Table;
 
-use crate::exec::{DmlExec, DmlFilter, DmlOp, QuiverScanExec, ScanSource};
+use crate::exec::{DmlExec, DmlFilter, DmlOp, QuiverScanExec, Residual, ScanSource};
 use crate::translate::Translator;
 
 /// Settings the SQL layer applies to quiverdb tables.
@@ -52,7 +52,10 @@ pub(crate) struct DmlStatementParts {
 impl QuiverTable {
     /// A provider for `table`, with the column defaults `defaults`.
     pub fn new(table: Table, defaults: Arc<HashMap<String, Expr>>, settings: ScanSettings) -> Self {
-        Self { table, defaults, constraints: None, settings, statement: None }
+        // quiverdb enforces the primary key, so DataFusion may rely on it.
+        let key = table.schema().primary_key().to_vec();
+        let constraints = (!key.is_empty()).then(|| Constraints::new_unverified(vec![Constraint::PrimaryKey(key)]));
+        Self { table, defaults, constraints, settings, statement: None }
     }
 
     /// This provider bound to one DELETE or UPDATE: its DML hooks use
@@ -66,22 +69,44 @@ impl QuiverTable {
         &self.table
     }
 
-    /// Splits `filters` into what the scan evaluates and the texts EXPLAIN
-    /// shows: exact predicates, and pruning-only ones.
-    fn scan_filter(&self, filters: &[Expr]) -> (Option<Predicate>, Vec<String>, Vec<String>) {
-        let translator = Translator::logical(self.table.schema());
+    /// The scan of `filters`: what quiverdb's predicate evaluates (exact
+    /// filters, plus pruning conditions for the others), with the texts
+    /// EXPLAIN shows; and the residual — every filter not evaluated
+    /// exactly, run by DataFusion on the gathered rows.
+    fn scan_filter(&self, state: &dyn Session, filters: &[Expr], projection: &[usize]) -> Result<(ScanFilter, Residual)> {
+        let schema = self.table.schema();
+        let translator = Translator::logical(schema);
         let mut parts = Vec::new();
         let (mut exact, mut pruning) = (Vec::new(), Vec::new());
+        let mut rest = Vec::new();
         for f in filters {
             if let Some(p) = translator.predicate(f) {
                 parts.push(p);
                 exact.push(f.to_string());
-            } else if let Some(p) = translator.necessary(f) {
+                continue;
+            }
+            if let Some(p) = translator.necessary(f) {
                 parts.push(p);
                 pruning.push(f.to_string());
             }
+            rest.push(f);
         }
-        (combine(parts), exact, pruning)
+        let mut residual = Residual::default();
+        if !rest.is_empty() {
+            for c in rest.iter().flat_map(|e| e.column_refs()) {
+                let i = schema.arrow().index_of(&c.name)?;
+                if !projection.contains(&i) && !residual.extra.contains(&i) {
+                    residual.extra.push(i);
+                }
+            }
+            let gathered: Vec<usize> = projection.iter().chain(&residual.extra).copied().collect();
+            let df_schema = DFSchema::try_from(schema.arrow().project(&gathered)?)?;
+            for e in rest {
+                residual.exprs.push(state.create_physical_expr(e.clone(), &df_schema)?);
+                residual.text.push(e.to_string());
+            }
+        }
+        Ok(((combine(parts), exact, pruning), residual))
     }
 
     /// The rows a DELETE or UPDATE with `filters` touches: translated
@@ -123,6 +148,9 @@ impl QuiverTable {
     }
 }
 
+/// A scan's predicate, and the texts of its exact and pruning filters.
+type ScanFilter = (Option<Predicate>, Vec<String>, Vec<String>);
+
 /// The conjunction of `parts` (`None` when empty).
 fn combine(mut parts: Vec<Predicate>) -> Option<Predicate> {
     match parts.len() {
@@ -157,7 +185,8 @@ impl TableProvider for QuiverTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let (filter, exact_text, pruning_text) = self.scan_filter(filters);
+        let projection: Vec<usize> = projection.cloned().unwrap_or_else(|| (0..self.table.schema().len()).collect());
+        let ((filter, exact_text, pruning_text), residual) = self.scan_filter(state, filters, &projection)?;
         let source = ScanSource {
             table: self.table.name().to_string(),
             snapshot: self.table.snapshot(),
@@ -169,7 +198,8 @@ impl TableProvider for QuiverTable {
         let config = state.config();
         let exec = QuiverScanExec::try_new(
             source,
-            projection.map(Vec::as_slice),
+            projection,
+            residual,
             limit,
             config.target_partitions(),
             config.batch_size(),

@@ -109,7 +109,7 @@ impl Folded<'_> {
 /// computed whole, not per input partition).
 fn fold(plan: &Arc<dyn ExecutionPlan>, hash_ok: bool) -> Option<Folded<'_>> {
     if let Some(scan) = plan.downcast_ref::<QuiverScanExec>() {
-        if scan.limit().is_some() {
+        if scan.limit().is_some() || scan.has_residual() {
             return None;
         }
         let outputs = scan.projection().iter().map(|&c| Some(MapExpr::Column(c))).collect();

@@ -71,7 +71,15 @@ pub(crate) fn statistics(snapshot: &TableSnapshot, shards: &[usize], projection:
                 nulls += main_stats(&shard, c, physical, &mut range);
                 nulls += delta_stats(&shard, c, physical, &mut range);
             }
-            let wrap = |v: ScalarValue| if exact { Precision::Exact(v) } else { Precision::Inexact(v) };
+            let wrap = |v: ScalarValue| {
+                if !safe_bound(&v) {
+                    Precision::Absent
+                } else if exact {
+                    Precision::Exact(v)
+                } else {
+                    Precision::Inexact(v)
+                }
+            };
             let (min, max) = match (range.known, &range.keys, &range.bytes) {
                 (true, Some((lo, hi)), _) => (
                     num_to_scalar(key_to_num(physical, *lo), data_type).map_or(Precision::Absent, wrap),
@@ -97,6 +105,28 @@ pub(crate) fn statistics(snapshot: &TableSnapshot, shards: &[usize], projection:
         num_rows: if filtered { Precision::Inexact(rows) } else { Precision::Exact(rows) },
         total_byte_size: Precision::Absent,
         column_statistics: columns,
+    }
+}
+
+/// False for bounds DataFusion's range analysis cannot handle: it negates
+/// a signed column's minimum and converts temporal bounds to nanoseconds
+/// with overflow checks, failing a valid query at planning time for a
+/// table holding `i64::MIN` or a date before 1677. Such a bound is left
+/// unreported (MIN/MAX then scan instead of reading statistics).
+fn safe_bound(v: &ScalarValue) -> bool {
+    const NANOS_PER_DAY: i64 = 86_400_000_000_000;
+    let within = |x: i64, per: i64| x.checked_mul(per).is_some();
+    match v {
+        ScalarValue::Int8(Some(x)) => *x != i8::MIN,
+        ScalarValue::Int16(Some(x)) => *x != i16::MIN,
+        ScalarValue::Int32(Some(x)) => *x != i32::MIN,
+        ScalarValue::Int64(Some(x)) => *x != i64::MIN,
+        ScalarValue::Date32(Some(d)) => within(i64::from(*d), NANOS_PER_DAY),
+        ScalarValue::TimestampSecond(Some(x), _) => within(*x, 1_000_000_000),
+        ScalarValue::TimestampMillisecond(Some(x), _) => within(*x, 1_000_000),
+        ScalarValue::TimestampMicrosecond(Some(x), _) => within(*x, 1_000),
+        ScalarValue::TimestampNanosecond(Some(x), _) => *x != i64::MIN,
+        _ => true,
     }
 }
 

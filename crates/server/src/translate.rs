@@ -102,6 +102,27 @@ impl<'a> Translator<'a> {
     fn predicate_inner(&self, e: &Expr) -> Option<Predicate> {
         Some(match e {
             Expr::Literal(ScalarValue::Boolean(Some(b)), _) => Predicate::Const(*b),
+            Expr::Literal(ScalarValue::Boolean(None) | ScalarValue::Null, _) => Predicate::Unknown,
+            // A boolean column as a condition: `WHERE flag`.
+            Expr::Column(_) => {
+                let (m, t) = self.typed(self.map(e)?)?;
+                if t != DataType::Boolean {
+                    return None;
+                }
+                Predicate::cmp(m, CmpOp::Eq, Scalar::Boolean(true))
+            }
+            // Two-valued tests: IS [NOT] TRUE / FALSE / UNKNOWN.
+            Expr::IsTrue(inner) | Expr::IsNotTrue(inner) | Expr::IsFalse(inner) | Expr::IsNotFalse(inner) => {
+                let (m, t) = self.typed(self.map(inner)?)?;
+                if t != DataType::Boolean {
+                    return None;
+                }
+                let want = matches!(e, Expr::IsTrue(_) | Expr::IsNotTrue(_));
+                let is = Predicate::And(vec![Predicate::IsNotNull(m.clone()), Predicate::cmp(m, CmpOp::Eq, Scalar::Boolean(want))]);
+                if matches!(e, Expr::IsNotTrue(_) | Expr::IsNotFalse(_)) { is.negate() } else { is }
+            }
+            Expr::IsUnknown(inner) => Predicate::IsNull(self.map(inner)?),
+            Expr::IsNotUnknown(inner) => Predicate::IsNotNull(self.map(inner)?),
             Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
                 Predicate::And(vec![self.predicate_inner(left)?, self.predicate_inner(right)?])
             }
@@ -242,8 +263,13 @@ impl<'a> Translator<'a> {
         if let Some(l) = e.downcast_ref::<PLiteral>() {
             return match l.value() {
                 ScalarValue::Boolean(Some(b)) => Some(Predicate::Const(*b)),
+                ScalarValue::Boolean(None) | ScalarValue::Null => Some(Predicate::Unknown),
                 _ => None,
             };
+        }
+        if e.downcast_ref::<PColumn>().is_some() {
+            let (m, t) = self.typed(self.physical_map(e)?)?;
+            return (t == DataType::Boolean).then(|| Predicate::cmp(m, CmpOp::Eq, Scalar::Boolean(true)));
         }
         if let Some(b) = e.downcast_ref::<PBinary>() {
             return Some(match b.op() {

@@ -322,7 +322,7 @@ fn gather(snapshot: &TableSnapshot, filter: &DmlFilter, columns: &[usize], optio
 }
 
 /// True for the rows where every residual expression is true (not NULL).
-fn residual_mask(batch: &RecordBatch, residual: &[Arc<dyn PhysicalExpr>]) -> Result<BooleanArray> {
+pub(super) fn residual_mask(batch: &RecordBatch, residual: &[Arc<dyn PhysicalExpr>]) -> Result<BooleanArray> {
     let mut keep = vec![true; batch.num_rows()];
     for e in residual {
         let value = e.evaluate(batch)?.into_array(batch.num_rows())?;

@@ -25,6 +25,7 @@ pub(crate) use aggregate::AggregateOutputMode;
 pub use aggregate::QuiverAggregateExec;
 pub use dml::DmlExec;
 pub(crate) use dml::{DmlFilter, DmlOp};
+pub(crate) use scan::Residual;
 pub use scan::QuiverScanExec;
 pub use topk::QuiverTopKExec;
 

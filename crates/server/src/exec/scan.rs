@@ -3,20 +3,40 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
+use arrow_array::{RecordBatch, RecordBatchOptions};
 use arrow_schema::SchemaRef;
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::common::Statistics;
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties, StatisticsArgs};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties, StatisticsArgs,
+};
 use quiverdb_mapreducer::{GatherKernel, GatherSpec};
 use quiverdb_scan::scan_each;
 
+use super::dml::residual_mask;
 use super::stream::spawn_producer;
 use super::{ScanSource, leaf_plan, shard_groups};
 use crate::error::Error;
 use crate::stats::statistics;
+
+/// Filters handed to a scan that quiverdb cannot evaluate exactly, run by
+/// DataFusion on the gathered rows. DataFusion may rewrite a filter it was
+/// told the scan handles exactly (`f IN (true)` becomes `f`) and then drop
+/// its own copy, so every filter a scan receives is applied, one way or
+/// the other.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Residual {
+    /// Over the gathered columns: the projection, then `extra`.
+    pub(crate) exprs: Vec<Arc<dyn PhysicalExpr>>,
+    /// Table columns gathered only for the residual.
+    pub(crate) extra: Vec<usize>,
+    /// The filters, as DataFusion wrote them.
+    pub(crate) text: Vec<String>,
+}
 
 /// Scans a quiverdb table: the filter runs in the scan's phase 1, and the
 /// projected columns of the matching rows are gathered straight from the
@@ -26,6 +46,7 @@ use crate::stats::statistics;
 pub struct QuiverScanExec {
     source: ScanSource,
     projection: Vec<usize>,
+    residual: Residual,
     limit: Option<usize>,
     groups: Vec<Vec<usize>>,
     spec: Arc<GatherSpec>,
@@ -39,23 +60,30 @@ impl QuiverScanExec {
     /// `partitions` partitions, gathering batches of `batch_size` rows.
     pub(crate) fn try_new(
         source: ScanSource,
-        projection: Option<&[usize]>,
+        projection: Vec<usize>,
+        residual: Residual,
         limit: Option<usize>,
         partitions: usize,
         batch_size: usize,
     ) -> Result<Self, Error> {
         let schema = source.snapshot.schema();
-        let projection: Vec<usize> = projection.map_or_else(|| (0..schema.len()).collect(), <[usize]>::to_vec);
-        let spec = Arc::new(GatherSpec::columns(schema, Some(&projection), batch_size)?);
+        let gathered: Vec<usize> = projection.iter().chain(&residual.extra).copied().collect();
+        let spec = Arc::new(GatherSpec::columns(schema, Some(&gathered), batch_size)?);
+        let output = Arc::new(spec.schema().project(&(0..projection.len()).collect::<Vec<_>>())?);
         let groups = shard_groups(&source.snapshot, partitions);
         let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(spec.schema())),
+            EquivalenceProperties::new(output),
             Partitioning::UnknownPartitioning(groups.len()),
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
         let stats = (0..=groups.len()).map(|_| OnceLock::new()).collect();
-        Ok(Self { source, projection, limit, groups, spec, properties, stats })
+        Ok(Self { source, projection, residual, limit, groups, spec, properties, stats })
+    }
+
+    /// True if DataFusion evaluates some of the scan's filters on its rows.
+    pub(crate) fn has_residual(&self) -> bool {
+        !self.residual.exprs.is_empty()
     }
 
     /// The table columns this scan outputs.
@@ -80,7 +108,10 @@ impl DisplayAs for QuiverScanExec {
         }
         write!(f, "QuiverScanExec: ")?;
         self.source.fmt_as(f)?;
-        let names: Vec<&str> = self.spec.schema().fields().iter().map(|f| f.name().as_str()).collect();
+        if !self.residual.text.is_empty() {
+            write!(f, ", residual=[{}]", self.residual.text.join(", "))?;
+        }
+        let names: Vec<&str> = self.properties.eq_properties.schema().fields().iter().map(|f| f.name().as_str()).collect();
         write!(f, ", projection=[{}]", names.join(", "))?;
         if let Some(l) = self.limit {
             write!(f, ", limit={l}")?;
@@ -106,11 +137,23 @@ impl ExecutionPlan for QuiverScanExec {
         })?;
         let source = self.source.clone();
         let spec = Arc::clone(&self.spec);
-        let limit = self.limit;
-        let schema: SchemaRef = Arc::clone(spec.schema());
-        Ok(spawn_producer(schema, move |out| {
-            let options = source.options(Some(&shards), limit, 1);
+        let residual = self.residual.clone();
+        let width = self.projection.len();
+        let schema = self.schema();
+        // With a residual the scan's rows are not the output rows: the
+        // limit is applied after it.
+        let scan_limit = if residual.exprs.is_empty() { self.limit } else { None };
+        let mut left = self.limit.unwrap_or(usize::MAX);
+        Ok(spawn_producer(Arc::clone(&schema), move |out| {
+            let options = source.options(Some(&shards), scan_limit, 1);
             let mut open = true;
+            let mut emit = |batch: RecordBatch| -> Result<bool> {
+                let batch = finish_batch(batch, &residual, width, &schema)?;
+                let batch = if batch.num_rows() > left { batch.slice(0, left) } else { batch };
+                left -= batch.num_rows();
+                Ok((batch.num_rows() == 0 || out.send(batch)) && left > 0)
+            };
+            let mut failed = None;
             let acc = scan_each(
                 &source.snapshot,
                 source.filter.as_ref(),
@@ -119,17 +162,32 @@ impl ExecutionPlan for QuiverScanExec {
                 spec.new_acc(),
                 |acc| match acc.take_batches() {
                     Ok(batches) => {
-                        open = batches.into_iter().all(|b| out.send(b));
-                        open
+                        for b in batches {
+                            match emit(b) {
+                                Ok(true) => {}
+                                Ok(false) => {
+                                    open = false;
+                                    return false;
+                                }
+                                Err(e) => {
+                                    failed = Some(e);
+                                    return false;
+                                }
+                            }
+                        }
+                        true
                     }
                     // The error stays in the accumulator; `finish` reports it.
                     Err(_) => false,
                 },
             )
             .map_err(Error::from)?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
             if open {
                 for batch in acc.finish().map_err(Error::from)? {
-                    if !out.send(batch) {
+                    if !emit(batch)? {
                         break;
                     }
                 }
@@ -145,7 +203,7 @@ impl ExecutionPlan for QuiverScanExec {
             None => (&self.stats[self.groups.len()], self.groups.concat()),
         };
         let stats = slot.get_or_init(|| {
-            let inexact = self.source.filtered() || self.limit.is_some();
+            let inexact = self.source.filtered() || self.has_residual() || self.limit.is_some();
             let mut s = statistics(&self.source.snapshot, &shards, &self.projection, inexact);
             if let Some(l) = self.limit {
                 s.num_rows = s.num_rows.min(&datafusion::common::stats::Precision::Inexact(l));
@@ -158,4 +216,16 @@ impl ExecutionPlan for QuiverScanExec {
     fn supports_limit_pushdown(&self) -> bool {
         false
     }
+}
+
+/// A gathered batch as output: the residual applied, the columns gathered
+/// only for it dropped.
+fn finish_batch(batch: RecordBatch, residual: &Residual, width: usize, schema: &SchemaRef) -> Result<RecordBatch> {
+    if residual.exprs.is_empty() {
+        return Ok(batch);
+    }
+    let keep = residual_mask(&batch, &residual.exprs)?;
+    let batch = filter_record_batch(&batch, &keep)?;
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(Arc::clone(schema), batch.columns()[..width].to_vec(), &options)?)
 }

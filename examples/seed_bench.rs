@@ -1,0 +1,234 @@
+//! quiverdb against DataFusion's `MemTable`, side by side in one process,
+//! on the seed table through SQL.
+//!
+//! ```text
+//! cargo run --release --example seed_bench -- --rows 2000000 --partitions 1
+//! ```
+//!
+//! Loads the seed table into quiverdb (rebuilt into compressed main
+//! storage; `name` declared `Utf8View`, so gathered strings point into the
+//! dictionary) and into a `MemTable` (the same batches, round-robin over
+//! `--partitions` partitions), runs Q1–Q10 on both with the same session
+//! settings, and checks the answers are equal. Planning (SQL → physical
+//! plan) and execution (running the plan to completion) are timed
+//! separately; each figure is the median of `--runs` (default 7) runs
+//! after a warm-up. Prints a markdown table and, as its last line, a JSON
+//! list of `{"query", "partitions", "quiverdb_ms", "memtable_ms",
+//! "quiverdb_exec_ms", "memtable_exec_ms", "exec_ratio", "plan_ms",
+//! "same_answer"}` with `exec_ratio = memtable_exec_ms / quiverdb_exec_ms`
+//! and `plan_ms` quiverdb's planning time. `--partitions 0` runs 1 and 2.
+
+#[path = "common/seed.rs"]
+mod seed;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Field, Schema};
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::catalog::MemTable;
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use quiverdb::{Database, SessionOptions, TableOptions};
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// One benchmark query.
+struct Query {
+    name: &'static str,
+    sql: String,
+    /// How answers are compared.
+    check: Check,
+}
+
+#[derive(Clone, Copy)]
+enum Check {
+    /// Same rows (as a multiset).
+    Rows,
+    /// `ORDER BY value DESC LIMIT k`: the same `value` sequence, and the
+    /// same rows above the last value (rows tied at the cut may differ).
+    TopValue,
+}
+
+fn queries() -> Vec<Query> {
+    let in_list: Vec<String> = (0..1000).filter(|v| v % 10 != 3).map(|v| v.to_string()).collect();
+    let q = |name, sql: &str, check| Query { name, sql: sql.to_string(), check };
+    vec![
+        q("Q1", "SELECT COUNT(*) FROM t", Check::Rows),
+        q("Q2", "SELECT SUM(value) FROM t", Check::Rows),
+        q("Q3", "SELECT * FROM t ORDER BY value DESC LIMIT 100", Check::TopValue),
+        q("Q4", "SELECT COUNT(*) FROM t WHERE value > 500000", Check::Rows),
+        q("Q5", "SELECT category % 100 AS c, COUNT(*) FROM t GROUP BY category % 100", Check::Rows),
+        q("Q6", "SELECT name, SUM(value) FROM t GROUP BY name", Check::Rows),
+        Query { name: "Q7", sql: format!("SELECT COUNT(*) FROM t WHERE category IN ({})", in_list.join(", ")), check: Check::Rows },
+        q("Q8", "SELECT COUNT(*) FROM t WHERE name = 'name_0042'", Check::Rows),
+        q("Q9", "SELECT id, value FROM t WHERE id BETWEEN 1000000 AND 1000100", Check::Rows),
+        q("Q10", "SELECT * FROM t", Check::Rows),
+    ]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn ms(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+/// Plans `sql` (SQL → optimized physical plan).
+async fn plan(ctx: &SessionContext, sql: &str) -> Result<Arc<dyn ExecutionPlan>, BoxError> {
+    Ok(ctx.sql(sql).await?.create_physical_plan().await?)
+}
+
+/// Median planning and execution times over `runs` runs after a warm-up,
+/// and the last run's answer.
+async fn measure(ctx: &SessionContext, sql: &str, runs: usize) -> Result<(f64, f64, Vec<RecordBatch>), BoxError> {
+    let warm = plan(ctx, sql).await?;
+    collect(warm, ctx.task_ctx()).await?;
+    let (mut plans, mut execs) = (Vec::new(), Vec::new());
+    let mut answer = Vec::new();
+    for _ in 0..runs {
+        let start = Instant::now();
+        let physical = plan(ctx, sql).await?;
+        plans.push(ms(start));
+        let start = Instant::now();
+        answer = collect(physical, ctx.task_ctx()).await?;
+        execs.push(ms(start));
+    }
+    Ok((median(plans), median(execs), answer))
+}
+
+/// The rows of `batches` as text, one string per row.
+fn rows(batches: &[RecordBatch]) -> Result<Vec<String>, BoxError> {
+    let options = FormatOptions::default().with_null("NULL");
+    let mut out = Vec::new();
+    for b in batches {
+        let formatters = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<Vec<_>, _>>()?;
+        for r in 0..b.num_rows() {
+            out.push(formatters.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
+        }
+    }
+    Ok(out)
+}
+
+fn same_answer(check: Check, a: &[RecordBatch], b: &[RecordBatch]) -> Result<bool, BoxError> {
+    let (mut ra, mut rb) = (rows(a)?, rows(b)?);
+    match check {
+        Check::Rows => {
+            ra.sort_unstable();
+            rb.sort_unstable();
+            Ok(ra == rb)
+        }
+        Check::TopValue => {
+            // Columns: id|value|category|name.
+            let value = |r: &String| r.split('|').nth(1).and_then(|v| v.parse::<i64>().ok());
+            let (va, vb): (Vec<_>, Vec<_>) = (ra.iter().map(value).collect(), rb.iter().map(value).collect());
+            let cut = va.iter().flatten().min().copied();
+            let above = |rows: &[String]| {
+                let mut v: Vec<&String> = rows.iter().filter(|r| value(r) > cut).collect();
+                v.sort_unstable();
+                v.into_iter().cloned().collect::<Vec<_>>()
+            };
+            Ok(va == vb && above(&ra) == above(&rb))
+        }
+    }
+}
+
+struct Row {
+    query: &'static str,
+    partitions: usize,
+    quiverdb_plan: f64,
+    quiverdb_exec: f64,
+    memtable_plan: f64,
+    memtable_exec: f64,
+    same: bool,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let flags = seed::flags()?;
+    let rows_n = seed::flag(&flags, "rows", 2_000_000)?;
+    let runs = seed::flag(&flags, "runs", 7)?.max(1);
+    let partitions = match seed::flag(&flags, "partitions", 0)? {
+        0 => vec![1, 2],
+        p => vec![p],
+    };
+    let only = flags.iter().find(|(n, _)| n == "query").map(|(_, v)| v.clone());
+
+    let batches = seed::batches(rows_n);
+    // quiverdb: the seed table with `name` as Utf8View, rebuilt into main.
+    let db = Database::new();
+    let fields: Vec<Field> = seed::schema()
+        .fields()
+        .iter()
+        .map(|f| if f.name() == "name" { Field::new("name", DataType::Utf8View, false) } else { f.as_ref().clone() })
+        .collect();
+    let table = db.create_table("t", &Schema::new(fields), TableOptions::default())?;
+    for b in &batches {
+        table.append(b)?;
+    }
+    table.rebuild()?;
+    db.wait_for_background_rebuilds();
+
+    let mut results = Vec::new();
+    for &p in &partitions {
+        let quiver = quiverdb::session_context_with(&db, SessionOptions { target_partitions: p, ..SessionOptions::default() });
+        let config = SessionConfig::new().with_target_partitions(p).with_batch_size(seed::BATCH_ROWS);
+        let memtable = SessionContext::new_with_config(config);
+        let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); p];
+        for (i, b) in batches.iter().enumerate() {
+            parts[i % p].push(b.clone());
+        }
+        memtable.register_table("t", Arc::new(MemTable::try_new(seed::schema(), parts)?))?;
+        for q in queries() {
+            if only.as_deref().is_some_and(|o| o != q.name) {
+                continue;
+            }
+            let (qp, qe, qa) = measure(&quiver, &q.sql, runs).await?;
+            let (mp, me, ma) = measure(&memtable, &q.sql, runs).await?;
+            let same = same_answer(q.check, &qa, &ma)?;
+            results.push(Row { query: q.name, partitions: p, quiverdb_plan: qp, quiverdb_exec: qe, memtable_plan: mp, memtable_exec: me, same });
+        }
+    }
+
+    println!("seed table: {rows_n} rows; medians of {runs} runs after a warm-up\n");
+    println!("| query | P | quiverdb plan ms | quiverdb exec ms | MemTable plan ms | MemTable exec ms | exec ratio | same answer |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in &results {
+        println!(
+            "| {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1}× | {} |",
+            r.query,
+            r.partitions,
+            r.quiverdb_plan,
+            r.quiverdb_exec,
+            r.memtable_plan,
+            r.memtable_exec,
+            r.memtable_exec / r.quiverdb_exec,
+            if r.same { "yes" } else { "NO" }
+        );
+    }
+    let json: Vec<String> = results
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"query\":\"{}\",\"partitions\":{},\"quiverdb_ms\":{:.4},\"memtable_ms\":{:.4},\"quiverdb_exec_ms\":{:.4},\"memtable_exec_ms\":{:.4},\"exec_ratio\":{:.3},\"plan_ms\":{:.4},\"same_answer\":{}}}",
+                r.query,
+                r.partitions,
+                r.quiverdb_plan + r.quiverdb_exec,
+                r.memtable_plan + r.memtable_exec,
+                r.quiverdb_exec,
+                r.memtable_exec,
+                r.memtable_exec / r.quiverdb_exec,
+                r.quiverdb_plan,
+                r.same
+            )
+        })
+        .collect();
+    println!("\n[{}]", json.join(","));
+    if results.iter().any(|r| !r.same) {
+        return Err("some answers differ between quiverdb and MemTable".into());
+    }
+    Ok(())
+}
