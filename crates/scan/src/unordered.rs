@@ -300,50 +300,86 @@ where
     )
 }
 
-/// The unordered scan on the calling thread, one shard after another (in
-/// the order of `options.shards`, or all shards), for consumers that hand
-/// results on as they come: `after_shard` sees the accumulator after each
-/// shard that streamed something and returns whether to go on.
-/// `options.threads` is ignored; the kernel and its buffers are reused
-/// from shard to shard.
-pub fn scan_each<K, F>(
-    snapshot: &TableSnapshot,
-    filter: Option<&Predicate>,
-    options: &ScanOptions,
+/// The unordered scan on the calling thread, a shard at a time, for
+/// consumers that hand results on as they come (a stream polled batch by
+/// batch): each [`ScanCursor::advance`] scans shards (in the order of
+/// `options.shards`, or all shards) until one streams something, then
+/// lets the caller take what the accumulator holds. `options.threads` is
+/// ignored; the kernel and its buffers are reused from shard to shard.
+pub struct ScanCursor<K: Kernel, F> {
+    snapshot: TableSnapshot,
+    filter: Option<Predicate>,
+    shards: std::vec::IntoIter<usize>,
+    budget: Budget,
+    id_buffer: usize,
     kernel: F,
-    acc: K::Acc,
-    mut after_shard: impl FnMut(&mut K::Acc) -> bool,
-) -> Result<K::Acc>
+    parts: Option<(K, Scratch)>,
+    /// `None` only after a shard failed.
+    acc: Option<K::Acc>,
+}
+
+impl<K, F> ScanCursor<K, F>
 where
     K: Kernel,
     F: Fn() -> quiverdb_mapreducer::Result<K>,
 {
-    if let Some(p) = filter {
-        p.validate(snapshot.schema())?;
-    }
-    let budget = Budget::new(options.limit);
-    let id_buffer = options.id_buffer();
-    let mut parts: Option<(K, Scratch)> = None;
-    let mut acc = acc;
-    for i in options.shard_positions(snapshot) {
-        if budget.exhausted() {
-            break;
+    /// A cursor over `snapshot`'s records that pass `filter`, folded into
+    /// `acc` by a kernel from `kernel()`.
+    pub fn new(snapshot: TableSnapshot, filter: Option<Predicate>, options: &ScanOptions, kernel: F, acc: K::Acc) -> Result<Self> {
+        if let Some(p) = &filter {
+            p.validate(snapshot.schema())?;
         }
-        let shard = snapshot.shard(i);
-        let open = || -> Result<ShardMapReducer<'_, K>> {
-            Ok(match parts.take() {
-                Some((k, scratch)) => ShardMapReducer::open_with(shard, k, scratch)?,
-                None => ShardMapReducer::open(shard, kernel()?)?,
-            })
-        };
-        let (next, reducer) = scan_shard(shard, filter, id_buffer, open, acc, &budget)?;
-        acc = next;
-        if let Some(r) = reducer {
-            parts = Some(r.into_parts());
-            if !after_shard(&mut acc) {
-                break;
+        let shards = options.shard_positions(&snapshot).into_iter();
+        Ok(Self {
+            snapshot,
+            filter,
+            shards,
+            budget: Budget::new(options.limit),
+            id_buffer: options.id_buffer(),
+            kernel,
+            parts: None,
+            acc: Some(acc),
+        })
+    }
+
+    /// Scans shards until one streams a record into the accumulator;
+    /// false when no shard is left (or the limit is reached).
+    pub fn advance(&mut self) -> Result<bool> {
+        while !self.budget.exhausted() {
+            let Some(i) = self.shards.next() else { return Ok(false) };
+            let shard = self.snapshot.shard(i);
+            let parts = &mut self.parts;
+            let kernel = &self.kernel;
+            let open = || -> Result<ShardMapReducer<'_, K>> {
+                Ok(match parts.take() {
+                    Some((k, scratch)) => ShardMapReducer::open_with(shard, k, scratch)?,
+                    None => ShardMapReducer::open(shard, kernel()?)?,
+                })
+            };
+            let acc = self.acc.take().ok_or_else(|| crate::Error::Internal("a failed scan was resumed".into()))?;
+            let (acc, reducer) = scan_shard(shard, self.filter.as_ref(), self.id_buffer, open, acc, &self.budget)?;
+            self.acc = Some(acc);
+            if let Some(r) = reducer {
+                self.parts = Some(r.into_parts());
+                return Ok(true);
             }
         }
+        Ok(false)
     }
-    Ok(acc)
+
+    /// The accumulator, to take results from between shards.
+    pub fn acc_mut(&mut self) -> Result<&mut K::Acc> {
+        self.acc.as_mut().ok_or_else(|| crate::Error::Internal("a failed scan was resumed".into()))
+    }
+
+    /// The accumulator, once the caller is done.
+    pub fn into_acc(self) -> Result<K::Acc> {
+        self.acc.ok_or_else(|| crate::Error::Internal("a failed scan was resumed".into()))
+    }
+}
+
+impl<K: Kernel, F> std::fmt::Debug for ScanCursor<K, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScanCursor").field("shards_left", &self.shards.len()).finish_non_exhaustive()
+    }
 }

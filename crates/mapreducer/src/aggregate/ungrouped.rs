@@ -2,7 +2,8 @@
 //! cheapest way the encoding allows.
 //!
 //! ```text
-//!   SUM  bit-packed  n·reference + Σ deltas (deltas unpacked, never widened)
+//!   SUM  bit-packed  n·reference + Σ deltas (a whole block: Σ deltas from its
+//!                    frame, O(1); else deltas unpacked, never widened)
 //!        constant    n·value;  sequence  arithmetic series per run (a wrapping
 //!        run falls back to key by key);  run-end  Σ run value × selected rows
 //!   MIN/MAX          a whole block without nulls: its zone map, O(1);
@@ -151,15 +152,16 @@ fn sum_keys(enc: &KeyEncoding, block: usize, block_len: usize, sel: Sel<'_>, val
                 let n = lanes.count() as u64;
                 return (frame.reference as u128 * n as u128, n);
             }
+            let small = frame.width <= 53;
+            if small && range == Some((0, block_len)) {
+                // A whole block: its frame holds the sum of its deltas.
+                let n = block_len as u64;
+                return (n as u128 * frame.reference as u128 + frame.delta_sum as u128, n);
+            }
             // Unpack the deltas (without the reference) and sum them.
             let deltas = &mut scratch.block;
             bp.decode_block_deltas(block, deltas);
-            let small = frame.width <= 53;
             let (sum, n) = match (range, sel) {
-                (Some((0, b)), _) if b == block_len && small => {
-                    // Padding deltas are zero: sum the whole block.
-                    (kernels::sum_small(deltas, 0, LANES) as u128, b as u64)
-                }
                 (Some((a, b)), _) if small => (kernels::sum_small(deltas, a, b) as u128, (b - a) as u64),
                 (Some((a, b)), _) => (sum_all(&deltas[a..b], false), (b - a) as u64),
                 (None, Sel::Ids(ids, base)) => {

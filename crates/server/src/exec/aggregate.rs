@@ -14,7 +14,7 @@ use quiverdb_mapreducer::{AggFunc, AggregateKernel, AggregateSpec};
 use quiverdb_scan::scan;
 use quiverdb_storage::TableSchema;
 
-use super::stream::spawn_producer;
+use super::stream::once_stream;
 use super::{ScanSource, leaf_plan};
 use crate::error::Error;
 
@@ -123,7 +123,7 @@ impl ExecutionPlan for QuiverAggregateExec {
         let mode = self.mode;
         let threads = if mode == AggregateOutputMode::Final { self.threads } else { 1 };
         let schema = self.schema();
-        Ok(spawn_producer(Arc::clone(&schema), move |out| {
+        Ok(once_stream(Arc::clone(&schema), move || {
             let options = source.options(Some(&shards), None, threads);
             let acc = scan(&source.snapshot, source.filter.as_ref(), &options, || AggregateKernel::new(Arc::clone(&spec)), || spec.new_acc())
                 .map_err(Error::from)?;
@@ -133,8 +133,7 @@ impl ExecutionPlan for QuiverAggregateExec {
             }
             .map_err(Error::from)?;
             let columns = output.keys.into_iter().chain(output.values).collect();
-            out.send(RecordBatch::try_new(schema, columns)?);
-            Ok(())
+            Ok(vec![RecordBatch::try_new(schema, columns)?])
         }))
     }
 }

@@ -15,10 +15,10 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties, StatisticsArgs,
 };
 use quiverdb_mapreducer::{GatherKernel, GatherSpec};
-use quiverdb_scan::scan_each;
+use quiverdb_scan::ScanCursor;
 
 use super::dml::residual_mask;
-use super::stream::spawn_producer;
+use super::stream::{Step, stepped_stream};
 use super::{ScanSource, leaf_plan, shard_groups};
 use crate::error::Error;
 use crate::stats::statistics;
@@ -144,55 +144,32 @@ impl ExecutionPlan for QuiverScanExec {
         // limit is applied after it.
         let scan_limit = if residual.exprs.is_empty() { self.limit } else { None };
         let mut left = self.limit.unwrap_or(usize::MAX);
-        Ok(spawn_producer(Arc::clone(&schema), move |out| {
-            let options = source.options(Some(&shards), scan_limit, 1);
-            let mut open = true;
-            let mut emit = |batch: RecordBatch| -> Result<bool> {
+        let options = source.options(Some(&shards), scan_limit, 1);
+        let kernel = move || GatherKernel::new(Arc::clone(&spec));
+        let acc = self.spec.new_acc();
+        let mut cursor = Some(ScanCursor::new(source.snapshot, source.filter, &options, kernel, acc).map_err(Error::from)?);
+        // One shard per step: its batches go out before the next is read.
+        Ok(stepped_stream(Arc::clone(&schema), move |queue| {
+            let Some(mut c) = cursor.take().filter(|_| left > 0) else { return Ok(Step::Done) };
+            let batches = if c.advance().map_err(Error::from)? {
+                let batches = c.acc_mut().map_err(Error::from)?.take_batches().map_err(Error::from)?;
+                cursor = Some(c);
+                batches
+            } else {
+                c.into_acc().map_err(Error::from)?.finish().map_err(Error::from)?
+            };
+            for batch in batches {
                 let batch = finish_batch(batch, &residual, width, &schema)?;
                 let batch = if batch.num_rows() > left { batch.slice(0, left) } else { batch };
                 left -= batch.num_rows();
-                Ok((batch.num_rows() == 0 || out.send(batch)) && left > 0)
-            };
-            let mut failed = None;
-            let acc = scan_each(
-                &source.snapshot,
-                source.filter.as_ref(),
-                &options,
-                || GatherKernel::new(Arc::clone(&spec)),
-                spec.new_acc(),
-                |acc| match acc.take_batches() {
-                    Ok(batches) => {
-                        for b in batches {
-                            match emit(b) {
-                                Ok(true) => {}
-                                Ok(false) => {
-                                    open = false;
-                                    return false;
-                                }
-                                Err(e) => {
-                                    failed = Some(e);
-                                    return false;
-                                }
-                            }
-                        }
-                        true
-                    }
-                    // The error stays in the accumulator; `finish` reports it.
-                    Err(_) => false,
-                },
-            )
-            .map_err(Error::from)?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            if open {
-                for batch in acc.finish().map_err(Error::from)? {
-                    if !emit(batch)? {
-                        break;
-                    }
+                if batch.num_rows() > 0 {
+                    queue.push_back(batch);
+                }
+                if left == 0 {
+                    return Ok(Step::Done);
                 }
             }
-            Ok(())
+            Ok(if cursor.is_some() { Step::More } else { Step::Done })
         }))
     }
 

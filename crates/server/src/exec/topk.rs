@@ -11,7 +11,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use quiverdb_mapreducer::{GatherKernel, GatherSpec};
 use quiverdb_scan::{SortKey, scan_order};
 
-use super::stream::spawn_producer;
+use super::stream::once_stream;
 use super::{ScanSource, leaf_plan};
 use crate::error::Error;
 
@@ -75,14 +75,14 @@ impl ExecutionPlan for QuiverTopKExec {
         }
         let schema: SchemaRef = self.schema();
         if partition > 0 {
-            return Ok(spawn_producer(schema, |_| Ok(())));
+            return Ok(once_stream(schema, || Ok(Vec::new())));
         }
         let source = self.source.clone();
         let sort = self.sort.clone();
         let spec = Arc::clone(&self.spec);
         let fetch = self.fetch;
         let threads = self.threads;
-        Ok(spawn_producer(Arc::clone(&schema), move |out| {
+        Ok(once_stream(Arc::clone(&schema), move || {
             let options = source.options(None, None, threads);
             let acc = scan_order(
                 &source.snapshot,
@@ -95,15 +95,15 @@ impl ExecutionPlan for QuiverTopKExec {
                 || spec.new_acc(),
             )
             .map_err(Error::from)?;
-            for batch in acc.finish().map_err(Error::from)? {
-                // The sort's schema: same types, its names and nullability.
-                let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-                let batch = RecordBatch::try_new_with_options(Arc::clone(&schema), batch.columns().to_vec(), &options)?;
-                if !out.send(batch) {
-                    break;
-                }
-            }
-            Ok(())
+            let batches = acc.finish().map_err(Error::from)?;
+            // The sort's schema: same types, its names and nullability.
+            batches
+                .into_iter()
+                .map(|batch| {
+                    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                    Ok(RecordBatch::try_new_with_options(Arc::clone(&schema), batch.columns().to_vec(), &options)?)
+                })
+                .collect()
         }))
     }
 }

@@ -31,6 +31,10 @@ pub const WORDS_PER_BIT: usize = BLOCK_SIZE / 64;
 pub struct Frame {
     /// The block's minimum key; every value is `reference + delta`.
     pub reference: u64,
+    /// Σ deltas of the block (wrapping; exact when `width <= 53`, as
+    /// 1,024 deltas below 2^53 cannot reach 2^64): a whole block sums
+    /// without unpacking.
+    pub delta_sum: u64,
     /// Index into [`BitPacked::words`] of the block's first word.
     pub offset: u32,
     /// Bits per delta (0..=64).
@@ -62,13 +66,16 @@ impl BitPacked {
             let (min, max) = min_max(chunk);
             let width = bits_for(max - min);
             let offset = u32::try_from(words.len()).expect("a shard's packed words fit u32");
-            frames.push(Frame { reference: min, offset, width });
             if width == 0 {
+                frames.push(Frame { reference: min, delta_sum: 0, offset, width });
                 continue;
             }
+            let mut delta_sum = 0u64;
             for (d, &k) in buf.iter_mut().zip(chunk) {
                 *d = k - min;
+                delta_sum = delta_sum.wrapping_add(*d);
             }
+            frames.push(Frame { reference: min, delta_sum, offset, width });
             buf[chunk.len()..].fill(0);
             let n = WORDS_PER_BIT * width as usize;
             words.resize(words.len() + n, 0);
@@ -217,6 +224,11 @@ mod tests {
                 assert_eq!(p.get(i), k, "width {width} index {i}");
             }
             assert_eq!(BitPacked::estimate_size(&keys), p.size_bytes());
+            for (b, chunk) in keys.chunks(BLOCK_SIZE).enumerate() {
+                let f = p.frames()[b];
+                let sum = chunk.iter().fold(0u64, |s, &k| s.wrapping_add(k - f.reference));
+                assert_eq!(f.delta_sum, sum, "width {width} block {b}");
+            }
         }
     }
 
