@@ -491,6 +491,15 @@ fn arith(
         }
     }
     let checked = if has_nulls { active.and(&validity) } else { *active };
+    if let (ArithOp::Div | ArithOp::Rem, Operand::Vector(a), Operand::Scalar(Some(Num::I64(y)))) = (op, l, r)
+        && let (Values::I64(a), Values::I64(dst)) = (&a.values, &mut out.values)
+        && div_by_constant(op, a, y, lanes, dst)
+    {
+        out.len = lanes;
+        out.validity = validity;
+        out.has_nulls = has_nulls;
+        return Ok(());
+    }
     let failed = match (op, data_type) {
         (_, DataType::Float32 | DataType::Float64) => {
             let round = matches!(data_type, DataType::Float32);
@@ -514,6 +523,37 @@ fn arith(
     out.validity = validity;
     out.has_nulls = has_nulls;
     Ok(())
+}
+
+/// `x / y` or `x % y` (truncating, as SQL) of the first `lanes` lanes of
+/// `a` by a constant `2 <= y < 2^32`, when every lane is below 2^32 in
+/// magnitude, by multiplication instead of a hardware division (Lemire,
+/// Kaser & Kurz, "Faster remainder by direct computation", 2019: exact
+/// for 32-bit numerators and divisors). Such a division cannot fail, and
+/// its result is no wider than `x`. False, with `dst` untouched, when the
+/// lanes or the divisor are out of that range.
+fn div_by_constant(op: ArithOp, a: &[i64; LANES], y: i64, lanes: usize, dst: &mut [i64; LANES]) -> bool {
+    const LIMIT: u64 = 1 << 32;
+    if !(2..LIMIT as i64).contains(&y) || a[..lanes].iter().fold(0u64, |m, x| m | x.unsigned_abs()) >= LIMIT {
+        return false;
+    }
+    let d = y as u64;
+    let m = u64::MAX / d + 1;
+    let sign = |x: i64, v: u64| if x < 0 { (v as i64).wrapping_neg() } else { v as i64 };
+    match op {
+        ArithOp::Div => {
+            for (o, &x) in dst[..lanes].iter_mut().zip(&a[..lanes]) {
+                *o = sign(x, ((m as u128 * x.unsigned_abs() as u128) >> 64) as u64);
+            }
+        }
+        _ => {
+            for (o, &x) in dst[..lanes].iter_mut().zip(&a[..lanes]) {
+                let low = m.wrapping_mul(x.unsigned_abs());
+                *o = sign(x, ((low as u128 * d as u128) >> 64) as u64);
+            }
+        }
+    }
+    true
 }
 
 /// The error of a failed integer division: by zero, or `MIN / -1`.
@@ -733,4 +773,39 @@ fn cast_vector(v: &NumVector, from: &DataType, to: &DataType, active: &Bits, out
     out.validity = v.validity;
     out.has_nulls = v.has_nulls;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn division_by_a_constant_matches_hardware_division() {
+        let edges = [0i64, 1, -1, 2, -2, 99, 100, -100, 101, 12_345, -12_345, (1 << 32) - 1, -((1 << 32) - 1)];
+        let mut a = [0i64; LANES];
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for (i, x) in a.iter_mut().enumerate() {
+            *x = edges.get(i).copied().unwrap_or_else(|| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed % (1 << 33)) as i64 - (1 << 32) + 1
+            });
+        }
+        for y in [2i64, 3, 7, 10, 100, 1000, 65_535, 65_536, 1 << 31, (1 << 32) - 1] {
+            for op in [ArithOp::Div, ArithOp::Rem] {
+                let mut dst = [0i64; LANES];
+                assert!(div_by_constant(op, &a, y, LANES, &mut dst), "{op} {y}");
+                for (&x, &got) in a.iter().zip(&dst) {
+                    let want = if op == ArithOp::Div { x / y } else { x % y };
+                    assert_eq!(got, want, "{x} {op} {y}");
+                }
+            }
+        }
+        let mut dst = [0i64; LANES];
+        assert!(!div_by_constant(ArithOp::Rem, &a, 1, LANES, &mut dst), "divisor 1 takes the general path");
+        assert!(!div_by_constant(ArithOp::Rem, &a, -3, LANES, &mut dst), "negative divisors take the general path");
+        a[5] = 1 << 32;
+        assert!(!div_by_constant(ArithOp::Rem, &a, 7, LANES, &mut dst), "wide lanes take the general path");
+    }
 }

@@ -29,7 +29,10 @@ pub(super) fn fold(
         (StateKind::Count, Input::CountStar) => {
             let StateColumn::Count(c) = state else { return Err(Error::Internal("count state".into())) };
             let c = c.as_mut_slice();
-            active.for_each_one(|l| c[gids[l] as usize] += 1);
+            match active.dense_len() {
+                Some(n) => gids[..n].iter().for_each(|&g| c[g as usize] += 1),
+                None => active.for_each_one(|l| c[gids[l] as usize] += 1),
+            }
         }
         (StateKind::Count, Input::Bytes(col)) => {
             let StateColumn::Count(c) = state else { return Err(Error::Internal("count state".into())) };

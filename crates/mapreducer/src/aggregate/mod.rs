@@ -579,15 +579,19 @@ fn bytes_key_ids(
                     }
                     gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
                     let codes = &scratch.keys;
-                    valid.for_each_one(|l| {
-                        let code = codes[l] as usize;
+                    let mut id_of = |code: u64| {
+                        let code = code as usize;
                         let mut id = cache.ids[code];
                         if id == u32::MAX {
                             id = map.id(dict.dict_value(code));
                             cache.ids[code] = id;
                         }
-                        ids[l] = id;
-                    });
+                        id
+                    };
+                    match valid.dense_len() {
+                        Some(n) => ids[..n].iter_mut().zip(&codes[..n]).for_each(|(id, &code)| *id = id_of(code)),
+                        None => valid.for_each_one(|l| ids[l] = id_of(codes[l])),
+                    }
                 }
                 _ => {
                     let start = block * LANES;
