@@ -735,6 +735,7 @@ fn sql_cmp(a: &V, b: &V) -> Ordering {
 }
 
 /// A group key: SQL groups the two float zeros together.
+#[allow(clippy::redundant_guards)] // `x == 0.0`: -0.0 passes it too
 fn group_cell(c: Cell) -> Cell {
     match c {
         Some(V::F(x)) if x == 0.0 => Some(V::F(0.0)),

@@ -38,6 +38,8 @@
 //! # }
 //! ```
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 mod catalog;
 mod convert;
 mod error;

@@ -211,7 +211,7 @@ impl<'a> Translator<'a> {
                 let Expr::Literal(p, _) = pattern.as_ref() else { return None };
                 let pattern = p.try_as_str().flatten()?;
                 let end = pattern.find(['%', '_', '\\'])?;
-                (end > 0).then(|| Predicate::LikePrefix { expr: m, prefix: pattern[..end].as_bytes().to_vec(), negated: false })
+                (end > 0).then(|| Predicate::LikePrefix { expr: m, prefix: pattern.as_bytes()[..end].to_vec(), negated: false })
             }
             _ => None,
         }

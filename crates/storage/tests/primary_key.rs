@@ -2,6 +2,8 @@
 //! updates, overwrites) against a model of the live keys, across shard
 //! boundaries, main storage and deltas, for packed and byte-string keys.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
