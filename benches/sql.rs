@@ -15,12 +15,11 @@ mod seed;
 use std::hint::black_box;
 use std::sync::Arc;
 
-use arrow_schema::{DataType, Field, Schema};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use datafusion::catalog::MemTable;
 use datafusion::physical_plan::collect;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use quiverdb::{Database, SessionOptions, TableOptions};
+use quiverdb::{Database, SessionOptions};
 
 const ROWS: usize = 500_000;
 
@@ -37,16 +36,7 @@ fn bench(c: &mut Criterion) {
     let batches = seed::batches(ROWS);
 
     let db = Database::new();
-    let fields: Vec<Field> = seed::schema()
-        .fields()
-        .iter()
-        .map(|f| if f.name() == "name" { Field::new("name", DataType::Utf8View, false) } else { f.as_ref().clone() })
-        .collect();
-    let table = db.create_table("t", &Schema::new(fields), TableOptions::default()).expect("create");
-    for b in &batches {
-        table.append(b).expect("append");
-    }
-    table.rebuild().expect("rebuild");
+    seed::load_sql_table(&db, &batches).expect("seed table");
     let quiver = quiverdb::session_context_with(&db, SessionOptions { target_partitions: 1, ..SessionOptions::default() });
 
     let memtable = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));

@@ -25,12 +25,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{DataType, Field, Schema};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::catalog::MemTable;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{SessionConfig, SessionContext};
-use quiverdb::{Database, SessionOptions, TableOptions};
+use quiverdb::{Database, SessionOptions};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -160,17 +159,7 @@ async fn main() -> Result<(), BoxError> {
     let batches = seed::batches(rows_n);
     // quiverdb: the seed table with `name` as Utf8View, rebuilt into main.
     let db = Database::new();
-    let fields: Vec<Field> = seed::schema()
-        .fields()
-        .iter()
-        .map(|f| if f.name() == "name" { Field::new("name", DataType::Utf8View, false) } else { f.as_ref().clone() })
-        .collect();
-    let table = db.create_table("t", &Schema::new(fields), TableOptions::default())?;
-    for b in &batches {
-        table.append(b)?;
-    }
-    table.rebuild()?;
-    db.wait_for_background_rebuilds();
+    seed::load_sql_table(&db, &batches)?;
 
     let mut results = Vec::new();
     for &p in &partitions {

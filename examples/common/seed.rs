@@ -45,6 +45,23 @@ pub(crate) fn batches(rows: usize) -> Vec<RecordBatch> {
         .collect()
 }
 
+/// Creates the seed table `t` in `db` as the SQL figures use it (`name` as
+/// `Utf8View`), appends `batches` and rebuilds it into main storage.
+pub(crate) fn load_sql_table(db: &quiverdb::Database, batches: &[RecordBatch]) -> quiverdb::Result<()> {
+    let fields: Vec<Field> = schema()
+        .fields()
+        .iter()
+        .map(|f| if f.name() == "name" { Field::new("name", DataType::Utf8View, false) } else { f.as_ref().clone() })
+        .collect();
+    let table = db.create_table("t", &Schema::new(fields), quiverdb::TableOptions::default())?;
+    for b in batches {
+        table.append(b)?;
+    }
+    table.rebuild()?;
+    db.wait_for_background_rebuilds();
+    Ok(())
+}
+
 /// Parses `--name value` flags into (name, value) pairs.
 pub(crate) fn flags() -> Result<Vec<(String, String)>, String> {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -4,13 +4,13 @@ use std::sync::Arc;
 
 use arrow_array::builder::{BinaryBuilder, LargeBinaryBuilder, LargeStringBuilder, StringBuilder};
 use arrow_array::{
-    ArrayRef, BinaryViewArray, BooleanArray, Float32Array, Float64Array, StringViewArray, make_array,
+    ArrayRef, BinaryViewArray, BooleanArray, Float32Array, Float64Array, StringViewArray,
 };
-use arrow_buffer::{ArrowNativeType, BooleanBuffer, Buffer, NullBuffer};
-use arrow_data::ArrayDataBuilder;
+use arrow_buffer::{ArrowNativeType, BooleanBuffer, NullBuffer};
 use arrow_schema::DataType;
 
 use crate::error::{Error, Result};
+
 
 /// A validity bitmap from per-row flags; `None` when every row is valid.
 pub(crate) fn nulls_from(valid: &[bool]) -> Option<NullBuffer> {
@@ -20,18 +20,10 @@ pub(crate) fn nulls_from(valid: &[bool]) -> Option<NullBuffer> {
     Some(NullBuffer::new(BooleanBuffer::from(valid)))
 }
 
-/// A primitive array of `data_type` from native values.
-pub(crate) fn native_array<T: ArrowNativeType>(
-    data_type: &DataType,
-    values: Vec<T>,
-    nulls: Option<NullBuffer>,
-) -> Result<ArrayRef> {
-    let data = ArrayDataBuilder::new(data_type.clone())
-        .len(values.len())
-        .add_buffer(Buffer::from_vec(values))
-        .nulls(nulls)
-        .build()?;
-    Ok(make_array(data))
+/// A primitive array of `data_type` from native values (storage's builder:
+/// the values buffer is moved in, not copied).
+pub(crate) fn native_array<T: ArrowNativeType>(data_type: &DataType, values: Vec<T>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+    Ok(quiverdb_storage::primitive_array(data_type, values, nulls)?)
 }
 
 /// An array of the I64-domain type `data_type` (booleans, integers up to

@@ -83,6 +83,7 @@ pub use delta::{DeltaBytes, DeltaColumnReader, DeltaReader};
 pub use error::{Error, Result};
 pub use main::{BLOCK_SIZE, EncodingKind, MainColumn};
 pub use memory::{ColumnMemory, EncodingUsage, MemoryUsage};
+pub use output::primitive_array;
 pub use shard::{DeleteSet, RecId, ShardId};
 pub use snapshot::{ShardSnapshot, TableSnapshot};
 pub use table::{

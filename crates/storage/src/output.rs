@@ -23,8 +23,9 @@ const MAX_INLINE_VIEW_LEN: usize = 12;
 /// an IPC writer from shipping) a large shared buffer.
 const VIEW_SHARE_RATIO: usize = 4;
 
-/// A primitive array of type `data_type` (whose native type is `T`).
-pub(crate) fn primitive_array<T: ArrowNativeType>(
+/// A primitive array of type `data_type` (whose native type is `T`), its
+/// values buffer moved in without a copy.
+pub fn primitive_array<T: ArrowNativeType>(
     data_type: &DataType,
     values: Vec<T>,
     nulls: Option<NullBuffer>,
