@@ -44,6 +44,7 @@ mod catalog;
 mod convert;
 mod error;
 mod exec;
+pub mod flight;
 mod provider;
 mod rules;
 mod session;

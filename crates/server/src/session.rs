@@ -10,6 +10,8 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::{DefaultTableSource, provider_as_source};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{Expr, LogicalPlan, WriteOp};
 use datafusion::logical_expr::simplify::SimplifyContext;
@@ -37,11 +39,16 @@ pub struct SessionOptions {
     pub table_options: TableOptions,
     /// Scan settings.
     pub scan: ScanSettings,
+    /// Bytes of memory all queries of the session may hold at once in
+    /// DataFusion's operators (sorts, joins, hash aggregates); a query that
+    /// needs more fails with a resources-exhausted error. `None`: no limit.
+    /// Nothing spills to disk either way.
+    pub memory_limit: Option<usize>,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        Self { target_partitions: 0, batch_size: 8192, table_options: TableOptions::default(), scan: ScanSettings::default() }
+        Self { target_partitions: 0, batch_size: 8192, table_options: TableOptions::default(), scan: ScanSettings::default(), memory_limit: None }
     }
 }
 
@@ -65,8 +72,20 @@ pub fn session_context_with(db: &Database, options: SessionOptions) -> SessionCo
     let schema = Arc::new(QuiverSchema::new(db.clone(), options.table_options, options.scan));
     let catalogs = Arc::new(MemoryCatalogProviderList::new());
     catalogs.register_catalog(DEFAULT_CATALOG.to_string(), Arc::new(QuiverCatalog::new(schema)));
+    let mut runtime = RuntimeEnvBuilder::new()
+        .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled));
+    if let Some(limit) = options.memory_limit {
+        runtime = runtime.with_memory_limit(limit, 1.0);
+    }
+    // Only creating a disk manager's temporary directory can fail, and
+    // there is none.
+    let runtime = runtime.build_arc().unwrap_or_else(|e| {
+        tracing::warn!("DataFusion runtime without spilling failed to build ({e}); using the default runtime");
+        Default::default()
+    });
     let state = SessionStateBuilder::new()
         .with_config(config)
+        .with_runtime_env(runtime)
         .with_default_features()
         // Nothing a client sends may read or write files: no CREATE
         // EXTERNAL TABLE, no COPY.

@@ -62,6 +62,41 @@ impl Database {
         Ok(table)
     }
 
+    /// Creates a table, fills it through `fill` while no one else can see
+    /// it, and then publishes it under `name` in one step, replacing a
+    /// table of that name if `replace` is set (handles to the replaced
+    /// table behave as after [`Database::drop_table`]). If `fill` fails, or
+    /// the name is taken and `replace` is not set, nothing changes.
+    pub fn create_table_with<R, E: From<Error>>(
+        &self,
+        name: &str,
+        schema: &Schema,
+        options: TableOptions,
+        replace: bool,
+        fill: impl FnOnce(&Table) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        if name.is_empty() {
+            return Err(Error::InvalidSchema("a table name cannot be empty".into()).into());
+        }
+        if !replace && self.contains_table(name) {
+            return Err(Error::TableExists(name.into()).into());
+        }
+        options.validate()?;
+        let key: Vec<&str> = options.primary_key.iter().map(String::as_str).collect();
+        let schema = TableSchema::try_new(schema, &key)?;
+        let table = Table::new(name.into(), schema, options, self.inner.rebuilds.clone());
+        let out = fill(&table)?;
+        let mut tables = self.inner.tables.write().map_err(|_| poisoned())?;
+        if !replace && tables.contains_key(name) {
+            return Err(Error::TableExists(name.into()).into());
+        }
+        if let Some(old) = tables.insert(name.into(), table) {
+            let _writer = old.inner.writer.lock().map_err(|_| poisoned())?;
+            old.inner.dropped.store(true, Ordering::Release);
+        }
+        Ok(out)
+    }
+
     /// The table named `name`.
     pub fn table(&self, name: &str) -> Result<Table> {
         self.tables()?.get(name).cloned().ok_or_else(|| Error::TableNotFound(name.into()))

@@ -1,0 +1,265 @@
+//! Authentication: the Basic → Bearer handshake and a bearer check on
+//! every other call.
+//!
+//! With a user and password, a client's `Handshake` carrying
+//! `authorization: Basic base64(user:password)` is answered with a fresh
+//! random bearer token (in the `authorization` response header and the
+//! handshake payload). Tokens expire after a period without use. With a
+//! static token, clients send `authorization: Bearer <token>` directly.
+//! The check runs as a tower layer in front of the whole Flight service, so
+//! no call can skip it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::prelude::{BASE64_STANDARD, BASE64_URL_SAFE_NO_PAD};
+use futures::future::{Either, Ready, ready};
+use rand::RngCore;
+use tonic::Status;
+
+/// How clients authenticate.
+#[derive(Clone, Default)]
+pub enum Auth {
+    /// Every call is accepted (only allowed on a loopback address).
+    #[default]
+    None,
+    /// A user and password, exchanged for a bearer token by `Handshake`.
+    Password {
+        /// User name.
+        user: String,
+        /// Password.
+        password: String,
+    },
+    /// One static bearer token.
+    Token(String),
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a secret.
+        match self {
+            Auth::None => f.write_str("None"),
+            Auth::Password { user, .. } => f.debug_struct("Password").field("user", user).finish_non_exhaustive(),
+            Auth::Token(_) => f.write_str("Token(..)"),
+        }
+    }
+}
+
+impl Auth {
+    /// A short description for logs: `none`, `password (user U)` or `token`.
+    pub fn describe(&self) -> String {
+        match self {
+            Auth::None => "none".into(),
+            Auth::Password { user, .. } => format!("password (user {user})"),
+            Auth::Token(_) => "token".into(),
+        }
+    }
+}
+
+/// The gRPC path of the handshake, the one call allowed without a token.
+const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
+
+/// Issued tokens and their expiry; shared by the handshake and the layer.
+#[derive(Debug)]
+pub(crate) struct Authenticator {
+    auth: Auth,
+    ttl: Duration,
+    tokens: Mutex<HashMap<String, Instant>>,
+}
+
+impl Authenticator {
+    pub(crate) fn new(auth: Auth, ttl: Duration) -> Self {
+        Self { auth, ttl, tokens: Mutex::new(HashMap::new()) }
+    }
+
+    /// Checks the credentials of a `Handshake` (its `authorization`
+    /// header) and returns the bearer token the client is to use.
+    pub(crate) fn handshake(&self, authorization: Option<&str>) -> Result<String, Status> {
+        match &self.auth {
+            Auth::None => Ok(String::new()),
+            Auth::Token(token) => match authorization.and_then(|h| strip_scheme(h, "Bearer")) {
+                Some(given) if constant_time_eq(given.as_bytes(), token.as_bytes()) => Ok(token.clone()),
+                _ => Err(Status::unauthenticated("invalid bearer token")),
+            },
+            Auth::Password { user, password } => {
+                let encoded = authorization
+                    .and_then(|h| strip_scheme(h, "Basic"))
+                    .ok_or_else(|| Status::unauthenticated("the handshake needs an 'authorization: Basic ...' header"))?;
+                let decoded = BASE64_STANDARD
+                    .decode(encoded.trim())
+                    .map_err(|_| Status::unauthenticated("the Basic credentials are not valid base64"))?;
+                let (given_user, given_password) = decoded
+                    .iter()
+                    .position(|&b| b == b':')
+                    .map(|i| (&decoded[..i], &decoded[i + 1..]))
+                    .ok_or_else(|| Status::unauthenticated("the Basic credentials are not 'user:password'"))?;
+                let user_ok = constant_time_eq(given_user, user.as_bytes());
+                let password_ok = constant_time_eq(given_password, password.as_bytes());
+                if !(user_ok && password_ok) {
+                    return Err(Status::unauthenticated("invalid user or password"));
+                }
+                let mut bytes = [0u8; 32];
+                rand::rng().fill_bytes(&mut bytes);
+                let token = BASE64_URL_SAFE_NO_PAD.encode(bytes);
+                let now = Instant::now();
+                let mut tokens = self.tokens.lock().map_err(|_| Status::internal("token store poisoned"))?;
+                tokens.retain(|_, expiry| *expiry > now);
+                tokens.insert(token.clone(), now + self.ttl);
+                Ok(token)
+            }
+        }
+    }
+
+    /// Checks the `authorization` header of any call but the handshake.
+    fn check(&self, authorization: Option<&str>) -> Result<(), Status> {
+        let bearer = || {
+            authorization
+                .and_then(|h| strip_scheme(h, "Bearer"))
+                .ok_or_else(|| Status::unauthenticated("missing 'authorization: Bearer ...' header; authenticate first"))
+        };
+        match &self.auth {
+            Auth::None => Ok(()),
+            Auth::Token(token) => {
+                if constant_time_eq(bearer()?.as_bytes(), token.as_bytes()) {
+                    Ok(())
+                } else {
+                    Err(Status::unauthenticated("invalid bearer token"))
+                }
+            }
+            Auth::Password { .. } => {
+                let given = bearer()?;
+                let now = Instant::now();
+                let mut tokens = self.tokens.lock().map_err(|_| Status::internal("token store poisoned"))?;
+                match tokens.get_mut(given) {
+                    Some(expiry) if *expiry > now => {
+                        *expiry = now + self.ttl;
+                        Ok(())
+                    }
+                    Some(_) => {
+                        tokens.remove(given);
+                        Err(Status::unauthenticated("the bearer token has expired; authenticate again"))
+                    }
+                    None => Err(Status::unauthenticated("invalid bearer token")),
+                }
+            }
+        }
+    }
+}
+
+/// `header` without its `scheme ` prefix (case-insensitive scheme).
+fn strip_scheme<'h>(header: &'h str, scheme: &str) -> Option<&'h str> {
+    let (given, rest) = header.split_once(' ')?;
+    given.eq_ignore_ascii_case(scheme).then_some(rest.trim_start())
+}
+
+/// Equality whose running time does not depend on where `a` and `b` differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for (i, &x) in a.iter().enumerate() {
+        diff |= usize::from(x ^ b.get(i).copied().unwrap_or(!x));
+    }
+    diff == 0
+}
+
+/// The tower layer that checks every call but the handshake.
+#[derive(Debug, Clone)]
+pub(crate) struct AuthLayer {
+    auth: Arc<Authenticator>,
+}
+
+impl AuthLayer {
+    pub(crate) fn new(auth: Arc<Authenticator>) -> Self {
+        Self { auth }
+    }
+}
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AuthService { inner, auth: Arc::clone(&self.auth) }
+    }
+}
+
+/// See [`AuthLayer`].
+#[derive(Debug, Clone)]
+pub(crate) struct AuthService<S> {
+    inner: S,
+    auth: Arc<Authenticator>,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for AuthService<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Either<S::Future, Ready<Result<S::Response, S::Error>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path() == HANDSHAKE_PATH {
+            return Either::Left(self.inner.call(request));
+        }
+        let header = request.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        match self.auth.check(header) {
+            Ok(()) => Either::Left(self.inner.call(request)),
+            Err(status) => Either::Right(ready(Ok(status.into_http()))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn password_handshake_issues_tokens_that_the_check_accepts() {
+        let auth = Authenticator::new(Auth::Password { user: "u".into(), password: "p:w".into() }, Duration::from_secs(60));
+        let basic = format!("Basic {}", BASE64_STANDARD.encode("u:p:w"));
+        let token = auth.handshake(Some(&basic)).unwrap();
+        assert_eq!(token.len(), 43);
+        auth.check(Some(&format!("Bearer {token}"))).unwrap();
+        auth.check(Some(&format!("bearer {token}"))).unwrap();
+        assert_eq!(auth.check(Some("Bearer nope")).unwrap_err().code(), tonic::Code::Unauthenticated);
+        assert_eq!(auth.check(None).unwrap_err().code(), tonic::Code::Unauthenticated);
+        let wrong = format!("Basic {}", BASE64_STANDARD.encode("u:p"));
+        assert_eq!(auth.handshake(Some(&wrong)).unwrap_err().code(), tonic::Code::Unauthenticated);
+        assert_eq!(auth.handshake(Some("Basic !!!")).unwrap_err().code(), tonic::Code::Unauthenticated);
+        assert_eq!(auth.handshake(None).unwrap_err().code(), tonic::Code::Unauthenticated);
+    }
+
+    #[test]
+    fn tokens_expire() {
+        let auth = Authenticator::new(Auth::Password { user: "u".into(), password: "p".into() }, Duration::ZERO);
+        let token = auth.handshake(Some(&format!("Basic {}", BASE64_STANDARD.encode("u:p")))).unwrap();
+        let err = auth.check(Some(&format!("Bearer {token}"))).unwrap_err();
+        assert!(err.message().contains("expired"), "{err}");
+    }
+
+    #[test]
+    fn static_token() {
+        let auth = Authenticator::new(Auth::Token("secret".into()), Duration::from_secs(60));
+        auth.check(Some("Bearer secret")).unwrap();
+        assert!(auth.check(Some("Bearer secreT")).is_err());
+        assert!(auth.check(Some("Bearer secret2")).is_err());
+        assert!(auth.check(Some("Basic secret")).is_err());
+        assert_eq!(auth.handshake(Some("Bearer secret")).unwrap(), "secret");
+    }
+
+    #[test]
+    fn constant_time_eq_is_equality() {
+        assert!(constant_time_eq(b"", b""));
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        assert!(!constant_time_eq(b"ab", b"abc"));
+        assert!(!constant_time_eq(b"", b"a"));
+    }
+}

@@ -1,0 +1,188 @@
+//! Statement handles and tickets.
+//!
+//! quiverdb keeps no per-statement state on the server: a ticket or a
+//! prepared-statement handle carries everything needed to run it — the SQL
+//! text, the bound parameters (as an Arrow IPC stream), or the outcome of a
+//! statement that already ran. A client that vanishes leaks nothing, and a
+//! handle survives a server restart. Handles are versioned and decoded with
+//! bounds checks; anything malformed is an `InvalidArgument`.
+
+use arrow_array::RecordBatch;
+use arrow_ipc::reader::StreamReader;
+use arrow_ipc::writer::StreamWriter;
+use bytes::Bytes;
+use tonic::Status;
+
+const VERSION: u8 = 1;
+const QUERY: u8 = 1;
+const PREPARED: u8 = 2;
+const DONE: u8 = 3;
+
+/// What a ticket or prepared-statement handle stands for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Handle {
+    /// A statement to plan and run when its ticket is fetched.
+    Query { sql: String },
+    /// A prepared statement and the parameters bound to it (one execution
+    /// per row).
+    Prepared { sql: String, params: Option<RecordBatch> },
+    /// A statement that already ran: its affected-row count (`None` for
+    /// DDL, which returns no rows).
+    Done { count: Option<u64> },
+}
+
+impl Handle {
+    pub(crate) fn encode(&self) -> Result<Bytes, Status> {
+        let mut out = vec![VERSION];
+        match self {
+            Handle::Query { sql } => {
+                out.push(QUERY);
+                put_bytes(&mut out, sql.as_bytes());
+            }
+            Handle::Prepared { sql, params } => {
+                out.push(PREPARED);
+                put_bytes(&mut out, sql.as_bytes());
+                if let Some(params) = params {
+                    let mut ipc = Vec::new();
+                    let mut writer = StreamWriter::try_new(&mut ipc, &params.schema())
+                        .map_err(|e| Status::internal(format!("encoding parameters: {e}")))?;
+                    writer.write(params).map_err(|e| Status::internal(format!("encoding parameters: {e}")))?;
+                    writer.finish().map_err(|e| Status::internal(format!("encoding parameters: {e}")))?;
+                    drop(writer);
+                    put_bytes(&mut out, &ipc);
+                }
+            }
+            Handle::Done { count } => {
+                out.push(DONE);
+                match count {
+                    Some(n) => {
+                        out.push(1);
+                        out.extend_from_slice(&n.to_le_bytes());
+                    }
+                    None => out.push(0),
+                }
+            }
+        }
+        Ok(out.into())
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, Status> {
+        let bad = |what: &str| Status::invalid_argument(format!("malformed quiverdb statement handle: {what}"));
+        let mut r = Reader { rest: bytes };
+        if r.byte().ok_or_else(|| bad("empty"))? != VERSION {
+            return Err(bad("unknown version"));
+        }
+        let handle = match r.byte().ok_or_else(|| bad("no kind"))? {
+            QUERY => Handle::Query { sql: r.string().ok_or_else(|| bad("truncated SQL"))? },
+            PREPARED => {
+                let sql = r.string().ok_or_else(|| bad("truncated SQL"))?;
+                let params = if r.rest.is_empty() {
+                    None
+                } else {
+                    let ipc = r.bytes().ok_or_else(|| bad("truncated parameters"))?;
+                    Some(read_params(ipc).map_err(|e| bad(&format!("parameters: {e}")))?)
+                };
+                Handle::Prepared { sql, params }
+            }
+            DONE => match r.byte().ok_or_else(|| bad("truncated result"))? {
+                0 => Handle::Done { count: None },
+                1 => {
+                    let n = r.take(8).ok_or_else(|| bad("truncated count"))?;
+                    let mut le = [0u8; 8];
+                    le.copy_from_slice(n);
+                    Handle::Done { count: Some(u64::from_le_bytes(le)) }
+                }
+                _ => return Err(bad("unknown result")),
+            },
+            _ => return Err(bad("unknown kind")),
+        };
+        if !r.rest.is_empty() {
+            return Err(bad("trailing bytes"));
+        }
+        Ok(handle)
+    }
+}
+
+/// The one batch of an IPC stream of parameters (several are concatenated).
+fn read_params(ipc: &[u8]) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let reader = StreamReader::try_new(ipc, None)?;
+    let schema = reader.schema();
+    let batches = reader.collect::<Result<Vec<_>, _>>()?;
+    arrow_select::concat::concat_batches(&schema, &batches)
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    // Handles are bounded by the message size, far below 4 GiB.
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.rest.len() < n {
+            return None;
+        }
+        let (head, tail) = self.rest.split_at(n);
+        self.rest = tail;
+        Some(head)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let len = self.take(4)?;
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        self.take(len)
+    }
+
+    fn string(&mut self) -> Option<String> {
+        String::from_utf8(self.bytes()?.to_vec()).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, StringArray};
+
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        let params = RecordBatch::try_from_iter([
+            ("$1", Arc::new(Int64Array::from(vec![1, 2])) as _),
+            ("$2", Arc::new(StringArray::from(vec![Some("a"), None])) as _),
+        ])
+        .unwrap();
+        for handle in [
+            Handle::Query { sql: "SELECT 1".into() },
+            Handle::Prepared { sql: "SELECT $1, $2".into(), params: None },
+            Handle::Prepared { sql: "SELECT $1, $2".into(), params: Some(params) },
+            Handle::Done { count: None },
+            Handle::Done { count: Some(u64::MAX) },
+        ] {
+            assert_eq!(Handle::decode(&handle.encode().unwrap()).unwrap(), handle);
+        }
+    }
+
+    #[test]
+    fn malformed_handles_are_invalid_arguments() {
+        let good = Handle::Query { sql: "SELECT 1".into() }.encode().unwrap();
+        let mut cases: Vec<Vec<u8>> = vec![vec![], vec![9], vec![VERSION], vec![VERSION, 77], vec![VERSION, DONE, 2]];
+        cases.extend((0..good.len()).map(|n| good[..n].to_vec()));
+        cases.push([&good[..], &[0]].concat());
+        cases.push(vec![VERSION, QUERY, 2, 0, 0, 0, 0xff, 0xfe]);
+        cases.push(vec![VERSION, PREPARED, 0, 0, 0, 0, 3, 0, 0, 0, 1, 2, 3]);
+        for case in cases {
+            let err = Handle::decode(&case).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{case:?}");
+        }
+    }
+}

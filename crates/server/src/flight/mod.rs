@@ -1,0 +1,153 @@
+//! quiverdb over Arrow Flight SQL.
+//!
+//! [`serve`] runs quiverdb's Flight SQL service on a TCP listener until a
+//! shutdown future completes; requests in flight finish first.
+//!
+//! - Authentication ([`Auth`]): none, a user and password exchanged for a
+//!   bearer token by the `Handshake`, or one static bearer token. Every
+//!   call but the handshake is checked.
+//! - Statements: `CommandStatementQuery` (a query is planned by
+//!   `GetFlightInfo` and runs, streamed batch by batch, when its ticket is
+//!   fetched; DDL and DML run at `GetFlightInfo` and report their
+//!   affected-row count as `total_records`), `CommandStatementUpdate`, and
+//!   prepared statements with parameters bound by `DoPut`.
+//! - Metadata: catalogs, schemas, tables (with their Arrow schemas), table
+//!   types, SqlInfo, XDBC type info and primary keys.
+//! - `CommandStatementIngest`: Arrow batches go straight into the table's
+//!   delta, validated against its schema, all or nothing per request.
+//! - Statement handles and tickets carry the SQL (and bound parameters)
+//!   themselves, so the server keeps no state per statement; only bearer
+//!   tokens are remembered, and they expire.
+//! - Limits: messages in both directions are bounded by
+//!   [`FlightOptions::max_message_bytes`]; the memory DataFusion operators
+//!   hold is bounded by [`SessionOptions::memory_limit`].
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use quiverdb_storage::Database;
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+
+use crate::session::{SessionOptions, session_context_with};
+
+mod auth;
+mod handle;
+mod metadata;
+mod service;
+
+pub use auth::Auth;
+pub use service::QuiverFlightSql;
+
+use auth::{AuthLayer, Authenticator};
+
+/// Default bound on a gRPC message, in either direction: 64 MiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// A certificate chain and private key, both PEM.
+#[derive(Clone)]
+pub struct TlsConfig {
+    /// The certificate chain (PEM).
+    pub cert_pem: Vec<u8>,
+    /// The private key (PEM).
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConfig").finish_non_exhaustive()
+    }
+}
+
+/// How the Flight SQL server runs.
+#[derive(Debug, Clone)]
+pub struct FlightOptions {
+    /// How clients authenticate.
+    pub auth: Auth,
+    /// TLS; `None` serves plain HTTP/2.
+    pub tls: Option<TlsConfig>,
+    /// Largest gRPC message accepted or sent.
+    pub max_message_bytes: usize,
+    /// How long a bearer token issued by the handshake stays valid
+    /// without use.
+    pub token_ttl: Duration,
+    /// The SQL session every request runs in (partitions, batch size,
+    /// memory limit, options of created tables).
+    pub session: SessionOptions,
+}
+
+impl Default for FlightOptions {
+    fn default() -> Self {
+        Self {
+            auth: Auth::None,
+            tls: None,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            token_ttl: Duration::from_secs(8 * 3600),
+            session: SessionOptions::default(),
+        }
+    }
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The configuration is refused (with the reason).
+    #[error("{0}")]
+    Config(String),
+    /// The listener failed.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
+    /// The gRPC transport failed.
+    #[error("transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// quiverdb's Flight SQL service over `db`, as a tonic service with the
+/// message-size bounds of `options` (without the authentication layer,
+/// which [`serve`] adds).
+fn flight_service(db: &Database, options: &FlightOptions, auth: Arc<Authenticator>) -> FlightServiceServer<QuiverFlightSql> {
+    let ctx = session_context_with(db, options.session.clone());
+    let service = QuiverFlightSql::new(db.clone(), ctx, options.session.table_options.clone(), auth, options.max_message_bytes);
+    FlightServiceServer::new(service)
+        .max_decoding_message_size(options.max_message_bytes)
+        .max_encoding_message_size(options.max_message_bytes)
+}
+
+/// Serves `db` over Flight SQL on `listener` until `shutdown` completes,
+/// then lets requests in flight finish and returns.
+///
+/// Refuses a non-loopback listener with [`Auth::None`].
+pub async fn serve(
+    db: Database,
+    listener: TcpListener,
+    options: FlightOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let addr = listener.local_addr()?;
+    if matches!(options.auth, Auth::None) && !addr.ip().is_loopback() {
+        return Err(ServeError::Config(format!(
+            "refusing to serve {addr} without authentication: give a user and password or a token, or listen on a loopback address"
+        )));
+    }
+    if options.max_message_bytes < 1024 {
+        return Err(ServeError::Config("the message size bound must be at least 1024 bytes".into()));
+    }
+    let auth = Arc::new(Authenticator::new(options.auth.clone(), options.token_ttl));
+    let service = flight_service(&db, &options, Arc::clone(&auth));
+    let mut server = Server::builder();
+    if let Some(tls) = &options.tls {
+        let identity = Identity::from_pem(&tls.cert_pem, &tls.key_pem);
+        server = server.tls_config(ServerTlsConfig::new().identity(identity))?;
+    }
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    server
+        .layer(AuthLayer::new(auth))
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,675 @@
+//! quiverdb's `FlightSqlService`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::metadata::{GetCatalogsBuilder, GetDbSchemasBuilder, GetTablesBuilder};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
+    CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
+    CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
+    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult,
+    ProstMessageExt, SqlInfo, TableExistsOption, TableNotExistOption, TicketStatementQuery,
+};
+use arrow_flight::{
+    FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
+    SchemaAsIpc, Ticket,
+};
+use arrow_ipc::writer::IpcWriteOptions;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SQLOptions, SessionContext};
+use futures::{Stream, StreamExt, TryStreamExt, stream};
+use prost::Message;
+use quiverdb_storage::{Database, TableOptions};
+use tonic::metadata::MetadataValue;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::debug;
+
+use super::auth::Authenticator;
+use super::handle::Handle;
+use super::metadata::{INFORMATION_SCHEMA, SQL_INFO, XDBC_TYPES, primary_keys, primary_keys_schema};
+use crate::catalog::DEFAULT_SCHEMA;
+use crate::error::Error;
+use crate::session::DEFAULT_CATALOG;
+
+type FlightStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
+
+/// quiverdb's Flight SQL service: SQL statements, prepared statements,
+/// catalog metadata and bulk ingest over one quiverdb database.
+#[derive(Clone)]
+pub struct QuiverFlightSql {
+    db: Database,
+    ctx: SessionContext,
+    table_options: TableOptions,
+    auth: Arc<Authenticator>,
+    /// Largest encoded data message sent to a client.
+    max_flight_data_bytes: usize,
+}
+
+impl std::fmt::Debug for QuiverFlightSql {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuiverFlightSql").field("db", &self.db).field("auth", &self.auth).finish_non_exhaustive()
+    }
+}
+
+impl QuiverFlightSql {
+    pub(crate) fn new(
+        db: Database,
+        ctx: SessionContext,
+        table_options: TableOptions,
+        auth: Arc<Authenticator>,
+        max_message_bytes: usize,
+    ) -> Self {
+        // Leave room for the IPC framing around a data message.
+        let max_flight_data_bytes = (max_message_bytes / 2).clamp(1024, 2 << 20);
+        Self { db, ctx, table_options, auth, max_flight_data_bytes }
+    }
+
+    /// Plans `sql` without running it. Statements that would change the
+    /// shared session (`SET`, transactions) are refused.
+    async fn plan(&self, sql: &str) -> Result<LogicalPlan, Status> {
+        let plan = self.ctx.state().create_logical_plan(sql).await.map_err(df_status)?;
+        SQLOptions::new().with_allow_statements(false).verify_plan(&plan).map_err(df_status)?;
+        Ok(plan)
+    }
+
+    /// `plan` once per row of `params` (or once, if there are none), with
+    /// the row's values bound to `$1`, `$2`, ...
+    fn bind(plan: LogicalPlan, params: Option<&RecordBatch>) -> Result<Vec<LogicalPlan>, Status> {
+        let Some(params) = params else { return Ok(vec![plan]) };
+        let types = plan.get_parameter_types().map_err(df_status)?;
+        let expected = |i: usize| types.get(&format!("${}", i + 1)).cloned().flatten();
+        (0..params.num_rows())
+            .map(|row| {
+                let values = (0..params.num_columns())
+                    .map(|i| {
+                        let value = ScalarValue::try_from_array(params.column(i), row).map_err(df_status)?;
+                        match expected(i) {
+                            Some(ty) if ty != value.data_type() => value.cast_to(&ty).map_err(|e| {
+                                Status::invalid_argument(format!("parameter ${} cannot be used as {ty}: {e}", i + 1))
+                            }),
+                            _ => Ok(value),
+                        }
+                    })
+                    .collect::<Result<Vec<_>, Status>>()?;
+                plan.clone().with_param_values(ParamValues::from(values)).map_err(df_status)
+            })
+            .collect()
+    }
+
+    /// Runs statements that change data or the catalog, returning the
+    /// total affected-row count (`None` for DDL).
+    async fn run_mutations(&self, plans: Vec<LogicalPlan>) -> Result<Option<u64>, Status> {
+        let mut total = None;
+        for plan in plans {
+            let batches = self.ctx.execute_logical_plan(plan).await.map_err(df_status)?.collect().await.map_err(df_status)?;
+            for batch in &batches {
+                if let Some(counts) = batch.column_by_name("count").and_then(|c| c.as_any().downcast_ref::<UInt64Array>()) {
+                    *total.get_or_insert(0) += counts.values().iter().sum::<u64>();
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// `FlightInfo` for `sql` (with `params`): a query is only planned (its
+    /// ticket runs it); DDL and DML run now and their ticket returns the
+    /// outcome, with the affected-row count in `total_records`.
+    async fn statement_info(
+        &self,
+        sql: String,
+        params: Option<RecordBatch>,
+        descriptor: FlightDescriptor,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let plan = self.plan(&sql).await?;
+        let (schema, handle, total_records) = if is_query(&plan) {
+            let schema = plan.schema().as_arrow().clone();
+            let handle = match params {
+                None => Handle::Query { sql },
+                params => Handle::Prepared { sql, params },
+            };
+            (schema, handle, -1)
+        } else {
+            let count = self.run_mutations(Self::bind(plan, params.as_ref())?).await?;
+            let records = count.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+            (outcome_schema(count).as_ref().clone(), Handle::Done { count }, records)
+        };
+        let ticket = TicketStatementQuery { statement_handle: handle.encode()? };
+        let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
+        let info = FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
+            .with_endpoint(endpoint)
+            .with_descriptor(descriptor)
+            .with_total_records(total_records)
+            .with_ordered(true);
+        Ok(Response::new(info))
+    }
+
+    /// The result stream of a ticket.
+    async fn run_handle(&self, handle: Handle) -> Result<Response<FlightStream>, Status> {
+        let (sql, params) = match handle {
+            Handle::Done { count } => {
+                let schema = outcome_schema(count);
+                let batches = match count {
+                    Some(n) => {
+                        let column: ArrayRef = Arc::new(UInt64Array::from(vec![n]));
+                        vec![RecordBatch::try_new(Arc::clone(&schema), vec![column]).map_err(arrow_status)?]
+                    }
+                    None => Vec::new(),
+                };
+                return Ok(self.encode(schema, stream::iter(batches.into_iter().map(Ok)).boxed()));
+            }
+            Handle::Query { sql } => (sql, None),
+            Handle::Prepared { sql, params } => (sql, params),
+        };
+        let plan = self.plan(&sql).await?;
+        if !is_query(&plan) {
+            return Err(Status::invalid_argument(
+                "this ticket names a statement that changes data; run it through GetFlightInfo or an update",
+            ));
+        }
+        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        let plans = Self::bind(plan, params.as_ref())?;
+        let mut streams = Vec::with_capacity(plans.len());
+        for plan in plans {
+            let df = self.ctx.execute_logical_plan(plan).await.map_err(df_status)?;
+            streams.push(df.execute_stream().await.map_err(df_status)?);
+        }
+        let batches = stream::iter(streams).flatten().map_err(|e| FlightError::from_external_error(Box::new(e)));
+        Ok(self.encode(schema, batches.boxed()))
+    }
+
+    /// Encodes a batch stream as Flight data, batch by batch.
+    fn encode(
+        &self,
+        schema: SchemaRef,
+        batches: futures::stream::BoxStream<'static, Result<RecordBatch, FlightError>>,
+    ) -> Response<FlightStream> {
+        let data = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .with_max_flight_data_size(self.max_flight_data_bytes)
+            .build(batches)
+            .map_err(flight_status);
+        Response::new(Box::pin(data))
+    }
+
+    /// A metadata result as a one-batch stream.
+    fn one_batch(&self, batch: Result<RecordBatch, FlightError>) -> Result<Response<FlightStream>, Status> {
+        let batch = batch.map_err(flight_status)?;
+        Ok(self.encode(batch.schema(), stream::once(async { Ok(batch) }).boxed()))
+    }
+
+    /// Names of the tables and views in `schema` of quiverdb's catalog.
+    async fn tables_of(&self, schema: &str) -> Vec<(String, SchemaRef)> {
+        let Some(provider) = self.ctx.catalog(DEFAULT_CATALOG).and_then(|c| c.schema(schema)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for name in provider.table_names() {
+            if let Ok(Some(table)) = provider.table(&name).await {
+                out.push((name, table.schema()));
+            }
+        }
+        out
+    }
+
+    /// Reads a DoPut stream's batches (as one batch) and its schema.
+    async fn read_batches(request: Request<PeekableFlightDataStream>) -> Result<(SchemaRef, Vec<RecordBatch>), Status> {
+        let input = request.into_inner().map_err(|s| FlightError::Tonic(Box::new(s)));
+        let mut stream = FlightRecordBatchStream::new_from_flight_data(input);
+        let mut batches = Vec::new();
+        while let Some(batch) = stream.next().await {
+            batches.push(batch.map_err(|e| match e {
+                FlightError::Tonic(status) => *status,
+                other => Status::invalid_argument(format!("malformed Arrow data: {other}")),
+            })?);
+        }
+        let schema = match (stream.schema(), batches.first()) {
+            (Some(schema), _) => Arc::clone(schema),
+            (None, Some(batch)) => batch.schema(),
+            (None, None) => Arc::new(Schema::empty()),
+        };
+        Ok((schema, batches))
+    }
+
+    /// Parameters sent in a DoPut, as one batch (`None` if none were sent).
+    async fn read_params(request: Request<PeekableFlightDataStream>) -> Result<Option<RecordBatch>, Status> {
+        let (schema, batches) = Self::read_batches(request).await?;
+        if batches.is_empty() {
+            return Ok(None);
+        }
+        arrow_select::concat::concat_batches(&schema, &batches).map(Some).map_err(arrow_status)
+    }
+}
+
+/// True if `plan` only reads (its ticket can run it any number of times).
+fn is_query(plan: &LogicalPlan) -> bool {
+    !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_) | LogicalPlan::Copy(_) | LogicalPlan::Statement(_))
+}
+
+/// The schema of a finished statement's result: DataFusion's one-column
+/// `count` for DML, nothing for DDL.
+fn outcome_schema(count: Option<u64>) -> SchemaRef {
+    match count {
+        Some(_) => Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)])),
+        None => Arc::new(Schema::empty()),
+    }
+}
+
+/// A DataFusion error as a gRPC status carrying its text.
+pub(crate) fn df_status(e: DataFusionError) -> Status {
+    use quiverdb_storage::Error as S;
+    let message = e.to_string();
+    match e.find_root() {
+        DataFusionError::ResourcesExhausted(_) => Status::resource_exhausted(message),
+        DataFusionError::Internal(_) => Status::internal(message),
+        DataFusionError::External(inner) => match inner.downcast_ref::<Error>() {
+            Some(Error::Storage(S::TableNotFound(_))) => Status::not_found(message),
+            Some(Error::Storage(S::TableExists(_))) => Status::already_exists(message),
+            Some(Error::Internal(_)) => Status::internal(message),
+            _ => Status::invalid_argument(message),
+        },
+        _ => Status::invalid_argument(message),
+    }
+}
+
+fn arrow_status(e: arrow_schema::ArrowError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+fn flight_status(e: FlightError) -> Status {
+    match e {
+        FlightError::Tonic(status) => *status,
+        FlightError::ExternalError(inner) => match inner.downcast::<DataFusionError>() {
+            Ok(df) => df_status(*df),
+            Err(other) => Status::internal(other.to_string()),
+        },
+        other => Status::internal(other.to_string()),
+    }
+}
+
+fn storage_status(e: quiverdb_storage::Error) -> Status {
+    df_status(Error::Storage(e).into())
+}
+
+fn schema_ipc(schema: &Schema) -> Result<bytes::Bytes, Status> {
+    let IpcMessage(bytes) = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
+        .try_into()
+        .map_err(|e| Status::internal(format!("encoding a schema: {e}")))?;
+    Ok(bytes)
+}
+
+/// `FlightInfo` whose single ticket is the metadata command itself.
+fn metadata_info(command: &impl ProstMessageExt, schema: &Schema, descriptor: FlightDescriptor) -> Result<Response<FlightInfo>, Status> {
+    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(command.as_any().encode_to_vec()));
+    let info = FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("encoding a schema: {e}")))?
+        .with_endpoint(endpoint)
+        .with_descriptor(descriptor);
+    Ok(Response::new(info))
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for QuiverFlightSql {
+    type FlightService = QuiverFlightSql;
+
+    async fn do_handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>, Status> {
+        let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        let token = self.auth.handshake(header)?;
+        let reply = HandshakeResponse { protocol_version: 0, payload: token.clone().into() };
+        let mut response: Response<Pin<Box<dyn Stream<Item = _> + Send>>> =
+            Response::new(Box::pin(stream::iter([Ok(reply)])));
+        if !token.is_empty() {
+            let value = MetadataValue::try_from(format!("Bearer {token}"))
+                .map_err(|_| Status::internal("bearer token is not a valid header value"))?;
+            response.metadata_mut().insert("authorization", value);
+        }
+        Ok(response)
+    }
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        if query.transaction_id.is_some() {
+            return Err(Status::invalid_argument("quiverdb does not support transactions"));
+        }
+        debug!(sql = %query.query, "statement");
+        self.statement_info(query.query, None, request.into_inner()).await
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let Handle::Prepared { sql, params } = Handle::decode(&query.prepared_statement_handle)? else {
+            return Err(Status::invalid_argument("not a prepared statement handle"));
+        };
+        self.statement_info(sql, params, request.into_inner()).await
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        metadata_info(&query, &schema, request.into_inner())
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        metadata_info(&query, &schema, request.into_inner())
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        metadata_info(&query, &schema, request.into_inner())
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        metadata_info(&query, &schema, request.into_inner())
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let info = SQL_INFO.as_ref().map_err(|e| Status::internal(e.clone()))?;
+        metadata_info(&query, &info.schema(), request.into_inner())
+    }
+
+    async fn get_flight_info_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        metadata_info(&query, &primary_keys_schema(), request.into_inner())
+    }
+
+    async fn get_flight_info_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let types = XDBC_TYPES.as_ref().map_err(|e| Status::internal(e.clone()))?;
+        metadata_info(&query, &types.schema(), request.into_inner())
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.run_handle(Handle::decode(&ticket.statement_handle)?).await
+    }
+
+    async fn do_get_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.run_handle(Handle::decode(&query.prepared_statement_handle)?).await
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let mut builder: GetCatalogsBuilder = query.into_builder();
+        builder.append(DEFAULT_CATALOG);
+        self.one_batch(builder.build())
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let mut builder: GetDbSchemasBuilder = query.into_builder();
+        builder.append(DEFAULT_CATALOG, DEFAULT_SCHEMA);
+        builder.append(DEFAULT_CATALOG, INFORMATION_SCHEMA);
+        self.one_batch(builder.build())
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let mut builder: GetTablesBuilder = query.into_builder();
+        for (schema, kind) in [(DEFAULT_SCHEMA, "TABLE"), (INFORMATION_SCHEMA, "VIEW")] {
+            for (name, table_schema) in self.tables_of(schema).await {
+                builder.append(DEFAULT_CATALOG, schema, name, kind, &table_schema).map_err(flight_status)?;
+            }
+        }
+        self.one_batch(builder.build())
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let mut builder = query.into_builder();
+        builder.append("TABLE");
+        builder.append("VIEW");
+        self.one_batch(builder.build())
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let info = SQL_INFO.as_ref().map_err(|e| Status::internal(e.clone()))?;
+        self.one_batch(query.into_builder(info).build())
+    }
+
+    async fn do_get_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.one_batch(primary_keys(&self.db, &query).map_err(FlightError::Arrow))
+    }
+
+    async fn do_get_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let types = XDBC_TYPES.as_ref().map_err(|e| Status::internal(e.clone()))?;
+        self.one_batch(query.into_builder(types).build())
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        command: CommandStatementUpdate,
+        _request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        if command.transaction_id.is_some() {
+            return Err(Status::invalid_argument("quiverdb does not support transactions"));
+        }
+        debug!(sql = %command.query, "update");
+        let plan = self.plan(&command.query).await?;
+        let count = if is_query(&plan) {
+            // A query run as an update: run it, report its row count.
+            let df = self.ctx.execute_logical_plan(plan).await.map_err(df_status)?;
+            let mut rows = 0u64;
+            let mut batches: SendableRecordBatchStream = df.execute_stream().await.map_err(df_status)?;
+            while let Some(batch) = batches.next().await {
+                rows += batch.map_err(df_status)?.num_rows() as u64;
+            }
+            Some(rows)
+        } else {
+            self.run_mutations(vec![plan]).await?
+        };
+        Ok(count.map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)))
+    }
+
+    async fn do_put_statement_ingest(
+        &self,
+        command: CommandStatementIngest,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        if command.transaction_id.is_some() {
+            return Err(Status::invalid_argument("quiverdb does not support transactions"));
+        }
+        if command.temporary {
+            return Err(Status::invalid_argument("quiverdb has no temporary tables"));
+        }
+        if command.catalog.as_deref().is_some_and(|c| c != DEFAULT_CATALOG) {
+            return Err(Status::not_found(format!("no catalog '{}' (quiverdb has '{DEFAULT_CATALOG}')", command.catalog.unwrap_or_default())));
+        }
+        if command.schema.as_deref().is_some_and(|s| s != DEFAULT_SCHEMA) {
+            return Err(Status::not_found(format!("no schema '{}' (quiverdb has '{DEFAULT_SCHEMA}')", command.schema.unwrap_or_default())));
+        }
+        let name = command.table;
+        if name.is_empty() {
+            return Err(Status::invalid_argument("ingest names no table"));
+        }
+        let options = command.table_definition_options.unwrap_or_default();
+        let if_not_exist = TableNotExistOption::try_from(options.if_not_exist).unwrap_or(TableNotExistOption::Unspecified);
+        let if_exists = TableExistsOption::try_from(options.if_exists).unwrap_or(TableExistsOption::Unspecified);
+        let (schema, batches) = Self::read_batches(request).await?;
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        debug!(table = %name, rows, batches = batches.len(), "ingest");
+        let fill = |table: &quiverdb_storage::Table| {
+            table.transaction(|t| batches.iter().try_for_each(|b| t.append(b).map(drop)))
+        };
+        let exists = self.db.contains_table(&name);
+        match (exists, if_exists, if_not_exist) {
+            (true, TableExistsOption::Append, _) => {
+                let table = self.db.table(&name).map_err(storage_status)?;
+                fill(&table).map_err(storage_status)?;
+            }
+            (true, TableExistsOption::Replace, _) => {
+                self.db.create_table_with(&name, &schema, self.table_options.clone(), true, fill).map_err(storage_status)?;
+            }
+            (true, _, _) => {
+                return Err(Status::already_exists(format!("table '{name}' already exists")));
+            }
+            (false, _, TableNotExistOption::Create) => {
+                self.db.create_table_with(&name, &schema, self.table_options.clone(), false, fill).map_err(storage_status)?;
+            }
+            (false, _, _) => {
+                return Err(Status::not_found(format!("table '{name}' does not exist (ingest with mode create to create it)")));
+            }
+        }
+        Ok(i64::try_from(rows).unwrap_or(i64::MAX))
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let Handle::Prepared { sql, .. } = Handle::decode(&query.prepared_statement_handle)? else {
+            return Err(Status::invalid_argument("not a prepared statement handle"));
+        };
+        let params = Self::read_params(request).await?;
+        let handle = Handle::Prepared { sql, params }.encode()?;
+        Ok(DoPutPreparedStatementResult { prepared_statement_handle: Some(handle) })
+    }
+
+    async fn do_put_prepared_statement_update(
+        &self,
+        query: CommandPreparedStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let Handle::Prepared { sql, params } = Handle::decode(&query.prepared_statement_handle)? else {
+            return Err(Status::invalid_argument("not a prepared statement handle"));
+        };
+        // Parameters come with this call, or were bound before.
+        let params = Self::read_params(request).await?.or(params);
+        let plan = self.plan(&sql).await?;
+        if is_query(&plan) {
+            return Err(Status::invalid_argument("a query cannot run as an update; execute it as a query"));
+        }
+        let count = self.run_mutations(Self::bind(plan, params.as_ref())?).await?;
+        Ok(count.map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)))
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        _request: Request<arrow_flight::Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        if query.transaction_id.is_some() {
+            return Err(Status::invalid_argument("quiverdb does not support transactions"));
+        }
+        let plan = self.plan(&query.query).await?;
+        let dataset = if is_query(&plan) {
+            plan.schema().as_arrow().clone()
+        } else {
+            let dml = matches!(plan, LogicalPlan::Dml(_));
+            outcome_schema(dml.then_some(0)).as_ref().clone()
+        };
+        let types = plan.get_parameter_types().map_err(df_status)?;
+        let mut names: Vec<&String> = types.keys().collect();
+        // $1, $2, ..., $10 in numeric order; named parameters after.
+        names.sort_by_key(|n| (n.strip_prefix('$').and_then(|d| d.parse::<u64>().ok()).unwrap_or(u64::MAX), n.to_string()));
+        let fields: Vec<Field> = names
+            .into_iter()
+            .map(|n| Field::new(n.as_str(), types[n].clone().unwrap_or(DataType::Null), true))
+            .collect();
+        let handle = Handle::Prepared { sql: query.query, params: None }.encode()?;
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: handle,
+            dataset_schema: schema_ipc(&dataset)?,
+            parameter_schema: schema_ipc(&Schema::new(fields))?,
+        })
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        _request: Request<arrow_flight::Action>,
+    ) -> Result<(), Status> {
+        // Handles are stateless: nothing to free, but reject garbage.
+        Handle::decode(&query.prepared_statement_handle).map(drop)
+    }
+
+    async fn do_get_fallback(
+        &self,
+        _request: Request<Ticket>,
+        message: Any,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        Err(Status::invalid_argument(format!("unsupported ticket type: {}", message.type_url)))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}

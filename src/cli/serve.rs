@@ -1,0 +1,145 @@
+//! `quiverdb serve`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use quiverdb::server::flight::{Auth, DEFAULT_MAX_MESSAGE_BYTES, FlightOptions, TlsConfig, serve};
+use quiverdb::{Database, SessionOptions};
+use tracing::info;
+
+use super::CliError;
+
+/// Arguments of `quiverdb serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on. A non-loopback address needs --user/--password or --token.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    listen: SocketAddr,
+    /// User name clients authenticate with (Basic → Bearer handshake).
+    #[arg(long, env = "QUIVERDB_USER", requires = "password")]
+    user: Option<String>,
+    /// Password clients authenticate with.
+    #[arg(long, env = "QUIVERDB_PASSWORD", requires = "user")]
+    password: Option<String>,
+    /// A static bearer token clients send (instead of a user and password).
+    #[arg(long, env = "QUIVERDB_TOKEN", conflicts_with_all = ["user", "password"])]
+    token: Option<String>,
+    /// TLS certificate chain (PEM).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Largest gRPC message accepted or sent, in bytes (suffixes K, M, G; powers of 1024).
+    #[arg(long, value_parser = parse_bytes, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
+    max_message_bytes: usize,
+    /// Memory all running queries may hold in DataFusion operators (sorts,
+    /// joins, hash aggregates), in bytes (suffixes K, M, G); no limit if absent.
+    #[arg(long, value_parser = parse_bytes)]
+    memory_limit: Option<usize>,
+    /// DataFusion partitions per query (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    partitions: usize,
+}
+
+/// `1234`, `64K`, `512M`, `4G` (also `KiB`, `MB`, ...: powers of 1024).
+fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let number: usize = number.parse().map_err(|_| format!("'{s}' is not a byte count"))?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        other => return Err(format!("unknown unit '{other}' in '{s}'")),
+    };
+    number.checked_mul(1 << shift).ok_or_else(|| format!("'{s}' is too large"))
+}
+
+pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let auth = match (args.user, args.password, args.token) {
+        (Some(user), Some(password), None) => Auth::Password { user, password },
+        (None, None, Some(token)) => Auth::Token(token),
+        _ => Auth::None,
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsConfig {
+            cert_pem: std::fs::read(cert).map_err(|e| format!("reading {}: {e}", cert.display()))?,
+            key_pem: std::fs::read(key).map_err(|e| format!("reading {}: {e}", key.display()))?,
+        }),
+        _ => None,
+    };
+    let options = FlightOptions {
+        auth,
+        tls,
+        max_message_bytes: args.max_message_bytes,
+        session: SessionOptions { target_partitions: args.partitions, memory_limit: args.memory_limit, ..SessionOptions::default() },
+        ..FlightOptions::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("binding {}: {e}", args.listen))?;
+        let addr = listener.local_addr()?;
+        info!(
+            "quiverdb serving Flight SQL on {addr} (auth: {}, TLS: {}, max message {} bytes, memory limit {})",
+            options.auth.describe(),
+            if options.tls.is_some() { "on" } else { "off" },
+            options.max_message_bytes,
+            options.session.memory_limit.map_or("none".to_string(), |m| format!("{m} bytes")),
+        );
+        let db = Database::new();
+        serve(db, listener, options, shutdown_signal()).await?;
+        info!("quiverdb stopped");
+        Ok::<_, CliError>(ExitCode::SUCCESS)
+    })
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => info!("SIGINT: finishing requests in flight, then stopping"),
+        () = term => info!("SIGTERM: finishing requests in flight, then stopping"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_counts() {
+        assert_eq!(parse_bytes("1234"), Ok(1234));
+        assert_eq!(parse_bytes("64K"), Ok(64 << 10));
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("4g"), Ok(4 << 30));
+        assert!(parse_bytes("4T").is_err());
+        assert!(parse_bytes("x").is_err());
+        assert!(parse_bytes("99999999999999999999G").is_err());
+    }
+}
