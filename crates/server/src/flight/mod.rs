@@ -35,11 +35,13 @@ use tonic::transport::{Identity, Server, ServerTlsConfig};
 use crate::session::{SessionOptions, session_context_with};
 
 mod auth;
+mod dispatch;
 mod handle;
 mod metadata;
 mod service;
 
 pub use auth::Auth;
+pub use dispatch::QuiverFlightService;
 pub use service::QuiverFlightSql;
 
 use auth::{AuthLayer, Authenticator};
@@ -109,10 +111,10 @@ pub enum ServeError {
 /// quiverdb's Flight SQL service over `db`, as a tonic service with the
 /// message-size bounds of `options` (without the authentication layer,
 /// which [`serve`] adds).
-fn flight_service(db: &Database, options: &FlightOptions, auth: Arc<Authenticator>) -> FlightServiceServer<QuiverFlightSql> {
+fn flight_service(db: &Database, options: &FlightOptions, auth: Arc<Authenticator>) -> FlightServiceServer<QuiverFlightService> {
     let ctx = session_context_with(db, options.session.clone());
     let service = QuiverFlightSql::new(db.clone(), ctx, options.session.table_options.clone(), auth, options.max_message_bytes);
-    FlightServiceServer::new(service)
+    FlightServiceServer::new(QuiverFlightService(service))
         .max_decoding_message_size(options.max_message_bytes)
         .max_encoding_message_size(options.max_message_bytes)
 }

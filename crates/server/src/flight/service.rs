@@ -671,5 +671,21 @@ impl FlightSqlService for QuiverFlightSql {
         Err(Status::invalid_argument(format!("unsupported ticket type: {}", message.type_url)))
     }
 
+    async fn get_flight_info_fallback(
+        &self,
+        command: arrow_flight::sql::Command,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Err(Status::invalid_argument(format!("unsupported Flight SQL command: {}", command.type_url())))
+    }
+
+    async fn do_put_fallback(
+        &self,
+        _request: Request<PeekableFlightDataStream>,
+        message: Any,
+    ) -> Result<Response<<Self as FlightService>::DoPutStream>, Status> {
+        Err(Status::invalid_argument(format!("unsupported DoPut command: {}", message.type_url)))
+    }
+
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
 }
