@@ -72,6 +72,13 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         (None, None, Some(token)) => Auth::Token(token),
         _ => Auth::None,
     };
+    if matches!(auth, Auth::None) && !args.listen.ip().is_loopback() {
+        return Err(format!(
+            "refusing to listen on {} without authentication: add --user and --password, or --token, or listen on a loopback address",
+            args.listen
+        )
+        .into());
+    }
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(TlsConfig {
             cert_pem: std::fs::read(cert).map_err(|e| format!("reading {}: {e}", cert.display()))?,
