@@ -23,6 +23,8 @@ use arrow_flight::{
 };
 use arrow_ipc::writer::IpcWriteOptions;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::SchemaProvider;
+use datafusion::catalog::information_schema::InformationSchemaProvider;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
@@ -133,7 +135,7 @@ impl QuiverFlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         let plan = self.plan(&sql).await?;
         let (schema, handle, total_records) = if is_query(&plan) {
-            let schema = plan.schema().as_arrow().clone();
+            let schema = client_schema(plan.schema().as_arrow()).as_ref().clone();
             let handle = match params {
                 None => Handle::Query { sql },
                 params => Handle::Prepared { sql, params },
@@ -179,14 +181,17 @@ impl QuiverFlightSql {
                 "this ticket names a statement that changes data; run it through GetFlightInfo or an update",
             ));
         }
-        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        let schema = client_schema(plan.schema().as_arrow());
         let plans = Self::bind(plan, params.as_ref())?;
         let mut streams = Vec::with_capacity(plans.len());
         for plan in plans {
             let df = self.ctx.execute_logical_plan(plan).await.map_err(df_status)?;
             streams.push(df.execute_stream().await.map_err(df_status)?);
         }
-        let batches = stream::iter(streams).flatten().map_err(|e| FlightError::from_external_error(Box::new(e)));
+        let out = Arc::clone(&schema);
+        let batches = stream::iter(streams)
+            .flatten()
+            .map(move |batch| to_client_schema(batch.map_err(|e| FlightError::from_external_error(Box::new(e)))?, &out));
         Ok(self.encode(schema, batches.boxed()))
     }
 
@@ -212,8 +217,14 @@ impl QuiverFlightSql {
 
     /// Names of the tables and views in `schema` of quiverdb's catalog.
     async fn tables_of(&self, schema: &str) -> Vec<(String, SchemaRef)> {
-        let Some(provider) = self.ctx.catalog(DEFAULT_CATALOG).and_then(|c| c.schema(schema)) else {
-            return Vec::new();
+        let provider: Arc<dyn SchemaProvider> = if schema == INFORMATION_SCHEMA {
+            // DataFusion serves these views per session, outside the catalog.
+            Arc::new(InformationSchemaProvider::new(Arc::clone(self.ctx.state().catalog_list())))
+        } else {
+            match self.ctx.catalog(DEFAULT_CATALOG).and_then(|c| c.schema(schema)) {
+                Some(provider) => provider,
+                None => return Vec::new(),
+            }
         };
         let mut out = Vec::new();
         for name in provider.table_names() {
@@ -226,7 +237,12 @@ impl QuiverFlightSql {
 
     /// Reads a DoPut stream's batches (as one batch) and its schema.
     async fn read_batches(request: Request<PeekableFlightDataStream>) -> Result<(SchemaRef, Vec<RecordBatch>), Status> {
-        let input = request.into_inner().map_err(|s| FlightError::Tonic(Box::new(s)));
+        // A DoPut's first message may carry only the command (no Arrow
+        // data): the arrow-rs client sends a prepared update that way.
+        let input = request
+            .into_inner()
+            .try_filter(|data| futures::future::ready(!data.data_header.is_empty()))
+            .map_err(|s| FlightError::Tonic(Box::new(s)));
         let mut stream = FlightRecordBatchStream::new_from_flight_data(input);
         let mut batches = Vec::new();
         while let Some(batch) = stream.next().await {
@@ -251,6 +267,45 @@ impl QuiverFlightSql {
         }
         arrow_select::concat::concat_batches(&schema, &batches).map(Some).map_err(arrow_status)
     }
+}
+
+/// The schema results are sent in: string and binary views become plain
+/// Utf8 and Binary. Every Flight SQL client reads those (JDBC drivers do
+/// not all read views), and a slice of a view array would still carry all
+/// of its data buffers, so batches could not be split below the message
+/// size bound.
+fn client_schema(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Utf8View => f.as_ref().clone().with_data_type(DataType::Utf8),
+            DataType::BinaryView => f.as_ref().clone().with_data_type(DataType::Binary),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// `batch` in the [`client_schema`] `schema`.
+fn to_client_schema(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, FlightError> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| {
+            if column.data_type() == field.data_type() {
+                Ok(Arc::clone(column))
+            } else {
+                arrow_cast::cast(column, field.data_type())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
 }
 
 /// True if `plan` only reads (its ticket can run it any number of times).
@@ -633,7 +688,7 @@ impl FlightSqlService for QuiverFlightSql {
         }
         let plan = self.plan(&query.query).await?;
         let dataset = if is_query(&plan) {
-            plan.schema().as_arrow().clone()
+            client_schema(plan.schema().as_arrow()).as_ref().clone()
         } else {
             let dml = matches!(plan, LogicalPlan::Dml(_));
             outcome_schema(dml.then_some(0)).as_ref().clone()

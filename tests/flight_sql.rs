@@ -1,0 +1,1196 @@
+//! End-to-end tests of the Flight SQL server: each test starts the real
+//! server (`quiverdb::server::flight::serve`) on `127.0.0.1:0` and talks to
+//! it with arrow-rs's `FlightSqlServiceClient` over a real TCP connection.
+//!
+//! Query results are compared with the same SQL run in-process on the same
+//! database (`quiverdb::session_context`), or with values built here.
+//! Covered: authentication (password handshake, static token, none, and
+//! the refusal of an unauthenticated non-loopback listener), statements
+//! (queries, DDL, DML, updates), prepared statements with parameters,
+//! catalog metadata, bulk ingest (modes, validation, atomicity), errors
+//! (bad SQL, malformed tickets, unknown commands, message-size bounds),
+//! concurrent clients and graceful shutdown.
+//!
+//! The test crate has no `prost` dependency, so the few hand-made protobuf
+//! messages (tickets and descriptors that a normal client never sends) are
+//! encoded by [`any_bytes`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, Float64Array, Int64Array, RecordBatch, StringArray, UnionArray,
+};
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use arrow_flight::sql::{
+    CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetTables, CommandGetXdbcTypeInfo,
+    CommandStatementIngest, ProstMessageExt, SqlInfo, TableDefinitionOptions, TableExistsOption,
+    TableNotExistOption, TicketStatementQuery, XdbcDataType,
+};
+use arrow_flight::{Action, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, IpcMessage, Ticket};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::compute::{cast, concat_batches};
+use futures::{StreamExt, TryStreamExt, stream};
+use quiverdb::Database;
+use quiverdb::server::flight::{Auth, FlightOptions, ServeError, serve};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+type Client = FlightSqlServiceClient<Channel>;
+type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// Bound on any single step that could hang (a server that never answers
+/// an unknown command, a shutdown that never ends). Generous: it only
+/// turns a hang into a failure, it measures nothing.
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// The user and password of the password-mode servers.
+const USER: &str = "alice";
+const PASSWORD: &str = "s3cret";
+/// `base64("alice:s3cret")` and `base64("alice:wrong")`, for handshakes
+/// built by hand (the test crate has no base64 dependency).
+const BASIC_GOOD: &str = "YWxpY2U6czNjcmV0";
+const BASIC_WRONG: &str = "YWxpY2U6d3Jvbmc=";
+
+// ---------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------
+
+/// A server running on a tokio task. Dropping it shuts the server down
+/// (the shutdown future completes when its sender is dropped).
+struct TestServer {
+    addr: SocketAddr,
+    db: Database,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+impl TestServer {
+    /// Starts a server over a new, empty database.
+    async fn start(options: FlightOptions) -> Self {
+        let db = Database::new();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local address");
+        let (tx, rx) = oneshot::channel::<()>();
+        let shutdown = async move {
+            // Sent or dropped: either way, stop.
+            let _ = rx.await;
+        };
+        let task = tokio::spawn(serve(db.clone(), listener, options, shutdown));
+        Self { addr, db, shutdown: Some(tx), task }
+    }
+
+    /// A server with no authentication.
+    async fn open() -> Self {
+        Self::start(FlightOptions::default()).await
+    }
+
+    /// A server with the password [`USER`] / [`PASSWORD`].
+    async fn with_password() -> Self {
+        let auth = Auth::Password { user: USER.into(), password: PASSWORD.into() };
+        Self::start(FlightOptions { auth, ..FlightOptions::default() }).await
+    }
+
+    /// A new client on a new connection (not authenticated).
+    async fn client(&self) -> Client {
+        let channel = Endpoint::from_shared(format!("http://{}", self.addr))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect to the test server");
+        FlightSqlServiceClient::new(channel)
+    }
+
+    /// Completes the shutdown future.
+    fn trigger_shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Shuts the server down and returns what `serve` returned.
+    async fn stop(mut self) -> Result<(), ServeError> {
+        self.trigger_shutdown();
+        tokio::time::timeout(HANG_GUARD, &mut self.task)
+            .await
+            .expect("serve did not return after shutdown")
+            .expect("the serve task panicked")
+    }
+}
+
+/// The gRPC status of a failed call (a test failure if the call succeeded
+/// or failed without a status from the server).
+fn status_of<T: std::fmt::Debug>(result: Result<T, FlightError>) -> tonic::Status {
+    match result {
+        Ok(value) => panic!("expected an error from the server, got {value:?}"),
+        Err(FlightError::Tonic(status)) => *status,
+        Err(other) => panic!("expected a gRPC status from the server, got {other}"),
+    }
+}
+
+/// The batches behind every endpoint of `info`, as one batch with the
+/// schema `info` announces.
+async fn fetch(client: &mut Client, info: &FlightInfo) -> Result<RecordBatch, FlightError> {
+    let schema = Arc::new(info.clone().try_decode_schema()?);
+    let mut batches = Vec::new();
+    for endpoint in &info.endpoint {
+        let ticket = endpoint.ticket.clone().ok_or_else(|| FlightError::protocol("an endpoint without a ticket"))?;
+        batches.extend(client.do_get(ticket).await?.try_collect::<Vec<_>>().await?);
+    }
+    Ok(concat_batches(&schema, &batches)?)
+}
+
+/// Runs `sql` as `CommandStatementQuery` and fetches its result.
+async fn query(client: &mut Client, sql: &str) -> Result<RecordBatch, FlightError> {
+    let info = client.execute(sql.to_string(), None).await?;
+    fetch(client, &info).await
+}
+
+/// Runs `sql` as `CommandStatementUpdate`; the affected-row count.
+async fn update(client: &mut Client, sql: &str) -> Result<i64, FlightError> {
+    client.execute_update(sql.to_string(), None).await
+}
+
+/// `sql` run in-process on `db`, as one batch, with string and binary
+/// views as plain Utf8 and Binary (the server sends results that way).
+async fn local(db: &Database, sql: &str) -> RecordBatch {
+    let ctx = quiverdb::session_context(db);
+    let df = ctx.sql(sql).await.unwrap_or_else(|e| panic!("in-process {sql}: {e}"));
+    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let batches = df.collect().await.unwrap_or_else(|e| panic!("in-process {sql}: {e}"));
+    let batch = concat_batches(&schema, &batches).expect("concatenating in-process batches");
+    let plain = |t: &DataType| match t {
+        DataType::Utf8View => DataType::Utf8,
+        DataType::BinaryView => DataType::Binary,
+        other => other.clone(),
+    };
+    let fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone().with_data_type(plain(f.data_type()))).collect();
+    let columns = batch.columns().iter().map(|c| cast(c, &plain(c.data_type())).expect("casting views")).collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("in-process batch without views")
+}
+
+/// `SELECT COUNT(*) FROM table`, in-process.
+async fn count_rows(db: &Database, table: &str) -> i64 {
+    local(db, &format!("SELECT COUNT(*) AS n FROM {table}")).await.column(0).as_primitive::<Int64Type>().value(0)
+}
+
+/// The schema of `table` as SQL sees it, in-process.
+async fn table_schema(db: &Database, table: &str) -> SchemaRef {
+    let ctx = quiverdb::session_context(db);
+    ctx.table_provider(table).await.unwrap_or_else(|e| panic!("table {table}: {e}")).schema()
+}
+
+/// A string column's values (nulls as `None`), whatever its string layout
+/// (SQL `VARCHAR` columns are `Utf8View`, metadata columns `Utf8`).
+fn strings(batch: &RecordBatch, column: &str) -> Vec<Option<String>> {
+    let array = batch.column_by_name(column).unwrap_or_else(|| panic!("no column {column}"));
+    let utf8 = cast(array, &DataType::Utf8).unwrap_or_else(|e| panic!("column {column} is not text: {e}"));
+    utf8.as_string::<i32>().iter().map(|v| v.map(str::to_string)).collect()
+}
+
+/// A non-null string column's values.
+fn non_null_strings(batch: &RecordBatch, column: &str) -> Vec<String> {
+    strings(batch, column).into_iter().map(|v| v.unwrap_or_else(|| panic!("null in {column}"))).collect()
+}
+
+/// The `count` of a DML result: one row, one non-null UInt64 column.
+fn outcome_count(batch: &RecordBatch) -> u64 {
+    assert_eq!(batch.schema().fields().len(), 1, "{:?}", batch.schema());
+    let field = batch.schema().field(0).clone();
+    assert_eq!((field.name().as_str(), field.data_type()), ("count", &DataType::UInt64));
+    assert_eq!(batch.num_rows(), 1);
+    batch.column(0).as_primitive::<UInt64Type>().value(0)
+}
+
+/// The one ticket of `info`.
+fn only_ticket(info: &FlightInfo) -> Ticket {
+    assert_eq!(info.endpoint.len(), 1, "endpoints: {:?}", info.endpoint);
+    info.endpoint[0].ticket.clone().expect("an endpoint without a ticket")
+}
+
+/// `DoGet` through the plain Flight client: the raw messages, to look at
+/// how a result was split.
+async fn raw_do_get(client: &mut Client, ticket: Ticket) -> Result<Vec<FlightData>, FlightError> {
+    let mut request = tonic::Request::new(ticket);
+    if let Some(token) = client.token() {
+        let value = format!("Bearer {token}").parse().map_err(|_| FlightError::protocol("token header"))?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    let messages = client.inner_mut().do_get(request).await?.into_inner();
+    Ok(messages.try_collect().await?)
+}
+
+/// Decodes raw Flight messages into one batch of `schema`.
+async fn decode(messages: Vec<FlightData>, schema: &SchemaRef) -> Result<RecordBatch, FlightError> {
+    let batches: Vec<RecordBatch> =
+        FlightRecordBatchStream::new_from_flight_data(stream::iter(messages.into_iter().map(Ok))).try_collect().await?;
+    Ok(concat_batches(schema, &batches)?)
+}
+
+/// A protobuf length-delimited field (wire type 2).
+fn proto_field(number: u8, bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![(number << 3) | 2];
+    let mut len = bytes.len();
+    loop {
+        let low = (len & 0x7f) as u8;
+        len >>= 7;
+        if len == 0 {
+            out.push(low);
+            break;
+        }
+        out.push(low | 0x80);
+    }
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// An encoded `google.protobuf.Any { type_url, value }`.
+fn any_bytes(type_url: &str, value: &[u8]) -> Vec<u8> {
+    [proto_field(1, type_url.as_bytes()), proto_field(2, value)].concat()
+}
+
+/// A `CommandStatementIngest` into `public.table`.
+fn ingest_command(table: &str, if_not_exist: TableNotExistOption, if_exists: TableExistsOption) -> CommandStatementIngest {
+    CommandStatementIngest {
+        table_definition_options: Some(TableDefinitionOptions {
+            if_not_exist: if_not_exist as i32,
+            if_exists: if_exists as i32,
+        }),
+        table: table.into(),
+        schema: None,
+        catalog: None,
+        temporary: false,
+        transaction_id: None,
+        options: Default::default(),
+    }
+}
+
+/// Ingests `batches` with `command`; the row count the server reports.
+async fn ingest(client: &mut Client, command: CommandStatementIngest, batches: Vec<RecordBatch>) -> Result<i64, FlightError> {
+    client.execute_ingest(command, stream::iter(batches.into_iter().map(Ok))).await
+}
+
+/// A batch of `(id BIGINT, name VARCHAR)`, with the given nullability.
+fn id_name_batch(ids: &[i64], names: &[Option<&str>], names_nullable: bool) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, names_nullable),
+    ]));
+    let columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(StringArray::from(names.to_vec()))];
+    RecordBatch::try_new(schema, columns).expect("test batch")
+}
+
+/// A one-column parameter batch.
+fn params(column: ArrayRef) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![Field::new("$1", column.data_type().clone(), true)]));
+    RecordBatch::try_new(schema, vec![column]).expect("parameter batch")
+}
+
+/// Creates `t (id BIGINT NOT NULL, grp INT, name VARCHAR, score DOUBLE)`
+/// with `rows` rows (some NULLs) through the server.
+async fn create_sample_table(client: &mut Client, rows: i64) -> Result<(), FlightError> {
+    update(client, "CREATE TABLE t (id BIGINT NOT NULL, grp INT, name VARCHAR, score DOUBLE, PRIMARY KEY (id))").await?;
+    let inserted = update(
+        client,
+        &format!(
+            "INSERT INTO t SELECT value, CAST(value % 5 AS INT), \
+             CASE WHEN value % 7 = 0 THEN NULL ELSE 'name ' || CAST(value % 13 AS VARCHAR) END, \
+             CASE WHEN value % 11 = 0 THEN NULL ELSE CAST(value AS DOUBLE) / 4 END \
+             FROM generate_series(1, {rows})"
+        ),
+    )
+    .await?;
+    assert_eq!(inserted, rows);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Authentication
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn password_handshake_issues_a_token_that_later_calls_use() -> TestResult {
+    let server = TestServer::with_password().await;
+    let mut client = server.client().await;
+    let payload = client.handshake(USER, PASSWORD).await?;
+    let token = String::from_utf8(payload.to_vec())?;
+    assert!(!token.is_empty(), "the handshake returned no token");
+    assert_eq!(client.token(), Some(&token), "the authorization header and the payload carry the same token");
+    let batch = query(&mut client, "SELECT 1 AS one").await?;
+    assert_eq!(batch.column(0).as_primitive::<Int64Type>().values().to_vec(), vec![1]);
+    assert_eq!(update(&mut client, "CREATE TABLE a (x INT)").await?, 0);
+    assert!(server.db.contains_table("a"));
+
+    // A second handshake gives a different token; both stay valid.
+    let mut other = server.client().await;
+    other.handshake(USER, PASSWORD).await?;
+    assert_ne!(other.token(), Some(&token));
+    query(&mut other, "SELECT 1").await?;
+    query(&mut client, "SELECT 1").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wrong_password_is_unauthenticated() -> TestResult {
+    let server = TestServer::with_password().await;
+    // The arrow-rs client hides the status of a failed handshake in a string.
+    let mut client = server.client().await;
+    assert!(client.handshake(USER, "wrong").await.is_err());
+    assert!(client.handshake("mallory", PASSWORD).await.is_err());
+    assert_eq!(client.token(), None);
+
+    // The same handshakes by hand, to see the status code.
+    let raw_handshake = |basic: &'static str| {
+        let mut flight = client.inner().clone();
+        async move {
+            let mut request = tonic::Request::new(stream::iter([HandshakeRequest::default()]));
+            request.metadata_mut().insert("authorization", format!("Basic {basic}").parse().expect("header"));
+            match flight.handshake(request).await {
+                Ok(response) => response.into_inner().try_collect::<Vec<_>>().await.map(|r| r.len()),
+                Err(status) => Err(status),
+            }
+        }
+    };
+    assert_eq!(raw_handshake(BASIC_GOOD).await?, 1, "the correct credentials are accepted");
+    let refused = raw_handshake(BASIC_WRONG).await.expect_err("a wrong password is accepted");
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_without_a_valid_token_are_unauthenticated() -> TestResult {
+    let server = TestServer::with_password().await;
+    let mut authed = server.client().await;
+    authed.handshake(USER, PASSWORD).await?;
+    update(&mut authed, "CREATE TABLE secret (x INT)").await?;
+    let info = authed.execute("SELECT * FROM secret".into(), None).await?;
+
+    // No token at all: every kind of call is refused.
+    let mut anonymous = server.client().await;
+    let s = status_of(anonymous.execute("SELECT 1".into(), None).await);
+    assert_eq!(s.code(), Code::Unauthenticated, "{s}");
+    let s = status_of(anonymous.execute_update("INSERT INTO secret VALUES (1)".into(), None).await);
+    assert_eq!(s.code(), Code::Unauthenticated, "{s}");
+    let s = status_of(anonymous.get_catalogs().await);
+    assert_eq!(s.code(), Code::Unauthenticated, "{s}");
+    let s = status_of(anonymous.prepare("SELECT 1".into(), None).await.map(|_| ()));
+    assert_eq!(s.code(), Code::Unauthenticated, "{s}");
+    // A ticket obtained by an authenticated client does not open the door.
+    let s = status_of(fetch(&mut anonymous, &info).await);
+    assert_eq!(s.code(), Code::Unauthenticated, "{s}");
+
+    // A made-up bearer token.
+    let mut forger = server.client().await;
+    forger.set_token("garbage".into());
+    let s = status_of(forger.execute("SELECT 1".into(), None).await);
+    assert_eq!(s.code(), Code::Unauthenticated, "{s}");
+    let s = status_of(forger.execute_update("INSERT INTO secret VALUES (1)".into(), None).await);
+    assert_eq!(s.code(), Code::Unauthenticated, "{s}");
+
+    assert_eq!(count_rows(&server.db, "secret").await, 0, "a refused insert ran");
+    assert_eq!(fetch(&mut authed, &info).await?.num_rows(), 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn static_token_mode() -> TestResult {
+    let server = TestServer::start(FlightOptions { auth: Auth::Token("t0ken".into()), ..FlightOptions::default() }).await;
+    let mut client = server.client().await;
+    let s = status_of(client.execute("SELECT 1".into(), None).await);
+    assert_eq!(s.code(), Code::Unauthenticated, "{s}");
+    client.set_token("t0keN".into());
+    let s = status_of(client.execute("SELECT 1".into(), None).await);
+    assert_eq!(s.code(), Code::Unauthenticated, "{s}");
+    client.set_token("t0ken".into());
+    let batch = query(&mut client, "SELECT 41 + 1 AS answer").await?;
+    assert_eq!(batch.column(0).as_primitive::<Int64Type>().value(0), 42);
+    assert_eq!(update(&mut client, "CREATE TABLE k (x INT)").await?, 0);
+    assert!(server.db.contains_table("k"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_auth_needs_nothing() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    let batch = query(&mut client, "SELECT 'hi' AS greeting").await?;
+    assert_eq!(non_null_strings(&batch, "greeting"), vec!["hi"]);
+    // A handshake is not needed, but harmless.
+    let token = client.handshake("anyone", "anything").await?;
+    assert!(token.is_empty(), "no token expected, got {token:?}");
+    query(&mut client, "SELECT 1").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serve_refuses_unsafe_configurations() -> TestResult {
+    // No authentication on a non-loopback address: refused before serving
+    // (nothing connects to it).
+    let listener = TcpListener::bind("0.0.0.0:0").await?;
+    let result = tokio::time::timeout(HANG_GUARD, serve(Database::new(), listener, FlightOptions::default(), std::future::pending()))
+        .await
+        .expect("serve started serving an unauthenticated public listener");
+    match result {
+        Err(ServeError::Config(message)) => assert!(message.contains("authentication"), "{message}"),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+
+    // A message bound too small to carry anything.
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let options = FlightOptions { max_message_bytes: 100, ..FlightOptions::default() };
+    let result = tokio::time::timeout(HANG_GUARD, serve(Database::new(), listener, options, std::future::pending()))
+        .await
+        .expect("serve accepted a 100-byte message bound");
+    assert!(matches!(result, Err(ServeError::Config(_))), "{result:?}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Statements
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn query_results_equal_the_in_process_results() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    create_sample_table(&mut client, 1000).await?;
+    for sql in [
+        "SELECT * FROM t ORDER BY id",
+        "SELECT grp, COUNT(*) AS n, SUM(score) AS s, MIN(name) AS m, COUNT(name) AS names FROM t GROUP BY grp ORDER BY grp",
+        "SELECT id, name, score FROM t WHERE grp = 2 AND score > 100 ORDER BY id DESC LIMIT 7",
+        "SELECT name, COUNT(*) AS n FROM t GROUP BY name ORDER BY name NULLS FIRST",
+        "SELECT a.id, b.id AS other FROM t a JOIN t b ON a.id = b.id + 500 WHERE a.grp = 1 ORDER BY a.id",
+        "SELECT 1 AS one, 'x' AS s, CAST(NULL AS INT) AS n, 2.5 AS d",
+        "SELECT * FROM t WHERE id < 0",
+    ] {
+        let remote = query(&mut client, sql).await?;
+        let expected = local(&server.db, sql).await;
+        assert_eq!(remote, expected, "{sql}");
+    }
+    assert_eq!(query(&mut client, "SELECT * FROM t").await?.num_rows(), 1000);
+    // A query's ticket can be fetched again and runs again on current data.
+    let info = client.execute("SELECT COUNT(*) AS n FROM t".into(), None).await?;
+    assert_eq!(fetch(&mut client, &info).await?.column(0).as_primitive::<Int64Type>().value(0), 1000);
+    update(&mut client, "DELETE FROM t WHERE id <= 10").await?;
+    assert_eq!(fetch(&mut client, &info).await?.column(0).as_primitive::<Int64Type>().value(0), 990);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_large_result_arrives_in_several_messages() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE big (id BIGINT NOT NULL, v DOUBLE, s VARCHAR)").await?;
+    let n = update(&mut client, "INSERT INTO big SELECT value, CAST(value AS DOUBLE) * 0.5, 'row ' || CAST(value AS VARCHAR) FROM generate_series(1, 200000)").await?;
+    assert_eq!(n, 200_000);
+    let sql = "SELECT * FROM big ORDER BY id";
+    let info = client.execute(sql.into(), None).await?;
+    let schema = Arc::new(info.clone().try_decode_schema()?);
+    let messages = raw_do_get(&mut client, only_ticket(&info)).await?;
+    let data_messages = messages.iter().filter(|m| !m.data_body.is_empty()).count();
+    assert!(data_messages > 1, "200k rows came in {data_messages} data message(s)");
+    let remote = decode(messages, &schema).await?;
+    assert_eq!(remote.num_rows(), 200_000);
+    assert_eq!(remote, local(&server.db, sql).await);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ddl_and_dml_through_execute() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+
+    let info = client.execute("CREATE TABLE d (k INT NOT NULL, v VARCHAR, PRIMARY KEY (k))".into(), None).await?;
+    assert_eq!(fetch(&mut client, &info).await?.num_rows(), 0);
+    assert!(server.db.contains_table("d"));
+    assert_eq!(server.db.table("d")?.options().primary_key, vec!["k".to_string()]);
+
+    let info = client.execute("INSERT INTO d VALUES (1, 'a'), (2, 'b'), (3, NULL)".into(), None).await?;
+    assert_eq!(info.total_records, 3);
+    assert_eq!(outcome_count(&fetch(&mut client, &info).await?), 3);
+    // Fetching the ticket again reports the outcome again; it does not insert again.
+    assert_eq!(outcome_count(&fetch(&mut client, &info).await?), 3);
+    assert_eq!(count_rows(&server.db, "d").await, 3);
+
+    let info = client.execute("UPDATE d SET v = 'z' WHERE k >= 2".into(), None).await?;
+    assert_eq!(info.total_records, 2);
+    assert_eq!(outcome_count(&fetch(&mut client, &info).await?), 2);
+    let info = client.execute("DELETE FROM d WHERE k = 1".into(), None).await?;
+    assert_eq!(info.total_records, 1);
+    assert_eq!(outcome_count(&fetch(&mut client, &info).await?), 1);
+    let rows = query(&mut client, "SELECT k, v FROM d ORDER BY k").await?;
+    assert_eq!(rows.column(0).as_primitive::<Int32Type>().values().to_vec(), vec![2, 3]);
+    assert_eq!(strings(&rows, "v"), vec![Some("z".to_string()), Some("z".to_string())]);
+
+    let info = client.execute("DROP TABLE d".into(), None).await?;
+    assert_eq!(fetch(&mut client, &info).await?.num_rows(), 0);
+    assert!(!server.db.contains_table("d"));
+    let s = status_of(query(&mut client, "SELECT * FROM d").await);
+    assert!(s.message().contains('d'), "{s}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn execute_update_reports_affected_rows() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    assert_eq!(update(&mut client, "CREATE TABLE u (id BIGINT NOT NULL, v INT, PRIMARY KEY (id))").await?, 0);
+    assert!(server.db.contains_table("u"));
+    assert_eq!(update(&mut client, "INSERT INTO u SELECT value, CAST(value % 10 AS INT) FROM generate_series(1, 100)").await?, 100);
+    assert_eq!(update(&mut client, "UPDATE u SET v = -1 WHERE v = 3").await?, 10);
+    assert_eq!(update(&mut client, "DELETE FROM u WHERE v = 0").await?, 10);
+    assert_eq!(update(&mut client, "DELETE FROM u WHERE v = 0").await?, 0);
+
+    let expected: Vec<(i64, i32)> = (1..=100i64)
+        .filter(|id| id % 10 != 0)
+        .map(|id| (id, if id % 10 == 3 { -1 } else { (id % 10) as i32 }))
+        .collect();
+    let rows = query(&mut client, "SELECT id, v FROM u ORDER BY id").await?;
+    let ids = rows.column(0).as_primitive::<Int64Type>().values().to_vec();
+    let vs = rows.column(1).as_primitive::<Int32Type>().values().to_vec();
+    assert_eq!(ids.into_iter().zip(vs).collect::<Vec<_>>(), expected);
+
+    assert_eq!(update(&mut client, "TRUNCATE u").await?, 90);
+    assert_eq!(count_rows(&server.db, "u").await, 0);
+    assert_eq!(update(&mut client, "DROP TABLE u").await?, 0);
+    assert!(!server.db.contains_table("u"));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Prepared statements
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prepared_query_with_parameters() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE p (a BIGINT NOT NULL, b VARCHAR)").await?;
+    update(&mut client, "INSERT INTO p SELECT value, 'v' || CAST(value AS VARCHAR) FROM generate_series(1, 20)").await?;
+
+    let mut statement = client.prepare("SELECT a, b FROM p WHERE a > $1 ORDER BY a".into(), None).await?;
+    let expected_schema = local(&server.db, "SELECT a, b FROM p WHERE a > 0 ORDER BY a").await.schema();
+    assert_eq!(statement.dataset_schema()?, expected_schema.as_ref());
+    let parameters = statement.parameter_schema()?.clone();
+    assert_eq!(parameters.fields().len(), 1, "{parameters:?}");
+    assert_eq!(parameters.field(0).name(), "$1");
+    assert_eq!(parameters.field(0).data_type(), &DataType::Int64, "$1 compares with a BIGINT column");
+
+    statement.set_parameters(params(Arc::new(Int64Array::from(vec![15]))))?;
+    let info = statement.execute().await?;
+    let rows = fetch(&mut client, &info).await?;
+    assert_eq!(rows, local(&server.db, "SELECT a, b FROM p WHERE a > 15 ORDER BY a").await);
+    assert_eq!(rows.num_rows(), 5);
+
+    // Several parameter rows: the query runs once per row, results in order.
+    statement.set_parameters(params(Arc::new(Int64Array::from(vec![17, 18]))))?;
+    let info = statement.execute().await?;
+    let rows = fetch(&mut client, &info).await?;
+    let first = local(&server.db, "SELECT a, b FROM p WHERE a > 17 ORDER BY a").await;
+    let second = local(&server.db, "SELECT a, b FROM p WHERE a > 18 ORDER BY a").await;
+    let schema = first.schema();
+    assert_eq!(rows, concat_batches(&schema, &[first, second])?);
+    assert_eq!(rows.num_rows(), 3 + 2);
+
+    statement.close().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prepared_insert_runs_once_per_parameter_row() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE pi (id BIGINT NOT NULL, name VARCHAR, PRIMARY KEY (id))").await?;
+
+    let mut statement = client.prepare("INSERT INTO pi VALUES ($1, $2)".into(), None).await?;
+    let parameters = statement.parameter_schema()?.clone();
+    let described: Vec<(&str, &DataType)> = parameters.fields().iter().map(|f| (f.name().as_str(), f.data_type())).collect();
+    let columns = table_schema(&server.db, "pi").await;
+    let expected: Vec<(&str, &DataType)> =
+        vec![("$1", columns.field(0).data_type()), ("$2", columns.field(1).data_type())];
+    assert_eq!(described, expected, "parameter types follow the table's columns");
+
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("$1", DataType::Int64, true), Field::new("$2", DataType::Utf8, true)])),
+        vec![Arc::new(Int64Array::from(vec![7, 8, 9])), Arc::new(StringArray::from(vec![Some("seven"), None, Some("nine")]))],
+    )?;
+    statement.set_parameters(batch)?;
+    assert_eq!(statement.execute_update().await?, 3);
+    statement.close().await?;
+
+    let rows = query(&mut client, "SELECT id, name FROM pi ORDER BY id").await?;
+    assert_eq!(rows.column(0).as_primitive::<Int64Type>().values().to_vec(), vec![7, 8, 9]);
+    assert_eq!(strings(&rows, "name"), vec![Some("seven".into()), None, Some("nine".into())]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prepared_parameter_of_the_wrong_type_is_invalid_argument() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE p (a BIGINT NOT NULL, b VARCHAR)").await?;
+    update(&mut client, "INSERT INTO p VALUES (1, 'one'), (2, 'two')").await?;
+
+    let wrong: [ArrayRef; 2] = [
+        Arc::new(BinaryArray::from(vec![&b"\x01\x02"[..]])),
+        Arc::new(StringArray::from(vec!["not a number"])),
+    ];
+    for column in wrong {
+        let data_type = column.data_type().clone();
+        let mut statement = client.prepare("SELECT a, b FROM p WHERE a > $1".into(), None).await?;
+        statement.set_parameters(params(column))?;
+        // The error may come with the FlightInfo or with the data; it must come.
+        let result = match statement.execute().await {
+            Ok(info) => fetch(&mut client, &info).await,
+            Err(e) => Err(e),
+        };
+        let s = status_of(result);
+        assert_eq!(s.code(), Code::InvalidArgument, "{data_type}: {s}");
+        assert!(s.message().contains("$1"), "the message names the parameter ({data_type}): {s}");
+    }
+    // The server still works.
+    assert_eq!(query(&mut client, "SELECT * FROM p").await?.num_rows(), 2);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Metadata
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn catalogs_schemas_and_table_types() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+
+    let info = client.get_catalogs().await?;
+    let catalogs = fetch(&mut client, &info).await?;
+    assert_eq!(non_null_strings(&catalogs, "catalog_name"), vec!["quiverdb"]);
+
+    let info = client.get_db_schemas(CommandGetDbSchemas { catalog: None, db_schema_filter_pattern: None }).await?;
+    let schemas = fetch(&mut client, &info).await?;
+    let mut pairs: Vec<(String, String)> =
+        non_null_strings(&schemas, "catalog_name").into_iter().zip(non_null_strings(&schemas, "db_schema_name")).collect();
+    pairs.sort();
+    assert_eq!(pairs, vec![("quiverdb".into(), "information_schema".into()), ("quiverdb".into(), "public".into())]);
+
+    let request = CommandGetDbSchemas { catalog: Some("quiverdb".into()), db_schema_filter_pattern: Some("pub%".into()) };
+    let info = client.get_db_schemas(request).await?;
+    assert_eq!(non_null_strings(&fetch(&mut client, &info).await?, "db_schema_name"), vec!["public"]);
+
+    let info = client.get_table_types().await?;
+    let mut types = non_null_strings(&fetch(&mut client, &info).await?, "table_type");
+    types.sort();
+    assert_eq!(types, vec!["TABLE", "VIEW"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn get_tables_filters_and_includes_schemas() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE t1 (id BIGINT NOT NULL, name VARCHAR, PRIMARY KEY (id))").await?;
+    update(&mut client, "CREATE TABLE t2 (x DOUBLE, d DATE, ok BOOLEAN)").await?;
+    update(&mut client, "CREATE TABLE other (y INT)").await?;
+
+    let request = CommandGetTables {
+        catalog: None,
+        db_schema_filter_pattern: None,
+        table_name_filter_pattern: Some("t%".into()),
+        table_types: vec!["TABLE".into()],
+        include_schema: true,
+    };
+    let info = client.get_tables(request).await?;
+    let tables = fetch(&mut client, &info).await?;
+    let mut found: Vec<(String, String, String, String)> = (0..tables.num_rows())
+        .map(|i| {
+            (
+                non_null_strings(&tables, "catalog_name")[i].clone(),
+                non_null_strings(&tables, "db_schema_name")[i].clone(),
+                non_null_strings(&tables, "table_name")[i].clone(),
+                non_null_strings(&tables, "table_type")[i].clone(),
+            )
+        })
+        .collect();
+    found.sort();
+    let expected: Vec<(String, String, String, String)> = ["t1", "t2"]
+        .iter()
+        .map(|t| ("quiverdb".into(), "public".into(), t.to_string(), "TABLE".into()))
+        .collect();
+    assert_eq!(found, expected);
+
+    let names = non_null_strings(&tables, "table_name");
+    let ipc = tables.column_by_name("table_schema").expect("a table_schema column").as_binary::<i32>();
+    for (i, name) in names.iter().enumerate() {
+        let decoded = Schema::try_from(IpcMessage(ipc.value(i).to_vec().into()))?;
+        assert_eq!(&decoded, table_schema(&server.db, name).await.as_ref(), "schema of {name}");
+    }
+
+    // Without filters: every table.
+    let request = CommandGetTables { include_schema: false, ..CommandGetTables::default() };
+    let info = client.get_tables(request).await?;
+    let all = fetch(&mut client, &info).await?;
+    assert!(all.column_by_name("table_schema").is_none(), "no schemas were asked for");
+    let rows = table_rows(&all);
+    for table in ["t1", "t2", "other"] {
+        let row = ("public".to_string(), table.to_string(), "TABLE".to_string());
+        assert!(rows.contains(&row), "{table} missing from {rows:?}");
+    }
+    Ok(())
+}
+
+/// `(db_schema_name, table_name, table_type)` of a `GetTables` result.
+fn table_rows(batch: &RecordBatch) -> Vec<(String, String, String)> {
+    let schemas = non_null_strings(batch, "db_schema_name");
+    let names = non_null_strings(batch, "table_name");
+    let types = non_null_strings(batch, "table_type");
+    schemas.into_iter().zip(names).zip(types).map(|((s, n), t)| (s, n, t)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn get_tables_lists_the_information_schema_views() -> TestResult {
+    // GetDbSchemas reports `information_schema` and GetTableTypes `VIEW`:
+    // GetTables lists that schema's views, as SQL sees them.
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    let expected = local(
+        &server.db,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'information_schema' ORDER BY table_name",
+    )
+    .await;
+    let mut expected: Vec<(String, String, String)> = non_null_strings(&expected, "table_name")
+        .into_iter()
+        .map(|name| ("information_schema".to_string(), name, "VIEW".to_string()))
+        .collect();
+    expected.sort();
+    assert!(expected.iter().any(|(_, name, _)| name == "tables"), "{expected:?}");
+
+    let request = CommandGetTables {
+        db_schema_filter_pattern: Some("information_schema".into()),
+        table_types: vec!["VIEW".into()],
+        ..CommandGetTables::default()
+    };
+    let info = client.get_tables(request).await?;
+    let mut rows = table_rows(&fetch(&mut client, &info).await?);
+    rows.sort();
+    assert_eq!(rows, expected);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sql_info_and_xdbc_type_info() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+
+    let info = client.get_sql_info(vec![SqlInfo::FlightSqlServerName, SqlInfo::FlightSqlServerReadOnly]).await?;
+    let batch = fetch(&mut client, &info).await?;
+    assert_eq!(batch.num_rows(), 2);
+    let ids = batch.column_by_name("info_name").expect("info_name").as_primitive::<UInt32Type>();
+    let values = batch.column_by_name("value").expect("value").as_any().downcast_ref::<UnionArray>().expect("a union column");
+    for row in 0..batch.num_rows() {
+        let value = values.value(row);
+        match ids.value(row) {
+            id if id == SqlInfo::FlightSqlServerName as u32 => assert_eq!(value.as_string::<i32>().value(0), "quiverdb"),
+            id if id == SqlInfo::FlightSqlServerReadOnly as u32 => assert!(!value.as_boolean().value(0)),
+            other => panic!("SqlInfo {other} was not asked for"),
+        }
+    }
+
+    let info = client.get_xdbc_type_info(CommandGetXdbcTypeInfo { data_type: None }).await?;
+    let types = non_null_strings(&fetch(&mut client, &info).await?, "type_name");
+    for expected in ["BOOLEAN", "INTEGER", "BIGINT", "DOUBLE", "DECIMAL", "VARCHAR", "DATE", "TIMESTAMP"] {
+        assert!(types.iter().any(|t| t == expected), "{expected} missing from {types:?}");
+    }
+    let request = CommandGetXdbcTypeInfo { data_type: Some(XdbcDataType::XdbcBigint as i32) };
+    let info = client.get_xdbc_type_info(request).await?;
+    assert_eq!(non_null_strings(&fetch(&mut client, &info).await?, "type_name"), vec!["BIGINT"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn primary_keys_of_a_composite_key() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE pk (a INT NOT NULL, b VARCHAR NOT NULL, c DOUBLE, PRIMARY KEY (b, a))").await?;
+    update(&mut client, "CREATE TABLE nokey (x INT)").await?;
+
+    let request = CommandGetPrimaryKeys { catalog: None, db_schema: None, table: "pk".into() };
+    let info = client.get_primary_keys(request).await?;
+    let keys = fetch(&mut client, &info).await?;
+    assert_eq!(non_null_strings(&keys, "table_name"), vec!["pk", "pk"]);
+    assert_eq!(non_null_strings(&keys, "column_name"), vec!["b", "a"]);
+    let sequence = keys.column_by_name("key_sequence").expect("key_sequence").as_primitive::<Int32Type>();
+    assert_eq!(sequence.values().to_vec(), vec![1, 2]);
+    assert_eq!(strings(&keys, "catalog_name"), vec![Some("quiverdb".to_string()); 2]);
+    assert_eq!(strings(&keys, "db_schema_name"), vec![Some("public".to_string()); 2]);
+
+    for table in ["nokey", "missing"] {
+        let request = CommandGetPrimaryKeys { catalog: None, db_schema: None, table: table.into() };
+        let info = client.get_primary_keys(request).await?;
+        assert_eq!(fetch(&mut client, &info).await?.num_rows(), 0, "{table}");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Ingest
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ingest_create_append_replace() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    use TableExistsOption as Exists;
+    use TableNotExistOption as NotExist;
+
+    // Create: the new table has the stream's schema and rows.
+    let sent = vec![
+        id_name_batch(&[1, 2, 3], &[Some("a"), None, Some("c")], true),
+        id_name_batch(&[4, 5], &[Some("d"), Some("e")], true),
+    ];
+    let n = ingest(&mut client, ingest_command("ing", NotExist::Create, Exists::Fail), sent.clone()).await?;
+    assert_eq!(n, 5);
+    let schema = table_schema(&server.db, "ing").await;
+    let described: Vec<(&str, &DataType)> = schema.fields().iter().map(|f| (f.name().as_str(), f.data_type())).collect();
+    assert_eq!(described, vec![("id", &DataType::Int64), ("name", &DataType::Utf8)]);
+    let rows = local(&server.db, "SELECT id, name FROM ing ORDER BY id").await;
+    let expected = concat_batches(&sent[0].schema(), &sent)?;
+    assert_eq!(rows.columns(), expected.columns());
+
+    // Append.
+    let more = vec![id_name_batch(&[6, 7], &[None, Some("g")], true)];
+    assert_eq!(ingest(&mut client, ingest_command("ing", NotExist::Fail, Exists::Append), more).await?, 2);
+    assert_eq!(count_rows(&server.db, "ing").await, 7);
+    let rows = query(&mut client, "SELECT id FROM ing ORDER BY id").await?;
+    assert_eq!(rows.column(0).as_primitive::<Int64Type>().values().to_vec(), (1..=7).collect::<Vec<i64>>());
+
+    // Fail if it exists.
+    let again = vec![id_name_batch(&[8], &[Some("h")], true)];
+    let s = status_of(ingest(&mut client, ingest_command("ing", NotExist::Create, Exists::Fail), again).await);
+    assert_eq!(s.code(), Code::AlreadyExists, "{s}");
+    assert_eq!(count_rows(&server.db, "ing").await, 7);
+
+    // Replace, with a different schema.
+    let schema2 = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, false),
+        Field::new("score", DataType::Float64, true),
+    ]));
+    let replacement = RecordBatch::try_new(
+        Arc::clone(&schema2),
+        vec![
+            Arc::new(StringArray::from(vec!["w", "x", "y", "z"])),
+            Arc::new(Float64Array::from(vec![Some(1.5), None, Some(-2.0), Some(0.0)])),
+        ],
+    )?;
+    let n = ingest(&mut client, ingest_command("ing", NotExist::Create, Exists::Replace), vec![replacement.clone()]).await?;
+    assert_eq!(n, 4);
+    let schema = table_schema(&server.db, "ing").await;
+    let described: Vec<(&str, &DataType)> = schema.fields().iter().map(|f| (f.name().as_str(), f.data_type())).collect();
+    assert_eq!(described, vec![("k", &DataType::Utf8), ("score", &DataType::Float64)]);
+    let rows = query(&mut client, "SELECT k, score FROM ing ORDER BY k").await?;
+    assert_eq!(rows.columns(), replacement.columns());
+
+    // Append to a missing table.
+    let orphan = vec![id_name_batch(&[1], &[Some("x")], true)];
+    let s = status_of(ingest(&mut client, ingest_command("nope", NotExist::Fail, Exists::Append), orphan).await);
+    assert_eq!(s.code(), Code::NotFound, "{s}");
+    assert!(!server.db.contains_table("nope"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ingest_rejects_bad_batches_and_applies_nothing() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE strict (id BIGINT NOT NULL, name VARCHAR NOT NULL, PRIMARY KEY (id))").await?;
+    assert_eq!(update(&mut client, "INSERT INTO strict VALUES (1, 'one'), (2, 'two'), (3, 'three')").await?, 3);
+    let before = local(&server.db, "SELECT * FROM strict ORDER BY id").await;
+    let append = || ingest_command("strict", TableNotExistOption::Fail, TableExistsOption::Append);
+
+    // A column of the wrong type.
+    let wrong_type = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Int64, false)])),
+        vec![Arc::new(Int64Array::from(vec![10])), Arc::new(Int64Array::from(vec![10]))],
+    )?;
+    let s = status_of(ingest(&mut client, append(), vec![wrong_type]).await);
+    assert_eq!(s.code(), Code::InvalidArgument, "wrong type: {s}");
+
+    // A NULL in a NOT NULL column, in the second batch of the request.
+    let batches = vec![id_name_batch(&[10, 11], &[Some("ten"), Some("eleven")], true), id_name_batch(&[12], &[None], true)];
+    let s = status_of(ingest(&mut client, append(), batches).await);
+    assert_eq!(s.code(), Code::InvalidArgument, "NULL in NOT NULL: {s}");
+
+    // A primary key repeated across two batches of one request.
+    let batches = vec![
+        id_name_batch(&[20, 21], &[Some("a"), Some("b")], false),
+        id_name_batch(&[21, 22], &[Some("c"), Some("d")], false),
+    ];
+    let s = status_of(ingest(&mut client, append(), batches).await);
+    assert!(matches!(s.code(), Code::InvalidArgument | Code::AlreadyExists), "duplicate key in the request: {s}");
+
+    // A primary key that is already in the table.
+    let batches = vec![id_name_batch(&[30, 1], &[Some("x"), Some("dup")], false)];
+    let s = status_of(ingest(&mut client, append(), batches).await);
+    assert!(matches!(s.code(), Code::InvalidArgument | Code::AlreadyExists), "duplicate of a stored key: {s}");
+
+    assert_eq!(local(&server.db, "SELECT * FROM strict ORDER BY id").await, before, "a rejected ingest left rows behind");
+
+    // Nullable fields in the stream are fine when they hold no NULLs.
+    let good = vec![id_name_batch(&[40], &[Some("forty")], true), id_name_batch(&[41, 42], &[Some("a"), Some("b")], true)];
+    assert_eq!(ingest(&mut client, append(), good).await?, 3);
+    assert_eq!(count_rows(&server.db, "strict").await, 6);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_sql_and_unknown_tables() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+
+    let sql = "SELEC 1 FROM";
+    let parser_error = quiverdb::session_context(&server.db).sql(sql).await.expect_err("bad SQL planned in-process");
+    let s = status_of(client.execute(sql.into(), None).await);
+    assert_eq!(s.code(), Code::InvalidArgument, "{s}");
+    assert!(s.message().contains(&parser_error.to_string()), "{s:?} lacks the parser's message '{parser_error}'");
+    let s = status_of(update(&mut client, sql).await);
+    assert_eq!(s.code(), Code::InvalidArgument, "{s}");
+    let s = status_of(client.prepare(sql.into(), None).await.map(|_| ()));
+    assert_eq!(s.code(), Code::InvalidArgument, "{s}");
+
+    let s = status_of(query(&mut client, "SELECT * FROM no_such_table").await);
+    assert!(matches!(s.code(), Code::InvalidArgument | Code::NotFound), "{s}");
+    assert!(s.message().contains("no_such_table"), "{s}");
+    let s = status_of(update(&mut client, "INSERT INTO no_such_table VALUES (1)").await);
+    assert!(s.message().contains("no_such_table"), "{s}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn malformed_tickets_are_invalid_arguments() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+
+    // The hand-made encoding is right: a hand-made catalogs ticket works.
+    let catalogs = Ticket::new(any_bytes(CommandGetCatalogs::type_url(), &[]));
+    let batches: Vec<RecordBatch> = client.do_get(catalogs).await?.try_collect().await?;
+    assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 1);
+
+    let tickets = [
+        ("random bytes", vec![0xff; 16]),
+        ("a statement ticket with a garbage handle", any_bytes(TicketStatementQuery::type_url(), &proto_field(1, b"\x07garbage"))),
+        ("a statement ticket with an empty handle", any_bytes(TicketStatementQuery::type_url(), &[])),
+        ("an unknown ticket type", any_bytes("type.googleapis.com/quiverdb.NoSuchTicket", b"x")),
+    ];
+    for (what, bytes) in tickets {
+        let result = match client.do_get(Ticket::new(bytes)).await {
+            Ok(stream) => stream.try_collect::<Vec<_>>().await,
+            Err(e) => Err(e),
+        };
+        let s = status_of(result);
+        assert_eq!(s.code(), Code::InvalidArgument, "{what}: {s}");
+    }
+    // Still serving, on the same connection.
+    assert_eq!(query(&mut client, "SELECT 1").await?.num_rows(), 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unknown_commands_are_errors_not_hangs() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    let descriptor = FlightDescriptor::new_cmd(any_bytes("type.googleapis.com/quiverdb.NoSuchCommand", b"x"));
+    let result = tokio::time::timeout(HANG_GUARD, client.inner_mut().get_flight_info(descriptor.clone()))
+        .await
+        .expect("GetFlightInfo with an unknown command hung");
+    let s = result.expect_err("an unknown command succeeded");
+    assert_ne!(s.code(), Code::Ok);
+
+    // The same command as a DoPut.
+    let put = stream::iter([FlightData { flight_descriptor: Some(descriptor), ..FlightData::default() }]);
+    let result = tokio::time::timeout(HANG_GUARD, async {
+        let mut results = client.inner_mut().do_put(put).await?.into_inner();
+        results.message().await
+    })
+    .await
+    .expect("DoPut with an unknown command hung");
+    assert!(result.is_err(), "DoPut with an unknown command succeeded: {result:?}");
+
+    // An unknown action.
+    let action = Action { r#type: "quiverdb.NoSuchAction".into(), body: Vec::<u8>::new().into() };
+    let result = tokio::time::timeout(HANG_GUARD, async {
+        let mut results = client.inner_mut().do_action(action).await?.into_inner();
+        results.message().await
+    })
+    .await
+    .expect("DoAction with an unknown action hung");
+    assert!(result.is_err(), "an unknown action succeeded: {result:?}");
+
+    assert_eq!(query(&mut client, "SELECT 1").await?.num_rows(), 1);
+    Ok(())
+}
+
+/// A message bound small enough to test cheaply.
+const SMALL_MESSAGE_BYTES: usize = 64 << 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_oversized_message_is_rejected_and_the_server_keeps_serving() -> TestResult {
+    let server = TestServer::start(FlightOptions { max_message_bytes: SMALL_MESSAGE_BYTES, ..FlightOptions::default() }).await;
+    let mut client = server.client().await;
+    // 131,072 BIGINTs: 1 MiB in one message (the client splits at 2 MiB).
+    let values: Vec<i64> = (0..131_072).collect();
+    let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+    let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(values))])?;
+    let command = ingest_command("huge", TableNotExistOption::Create, TableExistsOption::Fail);
+    let result = tokio::time::timeout(HANG_GUARD, ingest(&mut client, command, vec![batch]))
+        .await
+        .expect("an oversized ingest hung");
+    let s = status_of(result);
+    assert!(matches!(s.code(), Code::ResourceExhausted | Code::OutOfRange), "{s}");
+    assert!(!server.db.contains_table("huge"), "the oversized ingest created its table");
+
+    // Still serving: small requests work, on the same client and a new one.
+    assert_eq!(query(&mut client, "SELECT 1").await?.num_rows(), 1);
+    let mut fresh = server.client().await;
+    let small = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)])),
+        vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+    )?;
+    let command = ingest_command("huge", TableNotExistOption::Create, TableExistsOption::Fail);
+    assert_eq!(ingest(&mut fresh, command, vec![small]).await?, 3);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_result_larger_than_the_message_bound_still_streams() -> TestResult {
+    let server = TestServer::start(FlightOptions { max_message_bytes: SMALL_MESSAGE_BYTES, ..FlightOptions::default() }).await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE wide (id BIGINT NOT NULL, s VARCHAR)").await?;
+    let n = update(&mut client, "INSERT INTO wide SELECT value, repeat('x', CAST(value % 50 AS INT)) || CAST(value AS VARCHAR) FROM generate_series(1, 50000)").await?;
+    assert_eq!(n, 50_000);
+
+    // Fixed-width columns first, then with the VARCHAR column (stored as
+    // `Utf8View`, sent as `Utf8`).
+    for sql in ["SELECT id, id * 2 AS twice FROM wide ORDER BY id", "SELECT * FROM wide ORDER BY id"] {
+        let info = client.execute(sql.into(), None).await?;
+        let schema = Arc::new(info.clone().try_decode_schema()?);
+        let messages = raw_do_get(&mut client, only_ticket(&info)).await.map_err(|e| format!("{sql}: {e}"))?;
+        let total: usize = messages.iter().map(|m| m.data_body.len()).sum();
+        assert!(total > 10 * SMALL_MESSAGE_BYTES, "{sql}: the result ({total} bytes) should dwarf the bound");
+        for (i, m) in messages.iter().enumerate() {
+            let size = m.data_header.len() + m.data_body.len() + m.app_metadata.len();
+            assert!(size <= SMALL_MESSAGE_BYTES, "{sql}: message {i} has {size} bytes, over the {SMALL_MESSAGE_BYTES}-byte bound");
+        }
+        let remote = decode(messages, &schema).await?;
+        assert_eq!(remote, local(&server.db, sql).await, "{sql}");
+    }
+    // And through the Flight SQL client.
+    assert_eq!(query(&mut client, "SELECT COUNT(*) AS n FROM wide").await?.column(0).as_primitive::<Int64Type>().value(0), 50_000);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Concurrency and shutdown
+// ---------------------------------------------------------------------------
+
+/// Clients of [`concurrent_clients_keep_counts_consistent`].
+const WORKERS: i64 = 8;
+/// Rounds per client; each inserts 100 rows by SQL and 10 by ingest.
+const ROUNDS: i64 = 5;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_clients_keep_counts_consistent() -> TestResult {
+    let server = TestServer::open().await;
+    let mut setup = server.client().await;
+    update(&mut setup, "CREATE TABLE c (id BIGINT NOT NULL, worker BIGINT NOT NULL, PRIMARY KEY (id))").await?;
+
+    // Inserts and queries first; deletes once every worker is done inserting.
+    let inserted = Arc::new(tokio::sync::Barrier::new(WORKERS as usize));
+    let mut tasks = Vec::new();
+    for worker in 0..WORKERS {
+        let mut client = server.client().await;
+        let inserted = Arc::clone(&inserted);
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                let base = worker * 1_000_000 + round * 1000;
+                let sql = format!("INSERT INTO c SELECT value + {base}, {worker} FROM generate_series(1, 100)");
+                assert_eq!(update(&mut client, &sql).await?, 100);
+
+                let schema = Arc::new(Schema::new(vec![
+                    Field::new("id", DataType::Int64, false),
+                    Field::new("worker", DataType::Int64, false),
+                ]));
+                let batch = RecordBatch::try_new(
+                    schema,
+                    vec![Arc::new(Int64Array::from_iter_values((500..510).map(|i| base + i))), Arc::new(Int64Array::from(vec![worker; 10]))],
+                )?;
+                let command = ingest_command("c", TableNotExistOption::Fail, TableExistsOption::Append);
+                assert_eq!(ingest(&mut client, command, vec![batch]).await?, 10);
+
+                // This worker's rows are all visible to it.
+                let own = query(&mut client, &format!("SELECT COUNT(*) AS n FROM c WHERE worker = {worker}")).await?;
+                assert_eq!(own.column(0).as_primitive::<Int64Type>().value(0), (round + 1) * 110);
+                // Every write is atomic: others' writes appear 10 or 100 rows at a time.
+                let all = query(&mut client, "SELECT COUNT(*) AS n, COUNT(DISTINCT id) AS ids FROM c").await?;
+                let n = all.column(0).as_primitive::<Int64Type>().value(0);
+                assert_eq!(n % 10, 0, "a partial write is visible: {n} rows");
+                assert_eq!(all.column(1).as_primitive::<Int64Type>().value(0), n, "duplicate ids");
+            }
+            tokio::time::timeout(HANG_GUARD, inserted.wait()).await.expect("another worker failed");
+            // Ids ending in 0: 10 from each SQL insert, 1 from each ingest.
+            let deleted = update(&mut client, &format!("DELETE FROM c WHERE worker = {worker} AND id % 10 = 0")).await?;
+            assert_eq!(deleted, ROUNDS * 11);
+            Ok::<_, FlightError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+
+    let per_worker = local(&server.db, "SELECT worker, COUNT(*) AS n FROM c GROUP BY worker ORDER BY worker").await;
+    assert_eq!(per_worker.column(0).as_primitive::<Int64Type>().values().to_vec(), (0..WORKERS).collect::<Vec<_>>());
+    assert!(per_worker.column(1).as_primitive::<Int64Type>().values().iter().all(|&n| n == ROUNDS * 99));
+    let totals = query(&mut setup, "SELECT COUNT(*) AS n, COUNT(DISTINCT id) AS ids FROM c").await?;
+    assert_eq!(totals.column(0).as_primitive::<Int64Type>().value(0), WORKERS * ROUNDS * 99);
+    assert_eq!(totals.column(1).as_primitive::<Int64Type>().value(0), WORKERS * ROUNDS * 99);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn graceful_shutdown_lets_a_running_stream_finish() -> TestResult {
+    let mut server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE big (id BIGINT NOT NULL, s VARCHAR)").await?;
+    update(&mut client, "INSERT INTO big SELECT value, 'row ' || CAST(value AS VARCHAR) FROM generate_series(1, 200000)").await?;
+    let sql = "SELECT * FROM big ORDER BY id";
+    let expected = local(&server.db, sql).await;
+
+    let info = client.execute(sql.into(), None).await?;
+    let schema = Arc::new(info.clone().try_decode_schema()?);
+    let mut stream = client.do_get(only_ticket(&info)).await?;
+    let first = stream.next().await.expect("the stream ended before its first batch")?;
+    assert!(first.num_rows() < expected.num_rows(), "the first batch holds the whole result: nothing is in flight");
+
+    server.trigger_shutdown();
+    let mut batches = vec![first];
+    while let Some(batch) = tokio::time::timeout(HANG_GUARD, stream.try_next()).await.expect("the stream stalled after shutdown")? {
+        batches.push(batch);
+    }
+    assert_eq!(concat_batches(&schema, &batches)?, expected);
+
+    let addr = server.addr;
+    server.stop().await?;
+    let reconnect = Endpoint::from_shared(format!("http://{addr}"))?.connect().await;
+    assert!(reconnect.is_err(), "the server still accepts connections after serve returned");
+    Ok(())
+}
