@@ -1072,6 +1072,24 @@ async fn an_oversized_message_is_rejected_and_the_server_keeps_serving() -> Test
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_query_over_the_memory_limit_fails_and_the_server_keeps_serving() -> TestResult {
+    let session = quiverdb::SessionOptions { memory_limit: Some(1 << 20), ..quiverdb::SessionOptions::default() };
+    let server = TestServer::start(FlightOptions { session, ..FlightOptions::default() }).await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE big (id BIGINT NOT NULL, s VARCHAR)").await?;
+    update(&mut client, "INSERT INTO big SELECT value, 'row ' || CAST(value AS VARCHAR) FROM generate_series(1, 200000)").await?;
+    // A full sort of ~5 MB needs more than the 1 MiB pool and may not spill.
+    let s = status_of(query(&mut client, "SELECT * FROM big ORDER BY s DESC").await);
+    assert_eq!(s.code(), Code::ResourceExhausted, "{s}");
+    assert!(s.message().contains("Resources exhausted"), "{s}");
+    // Streaming queries and pushed-down aggregates need no pool memory.
+    assert_eq!(query(&mut client, "SELECT * FROM big").await?.num_rows(), 200_000);
+    let n = query(&mut client, "SELECT COUNT(*) FROM big WHERE id > 100000").await?;
+    assert_eq!(n.column(0).as_primitive::<Int64Type>().value(0), 100_000);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_result_larger_than_the_message_bound_still_streams() -> TestResult {
     let server = TestServer::start(FlightOptions { max_message_bytes: SMALL_MESSAGE_BYTES, ..FlightOptions::default() }).await;
     let mut client = server.client().await;
