@@ -1255,6 +1255,7 @@ fn quiver_context(settings: Settings) -> (Database, SessionContext) {
             batch_size: settings.batch_size,
             table_options: TableOptions::default().with_shard_capacity(settings.shard_capacity).with_background_rebuild(false),
             scan: ScanSettings { id_buffer: settings.id_buffer },
+            memory_limit: None,
         },
     );
     (db, ctx)

@@ -46,6 +46,7 @@ impl Quiver {
                 batch_size: 5,
                 table_options: TableOptions::default().with_shard_capacity(7).with_background_rebuild(false),
                 scan: ScanSettings { id_buffer: 3 },
+                memory_limit: None,
             },
         };
         let ctx = quiverdb::session_context_with(&db, options);

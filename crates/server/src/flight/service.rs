@@ -30,6 +30,7 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SQLOptions, SessionContext};
+use datafusion::sql::parser::Statement as DFStatement;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 use prost::Message;
 use quiverdb_storage::{Database, TableOptions};
@@ -80,7 +81,11 @@ impl QuiverFlightSql {
     /// Plans `sql` without running it. Statements that would change the
     /// shared session (`SET`, transactions) are refused.
     async fn plan(&self, sql: &str) -> Result<LogicalPlan, Status> {
-        let plan = self.ctx.state().create_logical_plan(sql).await.map_err(df_status)?;
+        let state = self.ctx.state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let mut statement = state.sql_to_statement(sql, &dialect).map_err(df_status)?;
+        number_positional_placeholders(&mut statement);
+        let plan = state.statement_to_plan(statement).await.map_err(df_status)?;
         SQLOptions::new().with_allow_statements(false).verify_plan(&plan).map_err(df_status)?;
         Ok(plan)
     }
@@ -308,6 +313,25 @@ fn to_client_schema(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatc
     )?)
 }
 
+/// Numbers JDBC/ODBC-style `?` placeholders in order of appearance as
+/// `$1`, `$2`, ... (DataFusion binds only numbered ones), so clients that
+/// write `?` get the same parameters as those that write `$n`.
+fn number_positional_placeholders(statement: &mut DFStatement) {
+    use datafusion::sql::sqlparser::ast::{Expr, Value, visit_expressions_mut};
+    let DFStatement::Statement(statement) = statement else { return };
+    let mut n = 0;
+    let _ = visit_expressions_mut(statement.as_mut(), |e| {
+        if let Expr::Value(v) = e
+            && let Value::Placeholder(p) = &mut v.value
+            && p == "?"
+        {
+            n += 1;
+            *p = format!("${n}");
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
 /// True if `plan` only reads (its ticket can run it any number of times).
 fn is_query(plan: &LogicalPlan) -> bool {
     !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_) | LogicalPlan::Copy(_) | LogicalPlan::Statement(_))
@@ -527,6 +551,7 @@ impl FlightSqlService for QuiverFlightSql {
         let mut builder: GetTablesBuilder = query.into_builder();
         for (schema, kind) in [(DEFAULT_SCHEMA, "TABLE"), (INFORMATION_SCHEMA, "VIEW")] {
             for (name, table_schema) in self.tables_of(schema).await {
+                let table_schema = client_schema(&table_schema);
                 builder.append(DEFAULT_CATALOG, schema, name, kind, &table_schema).map_err(flight_status)?;
             }
         }

@@ -1,0 +1,389 @@
+"""End-to-end test of quiverdb's Flight SQL server with real Python clients.
+
+Two clients talk to a running server:
+
+- ADBC (``adbc_driver_flightsql.dbapi``, the Go Flight SQL driver behind
+  the DB-API): statements, affected-row counts, parameters, bulk ingest,
+  catalog metadata and errors.
+- ``pyarrow.flight``: the Basic -> Bearer handshake, and a plain Flight
+  call made with the token (and refused without it).
+
+Environment: QUIVERDB_URI (``grpc://127.0.0.1:PORT``), QUIVERDB_USER,
+QUIVERDB_PASSWORD. ``tests/python_clients.rs`` starts the server and runs
+this script with the packages of ``requirements.txt``; after it, the Rust
+side checks the row counts of the tables this script leaves behind (``t``,
+``t2``, ...), so a change to those here changes the list there.
+
+By hand, against a running server: set the variables and run
+``python test_flight_sql.py`` (plain unittest, verbose).
+"""
+
+import os
+import unittest
+
+import adbc_driver_flightsql.dbapi as flight_sql
+import adbc_driver_manager
+import pyarrow as pa
+import pyarrow.flight as flight
+
+URI = os.environ["QUIVERDB_URI"]
+USER = os.environ["QUIVERDB_USER"]
+PASSWORD = os.environ["QUIVERDB_PASSWORD"]
+
+
+def connect(password=PASSWORD):
+    """An ADBC DB-API connection (autocommit: quiverdb has no transactions)."""
+    return flight_sql.connect(
+        URI,
+        db_kwargs={"username": USER, "password": password},
+        autocommit=True,
+    )
+
+
+def rows(cursor, sql, parameters=None):
+    """All rows of a query, as a list of tuples."""
+    cursor.execute(sql, parameters)
+    return cursor.fetchall()
+
+
+class AdbcTestCase(unittest.TestCase):
+    """One ADBC connection and cursor per test class."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.conn = connect()
+        cls.cur = cls.conn.cursor()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cur.close()
+        cls.conn.close()
+
+    def count(self, table):
+        return rows(self.cur, f"SELECT COUNT(*) FROM {table}")[0][0]
+
+
+class StatementTest(AdbcTestCase):
+    """DDL, DML with affected-row counts, and queries."""
+
+    def test_ddl_dml_and_queries(self):
+        cur = self.cur
+        cur.execute(
+            "CREATE TABLE t (id BIGINT NOT NULL, name VARCHAR, score DOUBLE, PRIMARY KEY (id))"
+        )
+        self.assertEqual(cur.fetchall(), [])
+
+        cur.execute(
+            "INSERT INTO t VALUES (1, 'a', 1.5), (2, 'b', NULL), (3, NULL, 3.25), (4, 'd', -1.0)"
+        )
+        self.assertEqual(cur.rowcount, 4)
+
+        self.assertEqual(
+            rows(cur, "SELECT id, name, score FROM t ORDER BY id"),
+            [(1, "a", 1.5), (2, "b", None), (3, None, 3.25), (4, "d", -1.0)],
+        )
+
+        cur.execute("UPDATE t SET score = 2.5, name = 'bb' WHERE id = 2")
+        self.assertEqual(cur.rowcount, 1)
+        cur.execute("DELETE FROM t WHERE id = 4")
+        self.assertEqual(cur.rowcount, 1)
+        cur.execute("DELETE FROM t WHERE id > 100")
+        self.assertEqual(cur.rowcount, 0)
+
+        cur.execute("SELECT id, name, score FROM t ORDER BY id")
+        table = cur.fetch_arrow_table()
+        expected = pa.table(
+            {
+                "id": pa.array([1, 2, 3], pa.int64()),
+                "name": pa.array(["a", "bb", None], pa.string()),
+                "score": pa.array([1.5, 2.5, 3.25], pa.float64()),
+            },
+            schema=pa.schema(
+                [
+                    pa.field("id", pa.int64(), nullable=False),
+                    # VARCHAR is stored as Utf8View and sent as Utf8.
+                    pa.field("name", pa.string()),
+                    pa.field("score", pa.float64()),
+                ]
+            ),
+        )
+        self.assertTrue(
+            table.equals(expected),
+            f"got {table.schema} {table.to_pydict()}, expected {expected.schema} {expected.to_pydict()}",
+        )
+
+        cur.execute("SELECT COUNT(*) AS n, SUM(score) AS total FROM t WHERE name IS NOT NULL")
+        self.assertEqual([d[0] for d in cur.description], ["n", "total"])
+        self.assertEqual(cur.fetchall(), [(2, 4.0)])
+
+
+class ParameterTest(AdbcTestCase):
+    """Prepared statements with bound parameters (`$1`, `$2`, ...)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.cur.execute(
+            "CREATE TABLE params (id BIGINT NOT NULL, name VARCHAR, score DOUBLE, PRIMARY KEY (id))"
+        )
+        cls.cur.execute("INSERT INTO params VALUES (1, 'a', 1.0), (2, 'b', 2.0), (3, 'c', 3.0)")
+
+    def test_select_with_dollar_parameters(self):
+        self.assertEqual(rows(self.cur, "SELECT name FROM params WHERE id = $1", (2,)), [("b",)])
+        # The same prepared statement, bound again with another value.
+        self.assertEqual(rows(self.cur, "SELECT name FROM params WHERE id = $1", (3,)), [("c",)])
+        self.assertEqual(
+            rows(
+                self.cur,
+                "SELECT id FROM params WHERE score >= $1 AND name <> $2 ORDER BY id",
+                (1.5, "c"),
+            ),
+            [(2,)],
+        )
+        self.assertEqual(rows(self.cur, "SELECT name FROM params WHERE id = $1", (42,)), [])
+
+    def test_question_mark_placeholders(self):
+        # JDBC/ODBC-style `?` placeholders are numbered $1, $2, ... in order.
+        self.assertEqual(rows(self.cur, "SELECT name FROM params WHERE id = ?", (2,)), [("b",)])
+        self.assertEqual(
+            rows(self.cur, "SELECT id FROM params WHERE score >= ? AND name <> ? ORDER BY id", (1.5, "c")),
+            [(2,)],
+        )
+
+    def test_insert_with_parameters(self):
+        cur = self.cur
+        cur.execute(
+            "CREATE TABLE pinsert (id BIGINT NOT NULL, name VARCHAR, score DOUBLE, PRIMARY KEY (id))"
+        )
+        cur.execute("INSERT INTO pinsert VALUES ($1, $2, $3)", (10, "x", 1.5))
+        self.assertEqual(cur.rowcount, 1)
+
+        cur.executemany(
+            "INSERT INTO pinsert VALUES ($1, $2, $3)",
+            [(11, "y", 2.5), (12, None, 3.5), (13, "z", None)],
+        )
+        self.assertEqual(cur.rowcount, 3)
+
+        cur.execute("UPDATE pinsert SET score = $1 WHERE id >= $2", (0.5, 12))
+        self.assertEqual(cur.rowcount, 2)
+
+        self.assertEqual(
+            rows(cur, "SELECT id, name, score FROM pinsert ORDER BY id"),
+            [(10, "x", 1.5), (11, "y", 2.5), (12, None, 0.5), (13, "z", 0.5)],
+        )
+
+
+class IngestTest(AdbcTestCase):
+    """Bulk ingest (CommandStatementIngest) in every mode."""
+
+    def batch(self, first, n):
+        ids = list(range(first, first + n))
+        return pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "label": pa.array([f"row{i}" for i in ids], pa.string()),
+            }
+        )
+
+    def test_ingest_modes(self):
+        cur = self.cur
+        self.assertEqual(cur.adbc_ingest("t2", self.batch(0, 3), mode="create"), 3)
+        self.assertEqual(self.count("t2"), 3)
+        self.assertEqual(
+            rows(cur, "SELECT id, label FROM t2 ORDER BY id"),
+            [(0, "row0"), (1, "row1"), (2, "row2")],
+        )
+
+        # create on an existing table fails and changes nothing.
+        with self.assertRaises(adbc_driver_manager.Error) as caught:
+            cur.adbc_ingest("t2", self.batch(100, 2), mode="create")
+        self.assertIn("t2", str(caught.exception))
+        self.assertEqual(self.count("t2"), 3)
+
+        self.assertEqual(cur.adbc_ingest("t2", self.batch(3, 2), mode="append"), 2)
+        self.assertEqual(self.count("t2"), 5)
+
+        self.assertEqual(cur.adbc_ingest("t2", self.batch(10, 2), mode="replace"), 2)
+        self.assertEqual(self.count("t2"), 2)
+        self.assertEqual(rows(cur, "SELECT MIN(id), MAX(id) FROM t2"), [(10, 11)])
+
+        # create_append appends to an existing table ...
+        self.assertEqual(cur.adbc_ingest("t2", self.batch(20, 2), mode="create_append"), 2)
+        self.assertEqual(self.count("t2"), 4)
+        # ... and creates a missing one.
+        self.assertEqual(cur.adbc_ingest("t3", self.batch(0, 5), mode="create_append"), 5)
+        self.assertEqual(self.count("t3"), 5)
+
+        # append to a missing table fails and creates nothing.
+        with self.assertRaises(adbc_driver_manager.Error) as caught:
+            cur.adbc_ingest("no_such_ingest_table", self.batch(0, 1), mode="append")
+        self.assertIn("no_such_ingest_table", str(caught.exception))
+        with self.assertRaises(adbc_driver_manager.Error):
+            rows(cur, "SELECT COUNT(*) FROM no_such_ingest_table")
+
+        self.assertEqual(
+            rows(cur, "SELECT id, label FROM t2 ORDER BY id"),
+            [(10, "row10"), (11, "row11"), (20, "row20"), (21, "row21")],
+        )
+        # An ingested table keeps the Arrow types it was created from.
+        schema = self.conn.adbc_get_table_schema("t2")
+        self.assertEqual(schema.names, ["id", "label"])
+        self.assertEqual(schema.types, [pa.int64(), pa.string()])
+
+
+class MetadataTest(AdbcTestCase):
+    """Catalog metadata: GetObjects, GetTableSchema, GetInfo."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.cur.execute(
+            "CREATE TABLE meta (id BIGINT NOT NULL, name VARCHAR, score DOUBLE, PRIMARY KEY (id))"
+        )
+
+    def test_get_objects(self):
+        objects = self.conn.adbc_get_objects(
+            depth="all", catalog_filter="quiverdb", db_schema_filter="public"
+        ).read_all().to_pylist()
+        catalogs = {c["catalog_name"]: c for c in objects}
+        self.assertIn("quiverdb", catalogs)
+        schemas = {s["db_schema_name"]: s for s in catalogs["quiverdb"]["catalog_db_schemas"]}
+        self.assertIn("public", schemas)
+        tables = {t["table_name"]: t for t in schemas["public"]["db_schema_tables"]}
+        self.assertIn("meta", tables)
+        self.assertEqual(tables["meta"]["table_type"], "TABLE")
+        columns = [
+            (c["column_name"], c["ordinal_position"]) for c in tables["meta"]["table_columns"]
+        ]
+        self.assertEqual(columns, [("id", 1), ("name", 2), ("score", 3)])
+
+        # A table name filter keeps only that table.
+        filtered = self.conn.adbc_get_objects(
+            depth="tables", catalog_filter="quiverdb", table_name_filter="meta"
+        ).read_all().to_pylist()
+        names = [
+            t["table_name"]
+            for c in filtered
+            for s in c["catalog_db_schemas"] or []
+            for t in s["db_schema_tables"] or []
+        ]
+        self.assertEqual(names, ["meta"])
+
+    def test_get_table_schema(self):
+        schema = self.conn.adbc_get_table_schema("meta")
+        self.assertEqual(schema.names, ["id", "name", "score"])
+        # VARCHAR is stored as Utf8View and reported as Utf8, as results are sent.
+        self.assertEqual(schema.types, [pa.int64(), pa.string(), pa.float64()])
+        self.assertFalse(schema.field("id").nullable)
+        self.assertTrue(schema.field("name").nullable)
+        with self.assertRaises(adbc_driver_manager.Error):
+            self.conn.adbc_get_table_schema("no_such_table_for_schema")
+
+    def test_get_info(self):
+        info = self.conn.adbc_get_info()
+        self.assertEqual(info["vendor_name"], "quiverdb")
+        self.assertTrue(info["vendor_version"], info)
+        self.assertIn("Flight SQL", info["driver_name"])
+
+
+class ErrorTest(AdbcTestCase):
+    """Failed statements raise with the server's message and leave the
+    connection usable."""
+
+    def test_unknown_table(self):
+        with self.assertRaises(adbc_driver_manager.Error) as caught:
+            rows(self.cur, "SELECT * FROM no_such_table_xyz")
+        self.assertIn("no_such_table_xyz", str(caught.exception))
+        self.assertEqual(rows(self.cur, "SELECT 1 + 1"), [(2,)])
+
+    def test_syntax_error(self):
+        with self.assertRaises(adbc_driver_manager.Error) as caught:
+            rows(self.cur, "SELEC 1")
+        self.assertIn("SELEC", str(caught.exception))
+        self.assertEqual(rows(self.cur, "SELECT 'still' || ' here'"), [("still here",)])
+
+    def test_duplicate_primary_key(self):
+        self.cur.execute("CREATE TABLE dup (id BIGINT NOT NULL, PRIMARY KEY (id))")
+        self.cur.execute("INSERT INTO dup VALUES (1)")
+        with self.assertRaises(adbc_driver_manager.Error):
+            self.cur.execute("INSERT INTO dup VALUES (1)")
+            self.cur.fetchall()
+        self.assertEqual(self.count("dup"), 1)
+
+    def test_wrong_password(self):
+        with self.assertRaises(adbc_driver_manager.Error) as caught:
+            with connect(password=PASSWORD + "-wrong") as conn:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT 1")
+                    cur.fetchall()
+        self.assertIn("Unauthenticated", str(caught.exception))
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _length_delimited(field, payload):
+    """One protobuf length-delimited field (string, bytes or message)."""
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def statement_query_command(sql):
+    """A Flight SQL CommandStatementQuery packed in a protobuf Any, encoded
+    by hand (pyarrow ships no Flight SQL messages)."""
+    type_url = b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery"
+    command = _length_delimited(1, sql.encode())
+    return _length_delimited(1, type_url) + _length_delimited(2, command)
+
+
+class PyArrowFlightTest(unittest.TestCase):
+    """The plain Flight client: handshake and bearer token."""
+
+    def setUp(self):
+        self.client = flight.FlightClient(URI)
+
+    def tearDown(self):
+        self.client.close()
+
+    def test_basic_handshake_gives_a_bearer_token_that_works(self):
+        header = self.client.authenticate_basic_token(USER, PASSWORD)
+        self.assertEqual(len(header), 2)
+        self.assertEqual(header[0].lower(), b"authorization")
+        self.assertTrue(header[1].startswith(b"Bearer "), header)
+        self.assertGreater(len(header[1]), len(b"Bearer "))
+
+        options = flight.FlightCallOptions(headers=[header])
+        descriptor = flight.FlightDescriptor.for_command(
+            statement_query_command("SELECT 7 AS seven, 'x' AS letter")
+        )
+        info = self.client.get_flight_info(descriptor, options)
+        self.assertEqual(info.schema.names, ["seven", "letter"])
+        self.assertEqual(len(info.endpoints), 1)
+        table = self.client.do_get(info.endpoints[0].ticket, options).read_all()
+        self.assertEqual(table.to_pylist(), [{"seven": 7, "letter": "x"}])
+
+    def test_wrong_password_is_unauthenticated(self):
+        with self.assertRaises(flight.FlightUnauthenticatedError):
+            self.client.authenticate_basic_token(USER, PASSWORD + "-wrong")
+        with self.assertRaises(flight.FlightUnauthenticatedError):
+            self.client.authenticate_basic_token(USER + "-wrong", PASSWORD)
+
+    def test_call_without_token_is_unauthenticated(self):
+        descriptor = flight.FlightDescriptor.for_command(statement_query_command("SELECT 1"))
+        with self.assertRaises(flight.FlightUnauthenticatedError):
+            self.client.get_flight_info(descriptor)
+        bogus = flight.FlightCallOptions(headers=[(b"authorization", b"Bearer not-a-token")])
+        with self.assertRaises(flight.FlightUnauthenticatedError):
+            self.client.get_flight_info(descriptor, bogus)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
