@@ -449,7 +449,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         metadata_info(&query, &schema, request.into_inner())
     }
 
@@ -476,7 +476,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         metadata_info(&query, &schema, request.into_inner())
     }
 
