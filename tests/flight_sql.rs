@@ -929,6 +929,7 @@ async fn ingest_rejects_bad_batches_and_applies_nothing() -> TestResult {
     )?;
     let s = status_of(ingest(&mut client, append(), vec![wrong_type]).await);
     assert_eq!(s.code(), Code::InvalidArgument, "wrong type: {s}");
+    assert!(s.message().contains("strict") && !s.message().starts_with("External error"), "names the table plainly: {s}");
 
     // A NULL in a NOT NULL column, in the second batch of the request.
     let batches = vec![id_name_batch(&[10, 11], &[Some("ten"), Some("eleven")], true), id_name_batch(&[12], &[None], true)];

@@ -379,7 +379,14 @@ fn flight_status(e: FlightError) -> Status {
 }
 
 fn storage_status(e: quiverdb_storage::Error) -> Status {
-    df_status(Error::Storage(e).into())
+    use quiverdb_storage::Error as S;
+    let message = e.to_string();
+    match e {
+        S::TableNotFound(_) => Status::not_found(message),
+        S::TableExists(_) => Status::already_exists(message),
+        S::Internal(_) => Status::internal(message),
+        _ => Status::invalid_argument(message),
+    }
 }
 
 fn schema_ipc(schema: &Schema) -> Result<bytes::Bytes, Status> {
