@@ -8,7 +8,8 @@
 //! [`scan`] (predicates, unordered and ordered scans, DELETE/UPDATE by
 //! predicate) and [`server`] (SQL through DataFusion: the table provider,
 //! catalog, DML and pushdown rules; [`session_context`] is the one call
-//! that turns a [`Database`] into a SQL session).
+//! that turns a [`Database`] into a SQL session; `server::flight` serves
+//! it over Arrow Flight SQL, as the `quiverdb serve` binary does).
 //!
 //! ```
 //! use std::sync::Arc;

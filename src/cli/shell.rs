@@ -27,7 +27,8 @@ use super::client::{ConnectArgs, Outcome, Session};
 pub(crate) struct SqlArgs {
     #[command(flatten)]
     pub(crate) connect: ConnectArgs,
-    /// Run one statement, print its result and exit (non-zero on error).
+    /// Run these statements (separated by ';'), print their results and exit
+    /// (non-zero at the first error).
     #[arg(short = 'c', long = "command")]
     pub(crate) command: Option<String>,
 }

@@ -1,4 +1,4 @@
-//! quiverdb-server: quiverdb over DataFusion SQL.
+//! quiverdb-server: quiverdb over DataFusion SQL and Arrow Flight SQL.
 //!
 //! ```text
 //!   SQL ──DataFusion──▶ logical plan ──▶ physical plan ──quiverdb rules──▶ execution
@@ -19,6 +19,9 @@
 //!   with GROUP BY keys quiverdb can compute) and `ORDER BY ... LIMIT`
 //!   over a quiverdb scan with scans that run them in quiverdb's
 //!   map+reduce kernels.
+//! - [`flight::serve`] serves a database over Arrow Flight SQL
+//!   (authentication, statements, prepared statements, metadata, bulk
+//!   ingest), each request running in such a session.
 //!
 //! # Example
 //!

@@ -15,7 +15,7 @@ use super::service::QuiverFlightSql;
 
 /// See the module documentation.
 #[derive(Debug, Clone)]
-pub struct QuiverFlightService(pub(crate) QuiverFlightSql);
+pub(crate) struct QuiverFlightService(pub(crate) QuiverFlightSql);
 
 /// `status`, with arrow-flight's report of an undecodable command turned
 /// into `InvalidArgument`.

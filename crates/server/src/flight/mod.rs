@@ -10,7 +10,9 @@
 //!   `GetFlightInfo` and runs, streamed batch by batch, when its ticket is
 //!   fetched; DDL and DML run at `GetFlightInfo` and report their
 //!   affected-row count as `total_records`), `CommandStatementUpdate`, and
-//!   prepared statements with parameters bound by `DoPut`.
+//!   prepared statements with parameters (`$1, $2, ...` or `?`) bound by
+//!   `DoPut`. Results go out with string and binary views as plain Utf8
+//!   and Binary.
 //! - Metadata: catalogs, schemas, tables (with their Arrow schemas), table
 //!   types, SqlInfo, XDBC type info and primary keys.
 //! - `CommandStatementIngest`: Arrow batches go straight into the table's
@@ -41,10 +43,10 @@ mod metadata;
 mod service;
 
 pub use auth::Auth;
-pub use dispatch::QuiverFlightService;
-pub use service::QuiverFlightSql;
 
 use auth::{AuthLayer, Authenticator};
+use dispatch::QuiverFlightService;
+use service::QuiverFlightSql;
 
 /// Default bound on a gRPC message, in either direction: 64 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;

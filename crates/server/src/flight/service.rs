@@ -35,7 +35,7 @@ use futures::{Stream, StreamExt, TryStreamExt, stream};
 use prost::Message;
 use quiverdb_storage::{Database, TableOptions};
 use tonic::metadata::MetadataValue;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Code, Request, Response, Status, Streaming};
 use tracing::debug;
 
 use super::auth::Authenticator;
@@ -50,7 +50,7 @@ type FlightStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send
 /// quiverdb's Flight SQL service: SQL statements, prepared statements,
 /// catalog metadata and bulk ingest over one quiverdb database.
 #[derive(Clone)]
-pub struct QuiverFlightSql {
+pub(crate) struct QuiverFlightSql {
     db: Database,
     ctx: SessionContext,
     table_options: TableOptions,
@@ -348,18 +348,27 @@ fn outcome_schema(count: Option<u64>) -> SchemaRef {
 
 /// A DataFusion error as a gRPC status carrying its text.
 pub(crate) fn df_status(e: DataFusionError) -> Status {
-    use quiverdb_storage::Error as S;
-    let message = e.to_string();
-    match e.find_root() {
-        DataFusionError::ResourcesExhausted(_) => Status::resource_exhausted(message),
-        DataFusionError::Internal(_) => Status::internal(message),
+    let code = match e.find_root() {
+        DataFusionError::ResourcesExhausted(_) => Code::ResourceExhausted,
+        DataFusionError::Internal(_) => Code::Internal,
         DataFusionError::External(inner) => match inner.downcast_ref::<Error>() {
-            Some(Error::Storage(S::TableNotFound(_))) => Status::not_found(message),
-            Some(Error::Storage(S::TableExists(_))) => Status::already_exists(message),
-            Some(Error::Internal(_)) => Status::internal(message),
-            _ => Status::invalid_argument(message),
+            Some(Error::Storage(e)) => storage_code(e),
+            Some(Error::Internal(_)) => Code::Internal,
+            _ => Code::InvalidArgument,
         },
-        _ => Status::invalid_argument(message),
+        _ => Code::InvalidArgument,
+    };
+    Status::new(code, e.to_string())
+}
+
+/// The gRPC code of a storage error.
+fn storage_code(e: &quiverdb_storage::Error) -> Code {
+    use quiverdb_storage::Error as S;
+    match e {
+        S::TableNotFound(_) => Code::NotFound,
+        S::TableExists(_) => Code::AlreadyExists,
+        S::Internal(_) => Code::Internal,
+        _ => Code::InvalidArgument,
     }
 }
 
@@ -379,14 +388,7 @@ fn flight_status(e: FlightError) -> Status {
 }
 
 fn storage_status(e: quiverdb_storage::Error) -> Status {
-    use quiverdb_storage::Error as S;
-    let message = e.to_string();
-    match e {
-        S::TableNotFound(_) => Status::not_found(message),
-        S::TableExists(_) => Status::already_exists(message),
-        S::Internal(_) => Status::internal(message),
-        _ => Status::invalid_argument(message),
-    }
+    Status::new(storage_code(&e), e.to_string())
 }
 
 fn schema_ipc(schema: &Schema) -> Result<bytes::Bytes, Status> {
