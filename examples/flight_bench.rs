@@ -10,10 +10,13 @@
 //! by default the virtual environment the test suite creates is used when
 //! it exists, else `python3`.
 //!
-//! Reports: ingest of the seed table through `adbc_ingest` (rows/s), the
-//! round trip of Q2, Q4 and Q9 from Python against their in-process time,
-//! the full-table export rate (Arrow bytes/s), and a 1,000-row ×
-//! 250-column result end to end.
+//! Reports, as a markdown table: ingest of the seed table through
+//! `adbc_ingest` (rows/s, median of three after a warm-up), the round trip
+//! of Q2, Q4 and Q9 from Python against their in-process time, the
+//! full-table export rate (Arrow bytes/s) and a 1,000-row × 250-column
+//! result end to end. Every client figure is measured twice: through ADBC
+//! (the Flight SQL driver, written in Go) and through pyarrow's C++ Flight
+//! client; the round trip of `SELECT 1` shows each client's fixed cost.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -23,7 +26,8 @@ use std::time::Instant;
 use quiverdb::Database;
 use quiverdb::server::flight::{FlightOptions, serve};
 
-const QUERIES: [(&str, &str); 3] = [
+const QUERIES: [(&str, &str); 4] = [
+    ("floor", "SELECT 1"),
     ("Q2", "SELECT SUM(value) FROM t"),
     ("Q4", "SELECT COUNT(*) FROM t WHERE value > 500000"),
     ("Q9", "SELECT id, value FROM t WHERE id BETWEEN 1000000 AND 1000100"),
@@ -84,16 +88,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     runtime.block_on(server)??;
 
     println!("client figures: {figures}");
-    for (name, ms) in in_process {
-        let key = format!("\"{name}_roundtrip_ms\": ");
-        let remote = figures
-            .split(&key)
+    let figure = |key: &str| -> Result<f64, String> {
+        let pattern = format!("\"{key}\": ");
+        figures
+            .split(&pattern)
             .nth(1)
             .and_then(|rest| rest.split([',', '}']).next())
             .and_then(|v| v.trim().parse::<f64>().ok())
-            .ok_or(format!("no {name} in the client's figures"))?;
-        println!("{name}: in-process {ms:.3} ms, from Python {remote:.3} ms (+{:.3} ms)", remote - ms);
+            .ok_or(format!("no {key} in the client's figures"))
+    };
+    println!();
+    println!("| figure | in-process | ADBC (Go driver) | pyarrow.flight (C++) | target |");
+    println!("|---|---|---|---|---|");
+    for (name, ms) in in_process {
+        let (adbc, flight) = (figure(&format!("adbc_{name}_ms"))?, figure(&format!("flight_{name}_ms"))?);
+        let target = if name == "floor" { "(the client's fixed cost)" } else { "within 1 ms of in-process" };
+        println!("| {name} round trip | {ms:.2} ms | {adbc:.2} ms ({:+.2}) | {flight:.2} ms ({:+.2}) | {target} |", adbc - ms, flight - ms);
     }
+    println!(
+        "| full-table export ({:.0} MB) | | {:.2} GB/s | {:.2} GB/s | ≥ 1 GB/s |",
+        figure("export_bytes")? / 1e6,
+        figure("adbc_export_gb_per_s")?,
+        figure("flight_export_gb_per_s")?
+    );
+    println!("| 1,000 × 250 result | | {:.2} ms | {:.2} ms | ≤ 4 ms |", figure("adbc_wide_ms")?, figure("flight_wide_ms")?);
+    println!("| ingest ({rows} rows) | | {:.2}M rows/s | | ≥ 10M rows/s |", figure("ingest_rows_per_s")? / 1e6);
     Ok(())
 }
 

@@ -546,6 +546,47 @@ async fn ddl_and_dml_through_execute() -> TestResult {
     Ok(())
 }
 
+/// The server reuses the plans of repeated query texts: a repeated query
+/// must still see new rows, and a table dropped, re-created with other
+/// columns, replaced by an ingest or shadowed by a view must be resolved
+/// afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn repeated_queries_follow_data_and_catalog_changes() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    let sql = "SELECT * FROM r";
+
+    update(&mut client, "CREATE TABLE r (a BIGINT NOT NULL)").await?;
+    update(&mut client, "INSERT INTO r VALUES (1), (2)").await?;
+    assert_eq!(query(&mut client, sql).await?.num_rows(), 2);
+    // GetFlightInfo now, new rows, then DoGet: the ticket reads the new rows.
+    let info = client.execute(sql.into(), None).await?;
+    update(&mut client, "INSERT INTO r VALUES (3)").await?;
+    assert_eq!(fetch(&mut client, &info).await?.num_rows(), 3);
+
+    update(&mut client, "DROP TABLE r").await?;
+    let s = status_of(query(&mut client, sql).await);
+    assert!(s.message().contains("r"), "{s}");
+
+    update(&mut client, "CREATE TABLE r (b VARCHAR, c INT)").await?;
+    update(&mut client, "INSERT INTO r VALUES ('x', 7)").await?;
+    let rows = query(&mut client, sql).await?;
+    assert_eq!(rows.schema().fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>(), ["b", "c"]);
+    assert_eq!(strings(&rows, "b"), vec![Some("x".to_string())]);
+
+    let replace = ingest_command("r", TableNotExistOption::Fail, TableExistsOption::Replace);
+    ingest(&mut client, replace, vec![id_name_batch(&[5, 6], &[Some("p"), None], true)]).await?;
+    let rows = query(&mut client, sql).await?;
+    assert_eq!(rows.schema().field(0).name(), "id");
+    assert_eq!(rows.column(0).as_primitive::<Int64Type>().values().to_vec(), vec![5, 6]);
+
+    update(&mut client, "DROP TABLE r").await?;
+    update(&mut client, "CREATE VIEW r AS SELECT 42 AS answer").await?;
+    let rows = query(&mut client, sql).await?;
+    assert_eq!(rows.column(0).as_primitive::<Int64Type>().values().to_vec(), vec![42]);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn execute_update_reports_affected_rows() -> TestResult {
     let server = TestServer::open().await;

@@ -153,7 +153,8 @@ impl GatherAcc {
 
     /// All rows as batches.
     pub fn finish(mut self) -> Result<Vec<RecordBatch>> {
-        self.flush()?;
+        // Nothing follows: no room for another batch.
+        self.flush(0)?;
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -168,7 +169,7 @@ impl GatherAcc {
         if self.error.is_some() {
             return self;
         }
-        if let Err(e) = self.flush().and_then(|_| b.flush()) {
+        if let Err(e) = self.flush(self.spec.batch_size).and_then(|_| b.flush(0)) {
             self.error = Some(e);
             return self;
         }
@@ -176,8 +177,9 @@ impl GatherAcc {
         self
     }
 
-    /// Turns the pending rows into a batch.
-    fn flush(&mut self) -> Result<()> {
+    /// Turns the pending rows into a batch, leaving builders with room for
+    /// `next_rows` more.
+    fn flush(&mut self, next_rows: usize) -> Result<()> {
         if self.rows == 0 {
             return Ok(());
         }
@@ -185,7 +187,7 @@ impl GatherAcc {
             .builders
             .iter_mut()
             .zip(self.spec.schema.fields())
-            .map(|(b, f)| b.finish(f.data_type(), self.spec.batch_size))
+            .map(|(b, f)| b.finish(f.data_type(), next_rows))
             .collect::<Result<Vec<_>>>()?;
         let options = RecordBatchOptions::new().with_row_count(Some(self.rows));
         self.batches.push(RecordBatch::try_new_with_options(Arc::clone(&self.spec.schema), columns, &options)?);
@@ -480,7 +482,7 @@ impl GatherKernel {
         }
         acc.rows += lanes.count();
         if acc.rows >= self.spec.batch_size {
-            acc.flush()?;
+            acc.flush(self.spec.batch_size)?;
         }
         Ok(())
     }
@@ -530,6 +532,29 @@ fn push_bytes_column(
                 match lanes.dense_len() {
                     Some(n) => views.extend(codes[..n].iter().map(|&c| table.views[c as usize])),
                     None => lanes.for_each_one(|l| views.push(table.views[codes[l] as usize])),
+                }
+                match &validity {
+                    None => vb.append_n(lanes.count(), true),
+                    Some(_) => lanes.for_each_one(|l| vb.append(valid(l))),
+                }
+                return;
+            }
+            if let (Encoding::StrDict(dict), ColumnBuilder::Bytes { offsets, bytes, valid: vb }) =
+                (col.encoding(), &mut *builder)
+            {
+                // Unpack the block's codes at once, then copy each value
+                // out of the dictionary.
+                gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
+                let codes = &scratch.keys;
+                let mut push = |l: usize| {
+                    if valid(l) {
+                        bytes.extend_from_slice(dict.dict_value(codes[l] as usize));
+                    }
+                    offsets.push(bytes.len() as i64);
+                };
+                match lanes.dense_len() {
+                    Some(n) => (0..n).for_each(&mut push),
+                    None => lanes.for_each_one(push),
                 }
                 match &validity {
                     None => vb.append_n(lanes.count(), true),

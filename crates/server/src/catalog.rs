@@ -9,6 +9,7 @@
 //! the database's tables for the life of the session.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
@@ -36,6 +37,8 @@ pub struct QuiverSchema {
     defaults: RwLock<Defaults>,
     /// Providers that are not quiverdb tables (views), by name.
     foreign: RwLock<HashMap<String, Arc<dyn TableProvider>>>,
+    /// Bumped whenever `foreign` changes.
+    foreign_version: AtomicU64,
 }
 
 fn poisoned() -> DataFusionError {
@@ -45,7 +48,22 @@ fn poisoned() -> DataFusionError {
 impl QuiverSchema {
     /// Serves the tables of `db`; tables created through SQL get `options`.
     pub fn new(db: Database, options: TableOptions, settings: ScanSettings) -> Self {
-        Self { db, options, settings, defaults: RwLock::default(), foreign: RwLock::default() }
+        Self {
+            db,
+            options,
+            settings,
+            defaults: RwLock::default(),
+            foreign: RwLock::default(),
+            foreign_version: AtomicU64::new(0),
+        }
+    }
+
+    /// A number that changes whenever a name in this schema starts or
+    /// stops resolving to a table or view (never when rows change), so a
+    /// logical plan made at one version stays valid while it holds.
+    pub(crate) fn catalog_version(&self) -> u64 {
+        // Both counters only grow, so their sum changes when either does.
+        self.db.catalog_version().wrapping_add(self.foreign_version.load(Ordering::Acquire))
     }
 
     /// The database.
@@ -128,6 +146,7 @@ impl SchemaProvider for QuiverSchema {
             Some(mem) => self.create_from(&name, mem)?,
             None => {
                 self.foreign.write().map_err(|_| poisoned())?.insert(name, table);
+                self.foreign_version.fetch_add(1, Ordering::AcqRel);
             }
         }
         Ok(None)
@@ -135,6 +154,7 @@ impl SchemaProvider for QuiverSchema {
 
     fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         if let Some(p) = self.foreign.write().map_err(|_| poisoned())?.remove(name) {
+            self.foreign_version.fetch_add(1, Ordering::AcqRel);
             return Ok(Some(p));
         }
         let Some(provider) = self.provider(name)? else { return Ok(None) };

@@ -61,6 +61,11 @@ pub fn session_context(db: &Database) -> SessionContext {
 
 /// [`session_context`] with options.
 pub fn session_context_with(db: &Database, options: SessionOptions) -> SessionContext {
+    session_parts(db, options).0
+}
+
+/// [`session_context_with`], and the schema provider its catalog serves.
+pub(crate) fn session_parts(db: &Database, options: SessionOptions) -> (SessionContext, Arc<QuiverSchema>) {
     let mut config = SessionConfig::new()
         .with_information_schema(true)
         .with_default_catalog_and_schema(DEFAULT_CATALOG, DEFAULT_SCHEMA)
@@ -71,7 +76,7 @@ pub fn session_context_with(db: &Database, options: SessionOptions) -> SessionCo
     }
     let schema = Arc::new(QuiverSchema::new(db.clone(), options.table_options, options.scan));
     let catalogs = Arc::new(MemoryCatalogProviderList::new());
-    catalogs.register_catalog(DEFAULT_CATALOG.to_string(), Arc::new(QuiverCatalog::new(schema)));
+    catalogs.register_catalog(DEFAULT_CATALOG.to_string(), Arc::new(QuiverCatalog::new(Arc::clone(&schema))));
     let mut runtime = RuntimeEnvBuilder::new()
         .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled));
     if let Some(limit) = options.memory_limit {
@@ -95,7 +100,7 @@ pub fn session_context_with(db: &Database, options: SessionOptions) -> SessionCo
         .with_analyzer_rule(Arc::new(DmlGuard))
         .with_physical_optimizer_rule(Arc::new(QuiverPushdown))
         .build();
-    SessionContext::new_with_state(state)
+    (SessionContext::new_with_state(state), schema)
 }
 
 /// Makes DELETE and UPDATE act on exactly the rows their WHERE clause

@@ -161,23 +161,43 @@ fn delta_stats(shard: &ShardSnapshot<'_>, c: usize, physical: PhysicalType, rang
     let reader = shard.delta().reader(len);
     let col = reader.column(c);
     let mut nulls = 0;
-    let mut validity = [0u64; 16];
+    let mut words = [0u64; 16];
     for chunk in 0..reader.num_chunks() {
         let rows = reader.chunk_len(chunk);
-        let has_validity = col.validity(chunk, &mut validity);
-        let valid = |i: usize| !has_validity || validity[i / 64] >> (i % 64) & 1 == 1;
-        nulls += (0..rows).filter(|&i| !valid(i)).count();
-        add_delta_chunk(&col, physical, chunk, rows, &valid, range);
+        let validity = col.validity(chunk, &mut words).then_some(&words);
+        if let Some(bits) = validity {
+            let valid: usize = (0..rows).step_by(64).map(|i| (bits[i / 64] & low_bits(rows - i)).count_ones() as usize).sum();
+            nulls += rows - valid;
+        }
+        add_delta_chunk(&col, physical, chunk, rows, validity, range);
     }
     nulls
 }
 
-fn add_delta_chunk(col: &DeltaColumnReader<'_>, physical: PhysicalType, chunk: usize, rows: usize, valid: &dyn Fn(usize) -> bool, range: &mut Range) {
-    fn keys<T: KeyNative>(values: &[T], rows: usize, valid: &dyn Fn(usize) -> bool, range: &mut Range) {
-        for (i, v) in values.iter().enumerate().take(rows) {
-            if valid(i) {
-                range.add_key(v.to_key());
-            }
+/// A mask of the lowest `n` bits (all 64 for `n >= 64`).
+fn low_bits(n: usize) -> u64 {
+    if n >= 64 { u64::MAX } else { (1 << n) - 1 }
+}
+
+/// Adds the valid values of one delta chunk to `range`. `validity` holds
+/// one bit per row (`None`: all valid).
+fn add_delta_chunk(col: &DeltaColumnReader<'_>, physical: PhysicalType, chunk: usize, rows: usize, validity: Option<&[u64; 16]>, range: &mut Range) {
+    let valid = |i: usize| validity.is_none_or(|bits| bits[i / 64] >> (i % 64) & 1 == 1);
+    fn keys<T: KeyNative>(values: &[T], rows: usize, validity: Option<&[u64; 16]>, range: &mut Range) {
+        let values = &values[..rows.min(values.len())];
+        let (mut lo, mut hi, mut any) = (u64::MAX, u64::MIN, false);
+        let mut add = |k: u64| {
+            lo = lo.min(k);
+            hi = hi.max(k);
+            any = true;
+        };
+        match validity {
+            None => values.iter().for_each(|v| add(v.to_key())),
+            Some(bits) => values.iter().enumerate().filter(|(i, _)| bits[i / 64] >> (i % 64) & 1 == 1).for_each(|(_, v)| add(v.to_key())),
+        }
+        if any {
+            range.add_key(lo);
+            range.add_key(hi);
         }
     }
     match physical {
@@ -188,23 +208,23 @@ fn add_delta_chunk(col: &DeltaColumnReader<'_>, physical: PhysicalType, chunk: u
                 range.add_key(words[i / 64] >> (i % 64) & 1);
             }
         }
-        PhysicalType::Int8 => keys::<i8>(col.values(chunk), rows, valid, range),
-        PhysicalType::Int16 => keys::<i16>(col.values(chunk), rows, valid, range),
-        PhysicalType::Int32 => keys::<i32>(col.values(chunk), rows, valid, range),
-        PhysicalType::Int64 => keys::<i64>(col.values(chunk), rows, valid, range),
-        PhysicalType::UInt8 => keys::<u8>(col.values(chunk), rows, valid, range),
-        PhysicalType::UInt16 => keys::<u16>(col.values(chunk), rows, valid, range),
-        PhysicalType::UInt32 => keys::<u32>(col.values(chunk), rows, valid, range),
-        PhysicalType::UInt64 => keys::<u64>(col.values(chunk), rows, valid, range),
-        PhysicalType::Float32 => keys::<f32>(col.values(chunk), rows, valid, range),
-        PhysicalType::Float64 => keys::<f64>(col.values(chunk), rows, valid, range),
+        PhysicalType::Int8 => keys::<i8>(col.values(chunk), rows, validity, range),
+        PhysicalType::Int16 => keys::<i16>(col.values(chunk), rows, validity, range),
+        PhysicalType::Int32 => keys::<i32>(col.values(chunk), rows, validity, range),
+        PhysicalType::Int64 => keys::<i64>(col.values(chunk), rows, validity, range),
+        PhysicalType::UInt8 => keys::<u8>(col.values(chunk), rows, validity, range),
+        PhysicalType::UInt16 => keys::<u16>(col.values(chunk), rows, validity, range),
+        PhysicalType::UInt32 => keys::<u32>(col.values(chunk), rows, validity, range),
+        PhysicalType::UInt64 => keys::<u64>(col.values(chunk), rows, validity, range),
+        PhysicalType::Float32 => keys::<f32>(col.values(chunk), rows, validity, range),
+        PhysicalType::Float64 => keys::<f64>(col.values(chunk), rows, validity, range),
         PhysicalType::Decimal128 => {
             // Decimals beyond the i64 range have no exact key.
             let values: &[i128] = col.values(chunk);
             if values.iter().take(rows).any(|v| *v < i64::MIN as i128 || *v > i64::MAX as i128) {
                 range.known = false;
             }
-            keys::<i128>(values, rows, valid, range);
+            keys::<i128>(values, rows, validity, range);
         }
         PhysicalType::Bytes => {
             let bytes = col.bytes(chunk);

@@ -1,7 +1,7 @@
 //! The catalog: named tables and the background rebuild worker they share.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use arrow_schema::Schema;
@@ -20,6 +20,8 @@ pub struct Database {
 #[derive(Debug)]
 struct DbInner {
     tables: RwLock<BTreeMap<String, Table>>,
+    /// Bumped whenever a table is created, replaced or dropped.
+    catalog_version: AtomicU64,
     rebuilds: RebuildQueue,
 }
 
@@ -35,6 +37,7 @@ impl Database {
         Self {
             inner: Arc::new(DbInner {
                 tables: RwLock::new(BTreeMap::new()),
+                catalog_version: AtomicU64::new(0),
                 rebuilds: RebuildQueue::start(),
             }),
         }
@@ -59,6 +62,7 @@ impl Database {
         }
         let table = Table::new(name.into(), schema, options, self.inner.rebuilds.clone());
         tables.insert(name.into(), table.clone());
+        self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
         Ok(table)
     }
 
@@ -94,6 +98,7 @@ impl Database {
             let _writer = old.inner.writer.lock().map_err(|_| poisoned())?;
             old.inner.dropped.store(true, Ordering::Release);
         }
+        self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
         Ok(out)
     }
 
@@ -122,10 +127,18 @@ impl Database {
             .map_err(|_| poisoned())?
             .remove(name)
             .ok_or_else(|| Error::TableNotFound(name.into()))?;
+        self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
         // Take the writer lock so no transaction is half-way through.
         let _writer = table.inner.writer.lock().map_err(|_| poisoned())?;
         table.inner.dropped.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// A number that changes whenever a table is created, replaced or
+    /// dropped (never when rows change): a plan that resolved table names
+    /// at one version is still valid while the version stays the same.
+    pub fn catalog_version(&self) -> u64 {
+        self.inner.catalog_version.load(Ordering::Acquire)
     }
 
     /// Rebuilds every table (see [`Table::rebuild`]) and returns when done.

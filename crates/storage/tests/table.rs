@@ -405,6 +405,30 @@ fn catalog() {
 }
 
 #[test]
+fn catalog_version_changes_with_the_tables_not_their_rows() {
+    let db = Database::new();
+    let mut seen = vec![db.catalog_version()];
+    let mut changed = |db: &Database, what: &str| {
+        let v = db.catalog_version();
+        assert!(!seen.contains(&v), "{what} left the catalog version at {v}");
+        seen.push(v);
+    };
+    let t = db.create_table("a", &schema(), TableOptions::default()).expect("create");
+    changed(&db, "create_table");
+    let before = db.catalog_version();
+    let mut key = 0;
+    t.append(&batch(&random_rows(&mut StdRng::seed_from_u64(1), &mut key, 10))).expect("append");
+    t.rebuild().expect("rebuild");
+    assert_eq!(db.catalog_version(), before, "rows and rebuilds do not change the catalog");
+    assert!(db.create_table("a", &schema(), TableOptions::default()).is_err());
+    assert_eq!(db.catalog_version(), before, "a failed create changes nothing");
+    db.create_table_with("a", &schema(), TableOptions::default(), true, |_| Ok::<_, Error>(())).expect("replace");
+    changed(&db, "a replace");
+    db.drop_table("a").expect("drop");
+    changed(&db, "drop_table");
+}
+
+#[test]
 fn schemas_round_trip() {
     let arrow = Schema::new(vec![
         Field::new("a", DataType::Decimal128(20, 3), true),

@@ -34,12 +34,13 @@ use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
-use crate::session::{SessionOptions, session_context_with};
+use crate::session::{SessionOptions, session_parts};
 
 mod auth;
 mod dispatch;
 mod handle;
 mod metadata;
+mod plans;
 mod service;
 
 pub use auth::Auth;
@@ -114,8 +115,8 @@ pub enum ServeError {
 /// message-size bounds of `options` (without the authentication layer,
 /// which [`serve`] adds).
 fn flight_service(db: &Database, options: &FlightOptions, auth: Arc<Authenticator>) -> FlightServiceServer<QuiverFlightService> {
-    let ctx = session_context_with(db, options.session.clone());
-    let service = QuiverFlightSql::new(db.clone(), ctx, options.session.table_options.clone(), auth, options.max_message_bytes);
+    let session = session_parts(db, options.session.clone());
+    let service = QuiverFlightSql::new(db.clone(), session, options.session.table_options.clone(), auth, options.max_message_bytes);
     FlightServiceServer::new(QuiverFlightService(service))
         .max_decoding_message_size(options.max_message_bytes)
         .max_encoding_message_size(options.max_message_bytes)

@@ -41,7 +41,8 @@ use tracing::debug;
 use super::auth::Authenticator;
 use super::handle::Handle;
 use super::metadata::{INFORMATION_SCHEMA, SQL_INFO, XDBC_TYPES, primary_keys, primary_keys_schema};
-use crate::catalog::DEFAULT_SCHEMA;
+use super::plans::PlanCache;
+use crate::catalog::{DEFAULT_SCHEMA, QuiverSchema};
 use crate::error::Error;
 use crate::session::DEFAULT_CATALOG;
 
@@ -53,6 +54,9 @@ type FlightStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send
 pub(crate) struct QuiverFlightSql {
     db: Database,
     ctx: SessionContext,
+    /// The schema `ctx` resolves table names in (for its catalog version).
+    schema: Arc<QuiverSchema>,
+    plans: Arc<PlanCache>,
     table_options: TableOptions,
     auth: Arc<Authenticator>,
     /// Largest encoded data message sent to a client.
@@ -68,25 +72,34 @@ impl std::fmt::Debug for QuiverFlightSql {
 impl QuiverFlightSql {
     pub(crate) fn new(
         db: Database,
-        ctx: SessionContext,
+        (ctx, schema): (SessionContext, Arc<QuiverSchema>),
         table_options: TableOptions,
         auth: Arc<Authenticator>,
         max_message_bytes: usize,
     ) -> Self {
         // Leave room for the IPC framing around a data message.
         let max_flight_data_bytes = (max_message_bytes / 2).clamp(1024, 2 << 20);
-        Self { db, ctx, table_options, auth, max_flight_data_bytes }
+        let plans = Arc::default();
+        Self { db, ctx, schema, plans, table_options, auth, max_flight_data_bytes }
     }
 
-    /// Plans `sql` without running it. Statements that would change the
-    /// shared session (`SET`, transactions) are refused.
+    /// Plans `sql` without running it (queries come from the plan cache
+    /// when they can). Statements that would change the shared session
+    /// (`SET`, transactions) are refused.
     async fn plan(&self, sql: &str) -> Result<LogicalPlan, Status> {
+        let version = self.schema.catalog_version();
+        if let Some(plan) = self.plans.get(sql, version) {
+            return Ok(plan);
+        }
         let state = self.ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
         let mut statement = state.sql_to_statement(sql, &dialect).map_err(df_status)?;
         number_positional_placeholders(&mut statement);
         let plan = state.statement_to_plan(statement).await.map_err(df_status)?;
         SQLOptions::new().with_allow_statements(false).verify_plan(&plan).map_err(df_status)?;
+        if is_query(&plan) {
+            self.plans.insert(sql, version, &plan);
+        }
         Ok(plan)
     }
 
