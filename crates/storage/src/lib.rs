@@ -66,6 +66,7 @@
 
 mod database;
 pub mod delta;
+pub mod durable;
 mod error;
 mod ingest;
 pub mod main;

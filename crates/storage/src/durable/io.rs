@@ -1,0 +1,356 @@
+//! The file operations of the durability layer, behind a trait so tests
+//! can crash the "machine" and fail the "disk" ([`SimulatedIo`]).
+//!
+//! What [`SimulatedIo`] models is what a crash may keep: a file's bytes up
+//! to its last [`AppendFile::sync`], and a directory's entries (files
+//! created, renamed or removed) as of its last [`StorageIo::sync_dir`].
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The file operations durability needs.
+pub trait StorageIo: Send + Sync + std::fmt::Debug {
+    /// Creates `dir` and its parents.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Names of the files in `dir`, sorted.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// The whole content of `path`.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// `path` opened for appending (created empty if missing).
+    fn append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>>;
+    /// Renames `from` to `to`, replacing `to`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes the file `path`.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Makes the entries of `dir` (creations, renames, removals) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// A file being appended to.
+pub trait AppendFile: Send + std::fmt::Debug {
+    /// Appends `bytes`.
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Makes every byte written so far durable.
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+/// Writes `bytes` as the file `name` in `dir` so that a crash leaves
+/// either the old file or the new one: a temporary file, synced, renamed
+/// over `name`, then the directory synced.
+pub fn write_atomically(io: &dyn StorageIo, dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    if io.list(dir)?.iter().any(|f| *f == format!("{name}.tmp")) {
+        io.remove(&tmp)?;
+    }
+    let mut file = io.append(&tmp)?;
+    file.write(bytes)?;
+    file.sync()?;
+    drop(file);
+    io.rename(&tmp, &dir.join(name))?;
+    io.sync_dir(dir)
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FileSystem;
+
+#[derive(Debug)]
+struct RealFile(File);
+
+impl AppendFile for RealFile {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.0.write_all(bytes)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+impl StorageIo for FileSystem {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+
+    fn append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
+        Ok(Box::new(RealFile(OpenOptions::new().create(true).append(true).open(path)?)))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
+/// An in-memory file system that remembers what is durable, for tests:
+/// [`SimulatedIo::crash`] keeps only that, and faults can be switched on.
+#[derive(Debug, Default, Clone)]
+pub struct SimulatedIo {
+    state: Arc<Mutex<SimState>>,
+}
+
+#[derive(Debug, Default)]
+struct SimState {
+    /// Files by id: (current bytes, bytes as of the last sync).
+    files: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Paths as they are now, and as of their directory's last sync.
+    names: BTreeMap<PathBuf, usize>,
+    durable_names: BTreeMap<PathBuf, usize>,
+    dirs: Vec<PathBuf>,
+    fail_syncs: bool,
+    fail_writes: bool,
+}
+
+#[derive(Debug)]
+struct SimFile {
+    state: Arc<Mutex<SimState>>,
+    id: usize,
+}
+
+fn lock(state: &Mutex<SimState>) -> io::Result<std::sync::MutexGuard<'_, SimState>> {
+    state.lock().map_err(|_| io::Error::other("simulated file system poisoned"))
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display()))
+}
+
+impl AppendFile for SimFile {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let mut state = lock(&self.state)?;
+        if state.fail_writes {
+            return Err(io::Error::other("simulated write failure"));
+        }
+        state.files[self.id].0.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        let mut state = lock(&self.state)?;
+        if state.fail_syncs {
+            return Err(io::Error::other("simulated fsync failure"));
+        }
+        let file = &mut state.files[self.id];
+        file.1 = file.0.clone();
+        Ok(())
+    }
+}
+
+impl SimulatedIo {
+    /// A power loss: every file goes back to its last sync, every
+    /// directory to its last sync. `torn` bytes of each file's unsynced
+    /// tail survive (a write cut short).
+    pub fn crash(&self, torn: usize) {
+        let Ok(mut state) = self.state.lock() else { return };
+        for (now, synced) in &mut state.files {
+            let keep = (synced.len() + torn).min(now.len());
+            if now.len() >= synced.len() && now[..synced.len()] == synced[..] {
+                now.truncate(keep);
+            } else {
+                now.clone_from(synced);
+            }
+            synced.clone_from(now);
+        }
+        state.names = state.durable_names.clone();
+    }
+
+    /// Makes every later sync fail (or succeed again).
+    pub fn fail_syncs(&self, fail: bool) {
+        if let Ok(mut state) = self.state.lock() {
+            state.fail_syncs = fail;
+        }
+    }
+
+    /// Makes every later write fail (or succeed again).
+    pub fn fail_writes(&self, fail: bool) {
+        if let Ok(mut state) = self.state.lock() {
+            state.fail_writes = fail;
+        }
+    }
+
+    /// Flips bit `bit` of byte `offset` of `path`, durably (a disk error).
+    pub fn flip_bit(&self, path: &Path, offset: usize, bit: u8) -> io::Result<()> {
+        let mut state = lock(&self.state)?;
+        let id = *state.names.get(path).ok_or_else(|| not_found(path))?;
+        let (now, synced) = &mut state.files[id];
+        for bytes in [now, synced] {
+            if let Some(b) = bytes.get_mut(offset) {
+                *b ^= 1 << (bit % 8);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StorageIo for SimulatedIo {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut state = lock(&self.state)?;
+        if !state.dirs.iter().any(|d| d == dir) {
+            state.dirs.push(dir.to_path_buf());
+        }
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let state = lock(&self.state)?;
+        if !state.dirs.iter().any(|d| d == dir) {
+            return Err(not_found(dir));
+        }
+        Ok(state
+            .names
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect())
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let state = lock(&self.state)?;
+        let id = *state.names.get(path).ok_or_else(|| not_found(path))?;
+        Ok(state.files[id].0.clone())
+    }
+
+    fn append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
+        let mut state = lock(&self.state)?;
+        let parent = path.parent().unwrap_or(Path::new(""));
+        if !state.dirs.iter().any(|d| d == parent) {
+            return Err(not_found(parent));
+        }
+        let id = match state.names.get(path) {
+            Some(&id) => id,
+            None => {
+                state.files.push((Vec::new(), Vec::new()));
+                let id = state.files.len() - 1;
+                state.names.insert(path.to_path_buf(), id);
+                id
+            }
+        };
+        Ok(Box::new(SimFile { state: Arc::clone(&self.state), id }))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut state = lock(&self.state)?;
+        let id = state.names.remove(from).ok_or_else(|| not_found(from))?;
+        state.names.insert(to.to_path_buf(), id);
+        Ok(())
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut state = lock(&self.state)?;
+        state.names.remove(path).map(|_| ()).ok_or_else(|| not_found(path))
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut state = lock(&self.state)?;
+        if state.fail_syncs {
+            return Err(io::Error::other("simulated fsync failure"));
+        }
+        let in_dir = |p: &PathBuf| p.parent() == Some(dir);
+        let mut durable: BTreeMap<PathBuf, usize> =
+            state.durable_names.iter().filter(|(p, _)| !in_dir(p)).map(|(p, &id)| (p.clone(), id)).collect();
+        durable.extend(state.names.iter().filter(|(p, _)| in_dir(p)).map(|(p, &id)| (p.clone(), id)));
+        state.durable_names = durable;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_atomic_write(io: &dyn StorageIo, dir: &Path) {
+        io.create_dir_all(dir).unwrap();
+        write_atomically(io, dir, "catalog", b"one").unwrap();
+        write_atomically(io, dir, "catalog", b"two").unwrap();
+        assert_eq!(io.read(&dir.join("catalog")).unwrap(), b"two");
+        assert_eq!(io.list(dir).unwrap(), ["catalog"]);
+    }
+
+    #[test]
+    fn atomic_write_on_the_real_file_system() {
+        let dir = std::env::temp_dir().join(format!("quiverdb-io-{}", std::process::id()));
+        check_atomic_write(&FileSystem, &dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_crash_keeps_only_what_was_synced() {
+        let io = SimulatedIo::default();
+        let dir = Path::new("/data");
+        check_atomic_write(&io, dir);
+        let mut log = io.append(&dir.join("log")).unwrap();
+        log.write(b"synced").unwrap();
+        log.sync().unwrap();
+        io.sync_dir(dir).unwrap();
+        log.write(b" lost").unwrap();
+        // Renamed but the directory is not synced: the rename is lost too.
+        io.rename(&dir.join("catalog"), &dir.join("renamed")).unwrap();
+        io.crash(0);
+        assert_eq!(io.read(&dir.join("log")).unwrap(), b"synced");
+        assert_eq!(io.read(&dir.join("catalog")).unwrap(), b"two");
+        assert!(io.read(&dir.join("renamed")).is_err());
+    }
+
+    #[test]
+    fn a_crash_can_tear_the_last_write_and_forget_unsynced_files() {
+        let io = SimulatedIo::default();
+        let dir = Path::new("/data");
+        io.create_dir_all(dir).unwrap();
+        let mut log = io.append(&dir.join("log")).unwrap();
+        log.write(b"abc").unwrap();
+        log.sync().unwrap();
+        io.sync_dir(dir).unwrap();
+        log.write(b"defgh").unwrap();
+        let mut fresh = io.append(&dir.join("fresh")).unwrap();
+        fresh.write(b"x").unwrap();
+        fresh.sync().unwrap();
+        io.crash(2);
+        assert_eq!(io.read(&dir.join("log")).unwrap(), b"abcde");
+        assert_eq!(io.list(dir).unwrap(), ["log"], "a file whose directory was never synced is gone");
+    }
+
+    #[test]
+    fn faults() {
+        let io = SimulatedIo::default();
+        let dir = Path::new("/data");
+        io.create_dir_all(dir).unwrap();
+        let mut log = io.append(&dir.join("log")).unwrap();
+        log.write(b"\x01\x02").unwrap();
+        io.fail_syncs(true);
+        assert!(log.sync().is_err());
+        assert!(io.sync_dir(dir).is_err());
+        io.fail_syncs(false);
+        io.fail_writes(true);
+        assert!(log.write(b"more").is_err());
+        io.fail_writes(false);
+        log.sync().unwrap();
+        io.flip_bit(&dir.join("log"), 1, 0).unwrap();
+        assert_eq!(io.read(&dir.join("log")).unwrap(), b"\x01\x03");
+    }
+}
