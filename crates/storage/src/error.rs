@@ -116,6 +116,33 @@ pub enum Error {
     #[error(transparent)]
     Arrow(#[from] ArrowError),
 
+    /// A file of the data directory could not be read or written.
+    #[error("I/O error on {path}: {message}")]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// What the operating system reported.
+        message: String,
+    },
+
+    /// A file of the data directory is damaged before its end (not a
+    /// write cut short by a crash): quiverdb refuses to guess.
+    #[error("{path} is damaged at byte {offset}: {reason}")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// Where the damage starts.
+        offset: u64,
+        /// What is wrong there.
+        reason: String,
+    },
+
+    /// An earlier write or sync of the log failed, so nothing more is
+    /// accepted: whether it reached the disk is unknown. Restart to
+    /// recover from what is durable.
+    #[error("the database is read-only after a failed log write ({0}); restart it to recover")]
+    ReadOnly(String),
+
     /// An invariant was violated: this is a bug in quiverdb.
     #[error("internal error (this is a bug in quiverdb, please report it): {0}")]
     Internal(String),

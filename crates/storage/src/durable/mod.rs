@@ -1,10 +1,14 @@
 //! Building blocks of durability: the file operations of a data
 //! directory behind a trait ([`io::StorageIo`], with a crash- and
-//! fault-simulating implementation for tests), and the self-checking
-//! framed-record format of the write-ahead log ([`frame`]).
+//! fault-simulating implementation for tests), the self-checking
+//! framed-record format ([`frame`]) and the write-ahead log built on it
+//! ([`wal`]: segments, sync modes, group commit, read-only after a failed
+//! write).
 //!
-//! Nothing in quiverdb writes a data directory yet: the log, shard
-//! checkpoints and recovery that build on these are being written.
+//! Nothing in quiverdb writes a data directory yet: logging the table
+//! mutations, shard checkpoints, the catalog file and recovery on open
+//! are still to come.
 
 pub mod frame;
 pub mod io;
+pub mod wal;

@@ -1,0 +1,452 @@
+//! The write-ahead log: records appended in order to numbered segment
+//! files (`wal-<first lsn>.log`, framed by [`frame`]), made durable by the
+//! [`SyncMode`].
+//!
+//! Writers [`Wal::append`] a record (getting its log sequence number, LSN)
+//! and then [`Wal::commit`] it before acknowledging. With
+//! [`SyncMode::Always`] commits share syncs (group commit): while one
+//! writer writes and syncs everything buffered so far, the others keep
+//! appending, and the next sync covers all of them. A failed write or sync
+//! makes the log refuse every later append with [`Error::ReadOnly`]: what
+//! reached the disk is unknown, so it never retries and carries on.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use super::frame::{self, End};
+use super::io::{AppendFile, StorageIo, write_atomically};
+use crate::error::{Error, Result};
+
+/// A new segment starts once the current one holds this many bytes.
+const SEGMENT_BYTES: u64 = 64 << 20;
+
+/// When a committed record becomes durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Synced before [`Wal::commit`] returns; concurrent commits share syncs.
+    Always,
+    /// Written at commit and synced by a background thread every interval:
+    /// a power loss can lose the commits of the last interval (a process
+    /// crash loses nothing, the operating system holds the writes).
+    Batch(Duration),
+    /// Written at commit, never synced: a power loss can lose anything
+    /// the operating system had not written back yet.
+    Off,
+}
+
+/// One record read back from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Its log sequence number (the first record of a log is 1).
+    pub lsn: u64,
+    /// Its type.
+    pub kind: u8,
+    /// Its payload.
+    pub payload: Vec<u8>,
+}
+
+/// What [`read_log`] found.
+#[derive(Debug, Default)]
+pub struct LogContents {
+    /// Every complete record, in order.
+    pub records: Vec<Record>,
+    /// A write cut short at the end of the log: the segment, the offset
+    /// and the number of bytes dropped.
+    pub torn: Option<(PathBuf, u64, u64)>,
+}
+
+fn io_error(path: &Path, e: &std::io::Error) -> Error {
+    Error::Io { path: path.display().to_string(), message: e.to_string() }
+}
+
+fn segment_name(first_lsn: u64) -> String {
+    format!("wal-{first_lsn:020}.log")
+}
+
+/// The segments of the log in `dir` with the LSN of their first record, in order.
+fn segments(io: &dyn StorageIo, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    for name in io.list(dir).map_err(|e| io_error(dir, &e))? {
+        let first = name.strip_prefix("wal-").and_then(|n| n.strip_suffix(".log")).and_then(|n| n.parse::<u64>().ok());
+        if let Some(first) = first {
+            out.push((first, dir.join(name)));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Reads the log in `dir` up to its last complete record. A torn write is
+/// accepted only at the very end of the last segment; damage anywhere
+/// else, or a gap between segments, is [`Error::Corrupt`].
+pub fn read_log(io: &dyn StorageIo, dir: &Path) -> Result<LogContents> {
+    let segments = segments(io, dir)?;
+    let mut out = LogContents::default();
+    let mut next: Option<u64> = None;
+    for (i, (first, path)) in segments.iter().enumerate() {
+        let corrupt = |offset: u64, reason: String| Error::Corrupt { path: path.display().to_string(), offset, reason };
+        if let Some(expected) = next
+            && *first != expected
+        {
+            return Err(corrupt(0, format!("segment starts at record {first}, expected {expected}")));
+        }
+        let bytes = io.read(path).map_err(|e| io_error(path, &e))?;
+        let (frames, end) = frame::scan(&bytes).map_err(|c| corrupt(c.offset, c.reason.to_string()))?;
+        if let End::Torn { offset, bytes } = end {
+            if i + 1 != segments.len() {
+                return Err(corrupt(offset, "incomplete record before the last segment".into()));
+            }
+            out.torn = Some((path.clone(), offset, bytes));
+        }
+        let mut lsn = *first;
+        for f in frames {
+            out.records.push(Record { lsn, kind: f.kind, payload: f.payload.to_vec() });
+            lsn += 1;
+        }
+        next = Some(lsn);
+    }
+    Ok(out)
+}
+
+/// An open write-ahead log.
+#[derive(Debug, Clone)]
+pub struct Wal {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    io: Arc<dyn StorageIo>,
+    dir: PathBuf,
+    mode: SyncMode,
+    state: Mutex<State>,
+    /// Signalled whenever a flush ends.
+    flushed: Condvar,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Frames appended but not written yet, and the LSN of the last one.
+    buffer: Vec<u8>,
+    last_lsn: u64,
+    /// Records handed to the file, and records known durable.
+    written_lsn: u64,
+    durable_lsn: u64,
+    /// The segment being written; `None` while a flush has it.
+    file: Option<Box<dyn AppendFile>>,
+    segment_bytes: u64,
+    failed: Option<String>,
+}
+
+impl Wal {
+    /// Opens the log in `dir` (created if missing) for appending after its
+    /// existing records, which it returns for replay. A torn tail is
+    /// reported in the contents and cut off; writing continues in a new
+    /// segment.
+    pub fn open(io: Arc<dyn StorageIo>, dir: &Path, mode: SyncMode) -> Result<(Self, LogContents)> {
+        io.create_dir_all(dir).map_err(|e| io_error(dir, &e))?;
+        let contents = read_log(io.as_ref(), dir)?;
+        if let Some((path, offset, _)) = &contents.torn {
+            let bytes = io.read(path).map_err(|e| io_error(path, &e))?;
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            write_atomically(io.as_ref(), dir, &name, &bytes[..*offset as usize]).map_err(|e| io_error(path, &e))?;
+        }
+        let last_lsn = contents.records.last().map_or_else(
+            || segments(io.as_ref(), dir).map(|s| s.last().map_or(0, |(first, _)| first - 1)),
+            |r| Ok(r.lsn),
+        )?;
+        let path = dir.join(segment_name(last_lsn + 1));
+        let file = io.append(&path).map_err(|e| io_error(&path, &e))?;
+        io.sync_dir(dir).map_err(|e| io_error(dir, &e))?;
+        let state = State {
+            buffer: Vec::new(),
+            last_lsn,
+            written_lsn: last_lsn,
+            durable_lsn: last_lsn,
+            file: Some(file),
+            segment_bytes: 0,
+            failed: None,
+        };
+        let inner = Arc::new(Inner { io, dir: dir.to_path_buf(), mode, state: Mutex::new(state), flushed: Condvar::new() });
+        if let SyncMode::Batch(interval) = mode {
+            let weak = Arc::downgrade(&inner);
+            std::thread::Builder::new()
+                .name("quiverdb-wal-sync".into())
+                .spawn(move || batch_syncs(&weak, interval))
+                .map_err(|e| Error::Io { path: dir.display().to_string(), message: format!("starting the sync thread: {e}") })?;
+        }
+        Ok((Self { inner }, contents))
+    }
+
+    /// Appends a record; its LSN. It is durable once [`Wal::commit`]
+    /// of this LSN (or a later one) returns.
+    pub fn append(&self, kind: u8, payload: &[u8]) -> Result<u64> {
+        if payload.len() > frame::MAX_PAYLOAD {
+            return Err(Error::InvalidOption {
+                option: "log record",
+                reason: format!("{} bytes is more than the {} a record may hold", payload.len(), frame::MAX_PAYLOAD),
+            });
+        }
+        let mut state = self.inner.lock()?;
+        if let Some(reason) = &state.failed {
+            return Err(Error::ReadOnly(reason.clone()));
+        }
+        frame::encode(kind, payload, &mut state.buffer);
+        state.last_lsn += 1;
+        Ok(state.last_lsn)
+    }
+
+    /// Waits until record `lsn` is as durable as the sync mode promises.
+    pub fn commit(&self, lsn: u64) -> Result<()> {
+        let sync = self.inner.mode == SyncMode::Always;
+        self.inner.flush_through(lsn, sync)
+    }
+
+    /// Writes and syncs everything appended so far, whatever the mode.
+    pub fn sync(&self) -> Result<()> {
+        let last = self.inner.lock()?.last_lsn;
+        self.inner.flush_through(last, true)
+    }
+
+    /// The LSN of the last record known durable.
+    pub fn durable_lsn(&self) -> Result<u64> {
+        Ok(self.inner.lock()?.durable_lsn)
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> Result<MutexGuard<'_, State>> {
+        self.state.lock().map_err(|_| Error::Internal("a thread panicked while writing the log".into()))
+    }
+
+    /// Returns once record `lsn` is written (and synced, if `sync`). One
+    /// caller at a time writes, everything buffered at once; the others
+    /// wait for it and find their records covered, or write next.
+    fn flush_through(&self, lsn: u64, sync: bool) -> Result<()> {
+        let mut state = self.lock()?;
+        loop {
+            if let Some(reason) = &state.failed {
+                return Err(Error::ReadOnly(reason.clone()));
+            }
+            let done = if sync { state.durable_lsn } else { state.written_lsn };
+            if done >= lsn {
+                return Ok(());
+            }
+            let Some(file) = state.file.take() else {
+                // Another caller is writing: wait for it.
+                state = self.flushed.wait(state).map_err(|_| Error::Internal("a thread panicked while writing the log".into()))?;
+                continue;
+            };
+            let bytes = std::mem::take(&mut state.buffer);
+            let target = state.last_lsn;
+            let segment_bytes = state.segment_bytes + bytes.len() as u64;
+            drop(state);
+
+            let outcome = self.write(file, &bytes, sync, target, segment_bytes);
+
+            state = self.lock()?;
+            match outcome {
+                Ok((file, segment_bytes)) => {
+                    state.file = Some(file);
+                    state.segment_bytes = segment_bytes;
+                    state.written_lsn = target;
+                    if sync {
+                        state.durable_lsn = target;
+                    }
+                }
+                Err(e) => state.failed = Some(e.to_string()),
+            }
+            self.flushed.notify_all();
+        }
+    }
+
+    /// Writes `bytes` (records through `last`) to `file`, syncs if asked,
+    /// and starts a new segment once this one is full.
+    fn write(
+        &self,
+        mut file: Box<dyn AppendFile>,
+        bytes: &[u8],
+        sync: bool,
+        last: u64,
+        segment_bytes: u64,
+    ) -> Result<(Box<dyn AppendFile>, u64)> {
+        let path = &self.dir;
+        if !bytes.is_empty() {
+            file.write(bytes).map_err(|e| io_error(path, &e))?;
+        }
+        if sync {
+            file.sync().map_err(|e| io_error(path, &e))?;
+        }
+        if segment_bytes < SEGMENT_BYTES {
+            return Ok((file, segment_bytes));
+        }
+        // The full segment must be durable before records go elsewhere.
+        file.sync().map_err(|e| io_error(path, &e))?;
+        let next = self.dir.join(segment_name(last + 1));
+        let fresh = self.io.append(&next).map_err(|e| io_error(&next, &e))?;
+        self.io.sync_dir(&self.dir).map_err(|e| io_error(&self.dir, &e))?;
+        Ok((fresh, 0))
+    }
+}
+
+/// The [`SyncMode::Batch`] thread: syncs every `interval` while the log is open.
+fn batch_syncs(inner: &Weak<Inner>, interval: Duration) {
+    loop {
+        std::thread::sleep(interval);
+        let Some(inner) = inner.upgrade() else { return };
+        let Ok(last) = inner.lock().map(|s| s.last_lsn) else { return };
+        if inner.flush_through(last, true).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::io::SimulatedIo;
+    use super::*;
+
+    fn dir() -> PathBuf {
+        PathBuf::from("/db/wal")
+    }
+
+    fn open(io: &SimulatedIo, mode: SyncMode) -> Wal {
+        Wal::open(Arc::new(io.clone()), &dir(), mode).unwrap().0
+    }
+
+    fn payloads(io: &SimulatedIo) -> Vec<Vec<u8>> {
+        read_log(io, &dir()).unwrap().records.into_iter().map(|r| r.payload).collect()
+    }
+
+    #[test]
+    fn committed_records_survive_a_crash_and_numbering_continues() {
+        let io = SimulatedIo::default();
+        let wal = open(&io, SyncMode::Always);
+        for i in 0..3u8 {
+            let lsn = wal.append(1, &[i]).unwrap();
+            assert_eq!(lsn, u64::from(i) + 1);
+            wal.commit(lsn).unwrap();
+        }
+        wal.append(1, b"appended, never committed").unwrap();
+        drop(wal);
+        io.crash(0);
+        assert_eq!(payloads(&io), [[0], [1], [2]]);
+
+        let wal = open(&io, SyncMode::Always);
+        let lsn = wal.append(2, b"after").unwrap();
+        assert_eq!(lsn, 4);
+        wal.commit(lsn).unwrap();
+        io.crash(0);
+        let records = read_log(&io, &dir()).unwrap().records;
+        assert_eq!(records.iter().map(|r| r.lsn).collect::<Vec<_>>(), [1, 2, 3, 4]);
+        assert_eq!(records[3], Record { lsn: 4, kind: 2, payload: b"after".to_vec() });
+    }
+
+    #[test]
+    fn a_torn_tail_is_reported_then_cut_off_on_open() {
+        let io = SimulatedIo::default();
+        let wal = open(&io, SyncMode::Always);
+        wal.commit(wal.append(1, b"kept").unwrap()).unwrap();
+        drop(wal);
+        // Written but not synced, and 7 of its bytes reach the disk.
+        let wal = open(&io, SyncMode::Off);
+        wal.commit(wal.append(1, b"cut short by the crash").unwrap()).unwrap();
+        drop(wal);
+        io.crash(7);
+        let contents = read_log(&io, &dir()).unwrap();
+        assert_eq!(contents.records.len(), 1);
+        assert_eq!(contents.torn.as_ref().map(|t| (t.1, t.2)), Some((0, 7)));
+
+        let (wal, contents) = Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always).unwrap();
+        assert!(contents.torn.is_some(), "open reports the torn tail");
+        assert!(read_log(&io, &dir()).unwrap().torn.is_none(), "and cuts it off");
+        wal.commit(wal.append(1, b"next").unwrap()).unwrap();
+        io.crash(0);
+        let contents = read_log(&io, &dir()).unwrap();
+        assert_eq!(contents.records.iter().map(|r| r.lsn).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(contents.records[1].payload, b"next");
+    }
+
+    #[test]
+    fn corruption_before_the_end_names_the_segment_and_offset() {
+        let io = SimulatedIo::default();
+        let wal = open(&io, SyncMode::Always);
+        for i in 0..3u8 {
+            wal.commit(wal.append(1, &[i; 10]).unwrap()).unwrap();
+        }
+        let segment = dir().join(segment_name(1));
+        // Inside the second record's payload.
+        io.flip_bit(&segment, frame::HEADER + 10 + frame::HEADER + 3, 2).unwrap();
+        match read_log(&io, &dir()) {
+            Err(Error::Corrupt { path, offset, .. }) => {
+                assert!(path.ends_with(&segment_name(1)), "{path}");
+                assert_eq!(offset, (frame::HEADER + 10) as u64);
+            }
+            other => panic!("expected corruption, got {other:?}"),
+        }
+        assert!(matches!(Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always), Err(Error::Corrupt { .. })));
+    }
+
+    #[test]
+    fn a_failed_sync_makes_the_log_read_only() {
+        let io = SimulatedIo::default();
+        let wal = open(&io, SyncMode::Always);
+        wal.commit(wal.append(1, b"ok").unwrap()).unwrap();
+        io.fail_syncs(true);
+        let lsn = wal.append(1, b"unknown fate").unwrap();
+        assert!(matches!(wal.commit(lsn), Err(Error::ReadOnly(reason)) if reason.contains("simulated fsync failure")));
+        io.fail_syncs(false);
+        // It does not retry and carry on.
+        assert!(matches!(wal.append(1, b"later"), Err(Error::ReadOnly(_))));
+        assert!(matches!(wal.commit(lsn), Err(Error::ReadOnly(_))));
+        io.crash(0);
+        assert_eq!(payloads(&io), [b"ok".to_vec()]);
+    }
+
+    #[test]
+    fn concurrent_commits_are_all_durable() {
+        let io = SimulatedIo::default();
+        let wal = open(&io, SyncMode::Always);
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                let wal = wal.clone();
+                s.spawn(move || {
+                    for i in 0..50u8 {
+                        wal.commit(wal.append(t, &[t, i]).unwrap()).unwrap();
+                    }
+                });
+            }
+        });
+        io.crash(0);
+        let records = read_log(&io, &dir()).unwrap().records;
+        assert_eq!(records.len(), 200);
+        assert_eq!(records.iter().map(|r| r.lsn).collect::<Vec<_>>(), (1..=200).collect::<Vec<_>>());
+        for t in 0..4u8 {
+            let mine: Vec<u8> = records.iter().filter(|r| r.kind == t).map(|r| r.payload[1]).collect();
+            assert_eq!(mine, (0..50).collect::<Vec<_>>(), "writer {t}'s records in order");
+        }
+    }
+
+    #[test]
+    fn batch_mode_syncs_in_the_background_and_off_mode_only_writes() {
+        let io = SimulatedIo::default();
+        let wal = open(&io, SyncMode::Off);
+        wal.commit(wal.append(1, b"written").unwrap()).unwrap();
+        assert_eq!(wal.durable_lsn().unwrap(), 0);
+        drop(wal);
+        io.crash(0);
+        assert!(payloads(&io).is_empty(), "off: a power loss loses unsynced commits");
+
+        let wal = open(&io, SyncMode::Batch(Duration::from_millis(5)));
+        let lsn = wal.append(1, b"batched").unwrap();
+        wal.commit(lsn).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while wal.durable_lsn().unwrap() < lsn {
+            assert!(std::time::Instant::now() < deadline, "the batch thread never synced");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        io.crash(0);
+        assert_eq!(payloads(&io), [b"batched".to_vec()]);
+    }
+}
