@@ -137,6 +137,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// Another process (or another open database in this one) holds the
+    /// data directory.
+    #[error("data directory {path} is in use by another quiverdb (process {holder}); stop it first")]
+    DirectoryInUse {
+        /// The directory.
+        path: String,
+        /// The holder's process id, as its lock file records it.
+        holder: String,
+    },
+
     /// An earlier write or sync of the log failed, so nothing more is
     /// accepted: whether it reached the disk is unknown. Restart to
     /// recover from what is durable.

@@ -3,7 +3,8 @@
 //! fault-simulating implementation for tests), the self-checking
 //! framed-record format ([`frame`]) and the write-ahead log built on it
 //! ([`wal`]: segments, sync modes, group commit, read-only after a failed
-//! write).
+//! write), and the lock that keeps a data directory to one process
+//! ([`lock`]).
 //!
 //! Nothing in quiverdb writes a data directory yet: logging the table
 //! mutations, shard checkpoints, the catalog file and recovery on open
@@ -11,4 +12,5 @@
 
 pub mod frame;
 pub mod io;
+pub mod lock;
 pub mod wal;
