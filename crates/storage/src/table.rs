@@ -49,7 +49,7 @@ pub const DEFAULT_REBUILD_DEAD_FRACTION: f64 = 0.2;
 pub const MAX_SHARD_CAPACITY: usize = 1 << 31;
 
 /// Settings of a table.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TableOptions {
     /// Maximum rows per shard.
     pub shard_capacity: usize,

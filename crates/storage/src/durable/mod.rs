@@ -3,14 +3,16 @@
 //! fault-simulating implementation for tests), the self-checking
 //! framed-record format ([`frame`]) and the write-ahead log built on it
 //! ([`wal`]: segments, sync modes, group commit, read-only after a failed
-//! write), and the lock that keeps a data directory to one process
-//! ([`lock`]).
+//! write), the log's records ([`record`]: catalog changes, transactions,
+//! truncates and rebuilds), and the lock that keeps a data directory to
+//! one process ([`lock`]).
 //!
-//! Nothing in quiverdb writes a data directory yet: logging the table
-//! mutations, shard checkpoints, the catalog file and recovery on open
-//! are still to come.
+//! Nothing in quiverdb writes a data directory yet: writing these records
+//! as tables change, shard checkpoints, the catalog file and recovery on
+//! open are still to come.
 
 pub mod frame;
 pub mod io;
 pub mod lock;
+pub mod record;
 pub mod wal;
