@@ -19,7 +19,10 @@
 //!   delta, validated against its schema, all or nothing per request.
 //! - Statement handles and tickets carry the SQL (and bound parameters)
 //!   themselves, so the server keeps no state per statement; only bearer
-//!   tokens are remembered, and they expire.
+//!   tokens are remembered, and they expire. The logical plans of recent
+//!   query texts are cached (bounded, dropped whenever a table or view is
+//!   created, replaced or dropped), so a query's `GetFlightInfo`, its
+//!   `DoGet` and its repetitions parse and plan the SQL once.
 //! - Limits: messages in both directions are bounded by
 //!   [`FlightOptions::max_message_bytes`]; the memory DataFusion operators
 //!   hold is bounded by [`SessionOptions::memory_limit`].
