@@ -681,6 +681,24 @@ async fn prepared_insert_runs_once_per_parameter_row() -> TestResult {
     Ok(())
 }
 
+/// A prepared update sent with an empty parameter batch (no columns)
+/// runs once, without parameters, not once per row: the JDBC driver sends
+/// its updates that way (tests/jdbc.rs runs the driver itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prepared_update_with_an_empty_parameter_batch_runs_once() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    let empty = RecordBatch::new_empty(Arc::new(Schema::empty()));
+    for sql in ["CREATE TABLE pe (id BIGINT NOT NULL, name VARCHAR)", "INSERT INTO pe VALUES (1, 'one'), (2, NULL)"] {
+        let mut statement = client.prepare(sql.into(), None).await?;
+        statement.set_parameters(empty.clone())?;
+        statement.execute_update().await?;
+        statement.close().await?;
+    }
+    assert_eq!(count_rows(&server.db, "pe").await, 2);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn prepared_parameter_of_the_wrong_type_is_invalid_argument() -> TestResult {
     let server = TestServer::open().await;

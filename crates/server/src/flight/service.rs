@@ -278,9 +278,12 @@ impl QuiverFlightSql {
     }
 
     /// Parameters sent in a DoPut, as one batch (`None` if none were sent).
+    /// A batch with no columns is no parameters: the JDBC driver sends an
+    /// empty one (no columns, no rows) to run a statement without
+    /// parameters, which must run once, not once per row.
     async fn read_params(request: Request<PeekableFlightDataStream>) -> Result<Option<RecordBatch>, Status> {
         let (schema, batches) = Self::read_batches(request).await?;
-        if batches.is_empty() {
+        if batches.is_empty() || schema.fields().is_empty() {
             return Ok(None);
         }
         arrow_select::concat::concat_batches(&schema, &batches).map(Some).map_err(arrow_status)
@@ -734,12 +737,9 @@ impl FlightSqlService for QuiverFlightSql {
             return Err(Status::invalid_argument("quiverdb does not support transactions"));
         }
         let plan = self.plan(&query.query).await?;
-        let dataset = if is_query(&plan) {
-            client_schema(plan.schema().as_arrow()).as_ref().clone()
-        } else {
-            let dml = matches!(plan, LogicalPlan::Dml(_));
-            outcome_schema(dml.then_some(0)).as_ref().clone()
-        };
+        // DDL and DML produce no result set: an empty dataset schema, which
+        // JDBC reads as an update (and then reports its affected rows).
+        let dataset = if is_query(&plan) { client_schema(plan.schema().as_arrow()).as_ref().clone() } else { Schema::empty() };
         let types = plan.get_parameter_types().map_err(df_status)?;
         let mut names: Vec<&String> = types.keys().collect();
         // $1, $2, ..., $10 in numeric order; named parameters after.
