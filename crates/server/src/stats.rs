@@ -174,6 +174,11 @@ fn delta_stats(shard: &ShardSnapshot<'_>, c: usize, physical: PhysicalType, rang
     nulls
 }
 
+/// Bit `i` of a chunk's validity words.
+fn is_set(bits: &[u64; 16], i: usize) -> bool {
+    bits[i / 64] >> (i % 64) & 1 == 1
+}
+
 /// A mask of the lowest `n` bits (all 64 for `n >= 64`).
 fn low_bits(n: usize) -> u64 {
     if n >= 64 { u64::MAX } else { (1 << n) - 1 }
@@ -182,7 +187,7 @@ fn low_bits(n: usize) -> u64 {
 /// Adds the valid values of one delta chunk to `range`. `validity` holds
 /// one bit per row (`None`: all valid).
 fn add_delta_chunk(col: &DeltaColumnReader<'_>, physical: PhysicalType, chunk: usize, rows: usize, validity: Option<&[u64; 16]>, range: &mut Range) {
-    let valid = |i: usize| validity.is_none_or(|bits| bits[i / 64] >> (i % 64) & 1 == 1);
+    let valid = |i: usize| validity.is_none_or(|bits| is_set(bits, i));
     fn keys<T: KeyNative>(values: &[T], rows: usize, validity: Option<&[u64; 16]>, range: &mut Range) {
         let values = &values[..rows.min(values.len())];
         let (mut lo, mut hi, mut any) = (u64::MAX, u64::MIN, false);
@@ -193,7 +198,7 @@ fn add_delta_chunk(col: &DeltaColumnReader<'_>, physical: PhysicalType, chunk: u
         };
         match validity {
             None => values.iter().for_each(|v| add(v.to_key())),
-            Some(bits) => values.iter().enumerate().filter(|(i, _)| bits[i / 64] >> (i % 64) & 1 == 1).for_each(|(_, v)| add(v.to_key())),
+            Some(bits) => values.iter().enumerate().filter(|&(i, _)| is_set(bits, i)).for_each(|(_, v)| add(v.to_key())),
         }
         if any {
             range.add_key(lo);

@@ -3,10 +3,9 @@
 //! A Flight SQL query is planned twice by protocol: GetFlightInfo needs its
 //! schema and DoGet runs it. DataFusion's SQL planning costs about a
 //! millisecond for a one-table query and grows quadratically with the
-//! select list (a 250-column `SELECT *` took 18 ms on a
-//! 2-core machine), so the service keeps
-//! the unoptimized logical plans of recent queries and plans each text
-//! once. A logical plan only names tables: their rows are read when the
+//! select list (a 250-column `SELECT *` took 18 ms on a 2-core machine),
+//! so the service keeps the unoptimized logical plans of recent queries
+//! and plans each text once. A logical plan only names tables: their rows are read when the
 //! plan is optimized and turned into a physical plan at execution, so a
 //! cached plan stays valid until a table or view is created, replaced or
 //! dropped — the catalog version each entry records.

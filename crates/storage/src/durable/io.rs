@@ -42,8 +42,10 @@ pub trait AppendFile: Send + std::fmt::Debug {
 /// over `name`, then the directory synced.
 pub fn write_atomically(io: &dyn StorageIo, dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
-    if io.list(dir)?.iter().any(|f| *f == format!("{name}.tmp")) {
-        io.remove(&tmp)?;
+    // A temporary file left by a crash is stale.
+    match io.remove(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
     }
     let mut file = io.append(&tmp)?;
     file.write(bytes)?;

@@ -125,7 +125,7 @@ struct Inner {
     flushed: Condvar,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct State {
     /// Frames appended but not written yet, and the LSN of the last one.
     buffer: Vec<u8>,
@@ -134,9 +134,17 @@ struct State {
     written_lsn: u64,
     durable_lsn: u64,
     /// The segment being written; `None` while a flush has it.
-    file: Option<Box<dyn AppendFile>>,
-    segment_bytes: u64,
+    segment: Option<Segment>,
     failed: Option<String>,
+}
+
+/// The segment file being appended to.
+#[derive(Debug)]
+struct Segment {
+    file: Box<dyn AppendFile>,
+    path: PathBuf,
+    /// Bytes written to it so far.
+    bytes: u64,
 }
 
 impl Wal {
@@ -156,19 +164,17 @@ impl Wal {
             || segments(io.as_ref(), dir).map(|s| s.last().map_or(0, |(first, _)| first - 1)),
             |r| Ok(r.lsn),
         )?;
-        let path = dir.join(segment_name(last_lsn + 1));
-        let file = io.append(&path).map_err(|e| io_error(&path, &e))?;
-        io.sync_dir(dir).map_err(|e| io_error(dir, &e))?;
-        let state = State {
+        let inner = Inner { io, dir: dir.to_path_buf(), mode, state: Mutex::default(), flushed: Condvar::new() };
+        let segment = inner.new_segment(last_lsn + 1)?;
+        *inner.lock()? = State {
             buffer: Vec::new(),
             last_lsn,
             written_lsn: last_lsn,
             durable_lsn: last_lsn,
-            file: Some(file),
-            segment_bytes: 0,
+            segment: Some(segment),
             failed: None,
         };
-        let inner = Arc::new(Inner { io, dir: dir.to_path_buf(), mode, state: Mutex::new(state), flushed: Condvar::new() });
+        let inner = Arc::new(inner);
         if let SyncMode::Batch(interval) = mode {
             let weak = Arc::downgrade(&inner);
             std::thread::Builder::new()
@@ -233,23 +239,21 @@ impl Inner {
             if done >= lsn {
                 return Ok(());
             }
-            let Some(file) = state.file.take() else {
+            let Some(segment) = state.segment.take() else {
                 // Another caller is writing: wait for it.
                 state = self.flushed.wait(state).map_err(|_| Error::Internal("a thread panicked while writing the log".into()))?;
                 continue;
             };
             let bytes = std::mem::take(&mut state.buffer);
             let target = state.last_lsn;
-            let segment_bytes = state.segment_bytes + bytes.len() as u64;
             drop(state);
 
-            let outcome = self.write(file, &bytes, sync, target, segment_bytes);
+            let outcome = self.write(segment, &bytes, sync, target);
 
             state = self.lock()?;
             match outcome {
-                Ok((file, segment_bytes)) => {
-                    state.file = Some(file);
-                    state.segment_bytes = segment_bytes;
+                Ok(segment) => {
+                    state.segment = Some(segment);
                     state.written_lsn = target;
                     if sync {
                         state.durable_lsn = target;
@@ -261,32 +265,29 @@ impl Inner {
         }
     }
 
-    /// Writes `bytes` (records through `last`) to `file`, syncs if asked,
-    /// and starts a new segment once this one is full.
-    fn write(
-        &self,
-        mut file: Box<dyn AppendFile>,
-        bytes: &[u8],
-        sync: bool,
-        last: u64,
-        segment_bytes: u64,
-    ) -> Result<(Box<dyn AppendFile>, u64)> {
-        let path = &self.dir;
+    /// Writes `bytes` (records through `last`) to `segment`, syncs if
+    /// asked, and starts a new segment once this one is full.
+    fn write(&self, mut segment: Segment, bytes: &[u8], sync: bool, last: u64) -> Result<Segment> {
+        let failed = |e: std::io::Error| io_error(&segment.path, &e);
         if !bytes.is_empty() {
-            file.write(bytes).map_err(|e| io_error(path, &e))?;
+            segment.file.write(bytes).map_err(failed)?;
+            segment.bytes += bytes.len() as u64;
         }
-        if sync {
-            file.sync().map_err(|e| io_error(path, &e))?;
+        // A full segment must be durable before records go elsewhere.
+        let full = segment.bytes >= SEGMENT_BYTES;
+        if sync || full {
+            segment.file.sync().map_err(failed)?;
         }
-        if segment_bytes < SEGMENT_BYTES {
-            return Ok((file, segment_bytes));
-        }
-        // The full segment must be durable before records go elsewhere.
-        file.sync().map_err(|e| io_error(path, &e))?;
-        let next = self.dir.join(segment_name(last + 1));
-        let fresh = self.io.append(&next).map_err(|e| io_error(&next, &e))?;
+        if full { self.new_segment(last + 1) } else { Ok(segment) }
+    }
+
+    /// A new, empty segment whose first record will be `first_lsn`, its
+    /// directory entry durable.
+    fn new_segment(&self, first_lsn: u64) -> Result<Segment> {
+        let path = self.dir.join(segment_name(first_lsn));
+        let file = self.io.append(&path).map_err(|e| io_error(&path, &e))?;
         self.io.sync_dir(&self.dir).map_err(|e| io_error(&self.dir, &e))?;
-        Ok((fresh, 0))
+        Ok(Segment { file, path, bytes: 0 })
     }
 }
 
