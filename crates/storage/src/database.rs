@@ -1,28 +1,39 @@
-//! The catalog: named tables and the background rebuild worker they share.
+//! The catalog: named tables and the background rebuild worker they share,
+//! in memory or backed by a data directory.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use arrow_schema::Schema;
 
+use crate::durable::io::{FileSystem, StorageIo};
+use crate::durable::lock::DirLock;
+use crate::durable::record::LogRecord;
+use crate::durable::store::{self, Durable, DurableOptions, RecoveryReport};
 use crate::error::{Error, Result};
 use crate::rebuild::RebuildQueue;
-use crate::table::{Table, TableOptions};
+use crate::table::{Table, TableLog, TableOptions};
 use crate::types::TableSchema;
 
 /// A quiverdb database: a catalog of tables. Cheap to clone; clones share it.
+///
+/// [`Database::new`] keeps everything in memory; [`Database::open`] keeps
+/// it in a data directory, logging every change before acknowledging it.
 #[derive(Debug, Clone)]
 pub struct Database {
-    inner: Arc<DbInner>,
+    pub(crate) inner: Arc<DbInner>,
 }
 
 #[derive(Debug)]
-struct DbInner {
-    tables: RwLock<BTreeMap<String, Table>>,
+pub(crate) struct DbInner {
+    pub(crate) tables: RwLock<BTreeMap<String, Table>>,
     /// Bumped whenever a table is created, replaced or dropped.
     catalog_version: AtomicU64,
-    rebuilds: RebuildQueue,
+    pub(crate) rebuilds: RebuildQueue,
+    /// Set once a data directory is open (after recovery).
+    pub(crate) durable: OnceLock<Durable>,
 }
 
 impl Default for Database {
@@ -39,8 +50,67 @@ impl Database {
                 tables: RwLock::new(BTreeMap::new()),
                 catalog_version: AtomicU64::new(0),
                 rebuilds: RebuildQueue::start(),
+                durable: OnceLock::new(),
             }),
         }
+    }
+
+    /// Opens the data directory `dir` (creating it if needed): takes its
+    /// lock (failing with [`Error::DirectoryInUse`] if another process or
+    /// another open database has it), loads the last checkpoint and replays
+    /// the log after it. Damage before the end of the log, or in the
+    /// catalog or a shard file, fails with [`Error::Corrupt`] naming the
+    /// file and offset; an incomplete last write (a crash mid-write) is
+    /// dropped and reported in [`Database::recovery`].
+    pub fn open(dir: impl AsRef<Path>, options: DurableOptions) -> Result<Self> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::Io { path: dir.display().to_string(), message: e.to_string() })?;
+        let lock = DirLock::acquire(dir)?;
+        store::open(Arc::new(FileSystem), dir, options, Some(lock))
+    }
+
+    /// [`Database::open`] through `io` (for tests that inject faults), with
+    /// no directory lock.
+    pub fn open_with_io(io: Arc<dyn StorageIo>, dir: impl AsRef<Path>, options: DurableOptions) -> Result<Self> {
+        store::open(io, dir.as_ref(), options, None)
+    }
+
+    /// True for a database backed by a data directory.
+    pub fn is_durable(&self) -> bool {
+        self.inner.durable.get().is_some()
+    }
+
+    /// The data directory, for a durable database.
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.inner.durable.get().map(Durable::dir)
+    }
+
+    /// What opening the data directory found (`None` in memory).
+    pub fn recovery(&self) -> Option<&RecoveryReport> {
+        self.inner.durable.get().map(Durable::report)
+    }
+
+    /// Writes a checkpoint: every table's current state, so that reopening
+    /// reads it instead of replaying the log, which is then cut back. A
+    /// no-op in memory. A failure makes the database read-only.
+    pub fn checkpoint(&self) -> Result<()> {
+        match self.inner.durable.get() {
+            Some(durable) => store::checkpoint(self, durable),
+            None => Ok(()),
+        }
+    }
+
+    /// Syncs the log and writes a checkpoint, so the next open is fast.
+    /// The directory stays locked until every clone of this database is
+    /// dropped.
+    pub fn close(self) -> Result<()> {
+        self.wait_for_background_rebuilds();
+        self.checkpoint()
+    }
+
+    fn durable(&self) -> Option<&Durable> {
+        self.inner.durable.get()
     }
 
     fn tables(&self) -> Result<std::sync::RwLockReadGuard<'_, BTreeMap<String, Table>>> {
@@ -61,9 +131,44 @@ impl Database {
             return Err(Error::TableExists(name.into()));
         }
         let table = Table::new(name.into(), schema, options, self.inner.rebuilds.clone());
+        let lsn = match self.durable() {
+            Some(durable) => Some(self.log_creation(durable, &table, false)?),
+            None => None,
+        };
         tables.insert(name.into(), table.clone());
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
+        drop(tables);
+        self.commit(lsn)?;
         Ok(table)
+    }
+
+    /// Logs the creation of `table` with what its fill captured, and
+    /// switches it to the log. Called with the catalog lock held.
+    fn log_creation(&self, durable: &Durable, table: &Table, replace: bool) -> Result<u64> {
+        let mut writer = table.inner.writer.lock().map_err(|_| poisoned())?;
+        let fill = match std::mem::take(&mut writer.log) {
+            TableLog::Capture(records) => records,
+            _ => Vec::new(),
+        };
+        let record = LogRecord::CreateTable {
+            name: table.name().into(),
+            schema: Arc::clone(table.arrow_schema()),
+            options: table.options().clone(),
+            replace,
+            fill,
+        };
+        let lsn = durable.append(&record)?;
+        writer.log = TableLog::Wal(durable.wal.clone());
+        writer.uid = lsn;
+        Ok(lsn)
+    }
+
+    /// Waits until the change logged at `lsn` is durable.
+    fn commit(&self, lsn: Option<u64>) -> Result<()> {
+        match (self.durable(), lsn) {
+            (Some(durable), Some(lsn)) => durable.wal.commit(lsn),
+            _ => Ok(()),
+        }
     }
 
     /// Creates a table, fills it through `fill` while no one else can see
@@ -89,16 +194,34 @@ impl Database {
         let key: Vec<&str> = options.primary_key.iter().map(String::as_str).collect();
         let schema = TableSchema::try_new(schema, &key)?;
         let table = Table::new(name.into(), schema, options, self.inner.rebuilds.clone());
+        if self.durable().is_some() {
+            // Its changes are logged with its creation.
+            table.inner.writer.lock().map_err(|_| poisoned())?.log = TableLog::Capture(Vec::new());
+        }
         let out = fill(&table)?;
         let mut tables = self.inner.tables.write().map_err(|_| poisoned())?;
-        if !replace && tables.contains_key(name) {
+        let old = tables.get(name).cloned();
+        if !replace && old.is_some() {
             return Err(Error::TableExists(name.into()).into());
         }
-        if let Some(old) = tables.insert(name.into(), table) {
-            let _writer = old.inner.writer.lock().map_err(|_| poisoned())?;
+        // Hold the replaced table's writer lock so none of its changes is
+        // logged after the creation that replaces it.
+        let old_writer = match &old {
+            Some(old) => Some(old.inner.writer.lock().map_err(|_| poisoned())?),
+            None => None,
+        };
+        let lsn = match self.durable() {
+            Some(durable) => Some(self.log_creation(durable, &table, replace)?),
+            None => None,
+        };
+        if let Some(old) = &old {
             old.inner.dropped.store(true, Ordering::Release);
         }
+        drop(old_writer);
+        tables.insert(name.into(), table);
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
+        drop(tables);
+        self.commit(lsn)?;
         Ok(out)
     }
 
@@ -120,18 +243,21 @@ impl Database {
     /// Drops a table. Handles to it still read their snapshots; writes
     /// through them fail with [`Error::TableNotFound`].
     pub fn drop_table(&self, name: &str) -> Result<()> {
-        let table = self
-            .inner
-            .tables
-            .write()
-            .map_err(|_| poisoned())?
-            .remove(name)
-            .ok_or_else(|| Error::TableNotFound(name.into()))?;
-        self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        // Take the writer lock so no transaction is half-way through.
-        let _writer = table.inner.writer.lock().map_err(|_| poisoned())?;
+        let mut tables = self.inner.tables.write().map_err(|_| poisoned())?;
+        let table = tables.get(name).cloned().ok_or_else(|| Error::TableNotFound(name.into()))?;
+        // Take the writer lock so no transaction is half-way through (and
+        // none is logged after the drop).
+        let writer = table.inner.writer.lock().map_err(|_| poisoned())?;
+        let lsn = match self.durable() {
+            Some(durable) => Some(durable.append(&LogRecord::DropTable { name: name.into() })?),
+            None => None,
+        };
         table.inner.dropped.store(true, Ordering::Release);
-        Ok(())
+        drop(writer);
+        tables.remove(name);
+        self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
+        drop(tables);
+        self.commit(lsn)
     }
 
     /// A number that changes whenever a table is created, replaced or

@@ -19,7 +19,7 @@
 //! A rebuilt shard left with no live rows is removed, unless it is the
 //! last (append) shard.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
@@ -27,6 +27,7 @@ use arrow_array::ArrayRef;
 use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
 
 use crate::delta::Delta;
+use crate::durable::record::LogRecord;
 use crate::error::{Error, Result};
 use crate::main::decode::Rows;
 use crate::main::{Main, MainColumn};
@@ -52,6 +53,9 @@ struct Pending {
 pub(crate) struct RebuildQueue {
     tx: mpsc::Sender<Job>,
     pending: Arc<Pending>,
+    /// Set while a log is replayed: replay makes exactly the rebuilds the
+    /// log holds, and no others.
+    paused: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Job {
@@ -87,12 +91,17 @@ impl RebuildQueue {
                 }
             })
             .expect("spawning the rebuild thread");
-        Self { tx, pending }
+        Self { tx, pending, paused: Arc::default() }
+    }
+
+    /// Stops (`true`) or resumes queuing background rebuilds.
+    pub(crate) fn pause(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Release);
     }
 
     /// Queues a rebuild of `data` unless one is already queued.
     pub(crate) fn schedule(&self, table: &Weak<TableInner>, data: &Arc<ShardData>) {
-        if data.rebuild_queued.swap(true, Ordering::AcqRel) {
+        if self.paused.load(Ordering::Acquire) || data.rebuild_queued.swap(true, Ordering::AcqRel) {
             return;
         }
         *self.pending.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
@@ -169,15 +178,62 @@ pub(crate) fn rebuild_shard(table: &TableInner, id: ShardId, thorough: bool) -> 
         if snap.delta_len == 0 && snap.deleted() == 0 {
             return Ok(());
         }
-        let batch = ShardSnapshot::new(&snap, &table.schema).to_record_batch(None)?;
-        let columns = batch
-            .columns()
-            .iter()
-            .map(|a| MainColumn::from_array(a.as_ref()))
-            .collect::<Result<Vec<_>>>()?;
-        let main = Main::new(batch.num_rows(), columns);
+        let main = build_main(table, &snap)?;
         return publish(table, &snap, main);
     }
+}
+
+/// Main storage holding the live rows of `snap`, in order.
+fn build_main(table: &TableInner, snap: &ShardState) -> Result<Main> {
+    let batch = ShardSnapshot::new(snap, &table.schema).to_record_batch(None)?;
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|a| MainColumn::from_array(a.as_ref()))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Main::new(batch.num_rows(), columns))
+}
+
+/// Replays a logged rebuild ([`LogRecord::Rebuild`]): rebuilds shard
+/// `shard`, which must be at `version`, from the snapshot of it with
+/// `delta_len` delta rows and `deleted` dead, exactly as the original did.
+pub(crate) fn replay_rebuild(
+    table: &TableInner,
+    shard: ShardId,
+    version: u64,
+    delta_len: usize,
+    deleted: &[u32],
+) -> Result<()> {
+    let mismatch = |what: String| {
+        Error::Internal(format!("the log rebuilds shard {shard} of table '{}', but {what}", table.name))
+    };
+    let state = table.state.load_full();
+    let pos = state.shards.position(shard).ok_or_else(|| mismatch("the table has no such shard".into()))?;
+    let cur = state.shards.get(pos);
+    if cur.data.version != version {
+        return Err(mismatch(format!("it is at version {}, not {version}", cur.data.version)));
+    }
+    if delta_len > cur.delta_len {
+        return Err(mismatch(format!("it has {} delta rows, not {delta_len}", cur.delta_len)));
+    }
+    let rows = cur.data.main.rows() + delta_len;
+    let deletes = if deleted.is_empty() {
+        None
+    } else {
+        let mut bits = BooleanBufferBuilder::new(cur.data.capacity);
+        bits.append_n(cur.data.capacity, false);
+        for &id in deleted {
+            let id = id as usize;
+            if id >= rows || !cur.deletes.as_ref().is_some_and(|d| d.contains(id as u32)) {
+                return Err(mismatch(format!("record {id} is not a deleted row of it")));
+            }
+            bits.set_bit(id, true);
+        }
+        Some(DeleteSet::new(bits.finish(), deleted.len()))
+    };
+    let snap = ShardState { data: Arc::clone(&cur.data), delta_len, deletes };
+    let main = build_main(table, &snap)?;
+    publish(table, &snap, main)
 }
 
 fn current_data(table: &TableInner, id: ShardId) -> Option<Arc<ShardData>> {
@@ -188,10 +244,13 @@ fn current_data(table: &TableInner, id: ShardId) -> Option<Arc<ShardData>> {
 /// Step 3: carry over what changed since `snap`, publish the new version.
 fn publish(table: &TableInner, snap: &ShardState, main: Main) -> Result<()> {
     let data = &snap.data;
-    let _writer = table
+    let mut writer = table
         .writer
         .lock()
         .map_err(|_| Error::Internal(format!("a writer of table '{}' panicked", table.name)))?;
+    if table.dropped.load(Ordering::Acquire) {
+        return Ok(()); // nothing reads it any more, and it must not be logged
+    }
     let state = table.state.load_full();
     let Some(pos) = state.shards.position(data.id) else {
         return Ok(()); // truncated meanwhile
@@ -214,6 +273,18 @@ fn publish(table: &TableInner, snap: &ShardState, main: Main) -> Result<()> {
     }
     let deletes = carry_deletes(snap, cur, new_rows)?;
     let live = new_rows + carried - deletes.as_ref().map_or(0, DeleteSet::count);
+    if writer.log.is_on() {
+        let deleted = snap.deletes.as_ref().map_or_else(Vec::new, |d| {
+            d.bits().slice(0, snap.rows()).set_indices().map(|id| id as u32).collect()
+        });
+        writer.log.write(LogRecord::Rebuild {
+            table: table.name.clone(),
+            shard: data.id.0,
+            version: data.version,
+            delta_len: snap.delta_len as u32,
+            deleted,
+        })?;
+    }
     let new_data = Arc::new(ShardData::new(data.id, data.version + 1, data.capacity, main, delta));
     new_data.delta.commit(carried);
     let mut next = (*state).clone();

@@ -27,6 +27,8 @@ use arrow_buffer::BooleanBufferBuilder;
 use arrow_schema::SchemaRef;
 
 use crate::delta::Delta;
+use crate::durable::record::{LogRecord, ShardDeletes};
+use crate::durable::wal::Wal;
 use crate::error::{Error, Result};
 use crate::ingest::{encode_value, validate_batch};
 use crate::main::Main;
@@ -126,7 +128,82 @@ pub(crate) struct TableState {
 /// What the writer lock protects.
 #[derive(Debug)]
 pub(crate) struct Writer {
-    next_shard_id: u64,
+    pub(crate) next_shard_id: u64,
+    pub(crate) log: TableLog,
+    /// Names the table's checkpoint files: the LSN of the record that
+    /// created it (0 for a table that is not durable).
+    pub(crate) uid: u64,
+}
+
+/// Where a table's changes are logged. Records are written under the
+/// writer lock, so the log holds a table's changes in the order they
+/// were published.
+#[derive(Debug, Default)]
+pub(crate) enum TableLog {
+    /// Not logged: an in-memory database, or a table being replayed.
+    #[default]
+    Off,
+    /// Kept until the table is published, then logged with its creation
+    /// (see [`crate::Database::create_table_with`]).
+    Capture(Vec<LogRecord>),
+    /// Written to the database's write-ahead log.
+    Wal(Wal),
+}
+
+impl TableLog {
+    pub(crate) fn is_on(&self) -> bool {
+        !matches!(self, TableLog::Off)
+    }
+
+    /// Logs `record`; for the write-ahead log, the LSN to commit before
+    /// acknowledging.
+    pub(crate) fn write(&mut self, record: LogRecord) -> Result<Option<u64>> {
+        match self {
+            TableLog::Off => Ok(None),
+            TableLog::Capture(records) => {
+                records.push(record);
+                Ok(None)
+            }
+            TableLog::Wal(wal) => {
+                let (kind, payload) = record
+                    .encode()
+                    .map_err(|e| Error::Internal(format!("encoding a log record: {e}")))?;
+                wal.append(kind, &payload).map(Some)
+            }
+        }
+    }
+
+    /// The write-ahead log, if this is one.
+    pub(crate) fn wal(&self) -> Option<&Wal> {
+        match self {
+            TableLog::Wal(wal) => Some(wal),
+            _ => None,
+        }
+    }
+}
+
+/// A transaction's changes, as they will be logged.
+#[derive(Debug, Default)]
+struct PendingLog {
+    truncate: bool,
+    appends: Vec<RecordBatch>,
+    /// Shard id → (shard version, ids).
+    deletes: BTreeMap<u64, (u64, Vec<RecId>)>,
+}
+
+impl PendingLog {
+    fn is_empty(&self) -> bool {
+        !self.truncate && self.appends.is_empty() && self.deletes.is_empty()
+    }
+
+    fn into_record(self, table: &str) -> LogRecord {
+        let deletes = self
+            .deletes
+            .into_iter()
+            .map(|(shard, (version, ids))| ShardDeletes { shard, version, ids })
+            .collect();
+        LogRecord::Commit { table: table.into(), truncate: self.truncate, appends: self.appends, deletes }
+    }
 }
 
 #[derive(Debug)]
@@ -162,7 +239,7 @@ impl Table {
             schema,
             options,
             state: ArcSwap::from_pointee(TableState::default()),
-            writer: Mutex::new(Writer { next_shard_id: 0 }),
+            writer: Mutex::new(Writer { next_shard_id: 0, log: TableLog::Off, uid: 0 }),
             dropped: AtomicBool::new(false),
             rebuilds,
             rebuild_failures: AtomicU64::new(0),
@@ -291,6 +368,8 @@ pub struct Transaction<'t> {
     appended: Vec<usize>,
     /// Keys appended, for a table with a primary key.
     keys: Option<PendingKeys>,
+    /// What to log at commit, for a logged table.
+    log: Option<PendingLog>,
 }
 
 impl<'t> Transaction<'t> {
@@ -304,13 +383,19 @@ impl<'t> Transaction<'t> {
         let base = table.state.load_full();
         let work = (*base).clone();
         let keys = PendingKeys::new(&table.schema);
-        Ok(Self { table, writer, base, work, deletes: BTreeMap::new(), appended: Vec::new(), keys })
+        let log = writer.log.is_on().then(PendingLog::default);
+        Ok(Self { table, writer, base, work, deletes: BTreeMap::new(), appended: Vec::new(), keys, log })
     }
 
     /// The table as it was when the transaction began: the snapshot that
     /// record ids passed to [`Transaction::delete`] refer to.
     pub fn snapshot(&self) -> TableSnapshot {
         TableSnapshot::new(self.table.schema.clone(), Arc::clone(&self.base))
+    }
+
+    /// The version of shard `shard` when the transaction began.
+    pub(crate) fn shard_version(&self, shard: ShardId) -> Option<u64> {
+        self.base.shards.position(shard).map(|p| self.base.shards.get(p).data.version)
     }
 
     /// The tail shard, with room for at least one row (creating a shard if needed).
@@ -349,6 +434,11 @@ impl<'t> Transaction<'t> {
             done += k;
             self.appended.push(idx);
         }
+        if let Some(log) = &mut self.log
+            && n > 0
+        {
+            log.appends.push(batch.clone());
+        }
         Ok(n)
     }
 
@@ -377,6 +467,17 @@ impl<'t> Transaction<'t> {
                 .map(|&c| shard.data.delta.column(c).decode(at + 1, Rows::Ids(&[at as RecId])))
                 .collect::<Result<Vec<_>>>()?;
             keys.add(&self.table.name, &self.table.schema, &arrays, 1)?;
+        }
+        if self.log.is_some() {
+            // Log the row as stored (one-row batch read back from the delta).
+            let columns = (0..schema.len())
+                .map(|c| shard.data.delta.column(c).decode(at + 1, Rows::Ids(&[at as RecId])))
+                .collect::<Result<Vec<_>>>()?;
+            let batch = RecordBatch::try_new(Arc::clone(schema.arrow()), columns)
+                .map_err(|e| Error::Internal(format!("logging a row: {e}")))?;
+            if let Some(log) = &mut self.log {
+                log.appends.push(batch);
+            }
         }
         self.work.shards.get_mut(idx).delta_len += 1;
         self.appended.push(idx);
@@ -420,6 +521,10 @@ impl<'t> Transaction<'t> {
                 bits.set_bit(id as usize, true);
                 *newly += 1;
             }
+        }
+        if let Some(log) = &mut self.log {
+            let (_, logged) = log.deletes.entry(shard.0).or_insert_with(|| (base.data.version, Vec::new()));
+            logged.extend_from_slice(ids);
         }
         Ok(*newly - before)
     }
@@ -471,6 +576,9 @@ impl<'t> Transaction<'t> {
         self.work.shards = ShardList::default();
         self.deletes.clear();
         self.appended.clear();
+        if let Some(log) = &mut self.log {
+            *log = PendingLog { truncate: true, ..PendingLog::default() };
+        }
         live
     }
 
@@ -496,9 +604,16 @@ impl<'t> Transaction<'t> {
         Ok(())
     }
 
-    /// Checks the primary key, then publishes everything at once.
+    /// Checks the primary key, logs the transaction, publishes everything
+    /// at once, and (for a logged table) waits until the log makes it as
+    /// durable as its sync mode promises.
     fn commit(mut self) -> Result<()> {
         self.check_keys()?;
+        let lsn = match self.log.take() {
+            Some(log) if !log.is_empty() => self.writer.log.write(log.into_record(&self.table.name))?,
+            _ => None,
+        };
+        let wal = lsn.and_then(|_| self.writer.log.wal().cloned());
         let mut touched = std::mem::take(&mut self.appended);
         for (pos, (mut bits, newly)) in std::mem::take(&mut self.deletes) {
             if newly == 0 {
@@ -526,12 +641,20 @@ impl<'t> Transaction<'t> {
                 self.table.rebuilds.schedule(&self.table.self_ref, &data);
             }
         }
-        Ok(())
+        match (wal, lsn) {
+            (Some(wal), Some(lsn)) => wal.commit(lsn),
+            _ => Ok(()),
+        }
     }
 
     fn needs_rebuild(&self, shard: &ShardState) -> bool {
-        let full = shard.room() == 0 && shard.delta_len > 0;
-        let dead = shard.deleted() as f64 > self.table.options.rebuild_dead_fraction * shard.rows() as f64;
-        full || (dead && shard.deleted() > 0)
+        needs_rebuild(&self.table.options, shard)
     }
+}
+
+/// True when `shard` is full or has enough dead rows to be rebuilt.
+pub(crate) fn needs_rebuild(options: &TableOptions, shard: &ShardState) -> bool {
+    let full = shard.room() == 0 && shard.delta_len > 0;
+    let dead = shard.deleted() as f64 > options.rebuild_dead_fraction * shard.rows() as f64;
+    full || (dead && shard.deleted() > 0)
 }

@@ -213,8 +213,10 @@ impl SimulatedIo {
 impl StorageIo for SimulatedIo {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         let mut state = lock(&self.state)?;
-        if !state.dirs.iter().any(|d| d == dir) {
-            state.dirs.push(dir.to_path_buf());
+        for d in dir.ancestors().filter(|d| !d.as_os_str().is_empty()) {
+            if !state.dirs.iter().any(|known| known == d) {
+                state.dirs.push(d.to_path_buf());
+            }
         }
         Ok(())
     }

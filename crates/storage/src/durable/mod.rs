@@ -11,8 +11,10 @@
 //! as tables change, shard checkpoints, the catalog file and recovery on
 //! open are still to come.
 
+pub mod checkpoint;
 pub mod frame;
 pub mod io;
 pub mod lock;
 pub mod record;
+pub mod store;
 pub mod wal;

@@ -14,12 +14,11 @@
 //! parse is an error, never a panic.
 
 use std::io::Cursor;
-use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_ipc::reader::StreamReader;
 use arrow_ipc::writer::StreamWriter;
-use arrow_schema::{Schema, SchemaRef};
+use arrow_schema::SchemaRef;
 
 use crate::table::TableOptions;
 
@@ -27,15 +26,15 @@ use crate::table::TableOptions;
 #[derive(Debug, Clone, PartialEq)]
 pub enum LogRecord {
     /// A table was created (replacing one of that name if `replace`), with
-    /// the rows of `fill` already in it when it was published.
-    CreateTable { name: String, schema: SchemaRef, options: TableOptions, replace: bool, fill: Vec<RecordBatch> },
+    /// the changes of `fill` (commits and rebuilds, in order) already made
+    /// to it when it was published.
+    CreateTable { name: String, schema: SchemaRef, options: TableOptions, replace: bool, fill: Vec<LogRecord> },
     /// A table was dropped.
     DropTable { name: String },
-    /// One transaction on a table: its appends, then its deletes (each as
-    /// shard, shard version and record ids).
-    Commit { table: String, appends: Vec<RecordBatch>, deletes: Vec<ShardDeletes> },
-    /// Every row of a table was removed.
-    Truncate { table: String },
+    /// One transaction on a table: if `truncate`, every row it started
+    /// from was removed first; then its appends, and its deletes (each as
+    /// shard, shard version and record ids of the rows it started from).
+    Commit { table: String, truncate: bool, appends: Vec<RecordBatch>, deletes: Vec<ShardDeletes> },
     /// A shard rebuild was published: it was built from the shard version
     /// `version` with `delta_len` delta rows and the ids in `deleted` dead.
     Rebuild { table: String, shard: u64, version: u64, delta_len: u32, deleted: Vec<u32> },
@@ -52,7 +51,6 @@ pub struct ShardDeletes {
 const CREATE_TABLE: u8 = 1;
 const DROP_TABLE: u8 = 2;
 const COMMIT: u8 = 3;
-const TRUNCATE: u8 = 4;
 const REBUILD: u8 = 5;
 
 /// Why a payload did not decode.
@@ -65,25 +63,31 @@ impl LogRecord {
         let kind = match self {
             LogRecord::CreateTable { name, schema, options, replace, fill } => {
                 put_str(&mut out, name);
-                put_u64(&mut out, options.shard_capacity as u64);
-                out.extend_from_slice(&options.rebuild_dead_fraction.to_le_bytes());
-                out.push(u8::from(options.background_rebuild));
-                put_u64(&mut out, options.primary_key.len() as u64);
-                for column in &options.primary_key {
-                    put_str(&mut out, column);
-                }
+                put_options(&mut out, options);
                 out.push(u8::from(*replace));
-                put_bytes(&mut out, &ipc(schema, fill)?);
+                put_bytes(&mut out, &ipc(schema, &[])?);
+                put_u64(&mut out, fill.len() as u64);
+                for record in fill {
+                    let (kind, payload) = record.encode()?;
+                    out.push(kind);
+                    put_bytes(&mut out, &payload);
+                }
                 CREATE_TABLE
             }
             LogRecord::DropTable { name } => {
                 put_str(&mut out, name);
                 DROP_TABLE
             }
-            LogRecord::Commit { table, appends, deletes } => {
+            LogRecord::Commit { table, truncate, appends, deletes } => {
                 put_str(&mut out, table);
-                let schema = appends.first().map_or_else(|| Arc::new(Schema::empty()), RecordBatch::schema);
-                put_bytes(&mut out, &ipc(&schema, appends)?);
+                out.push(u8::from(*truncate));
+                // One IPC stream per run of batches with the same schema
+                // (appends may differ in string layout or field nullability).
+                let runs = appends.chunk_by(|a, b| a.schema() == b.schema()).collect::<Vec<_>>();
+                put_u64(&mut out, runs.len() as u64);
+                for run in runs {
+                    put_bytes(&mut out, &ipc(&run[0].schema(), run)?);
+                }
                 put_u64(&mut out, deletes.len() as u64);
                 for d in deletes {
                     put_u64(&mut out, d.shard);
@@ -91,10 +95,6 @@ impl LogRecord {
                     put_ids(&mut out, &d.ids);
                 }
                 COMMIT
-            }
-            LogRecord::Truncate { table } => {
-                put_str(&mut out, table);
-                TRUNCATE
             }
             LogRecord::Rebuild { table, shard, version, delta_len, deleted } => {
                 put_str(&mut out, table);
@@ -114,27 +114,35 @@ impl LogRecord {
         let record = match kind {
             CREATE_TABLE => {
                 let name = r.str()?;
-                let shard_capacity = usize::try_from(r.u64()?).map_err(|_| "shard capacity out of range")?;
-                let rebuild_dead_fraction = f64::from_le_bytes(r.take(8)?.try_into().map_err(|_| "short float")?);
-                let background_rebuild = r.flag()?;
-                let keys = r.count(1)?;
-                let primary_key = (0..keys).map(|_| r.str()).collect::<Result<Vec<_>, _>>()?;
+                let options = r.options()?;
                 let replace = r.flag()?;
-                let (schema, fill) = from_ipc(r.bytes()?)?;
-                let options = TableOptions { shard_capacity, rebuild_dead_fraction, background_rebuild, primary_key };
+                let (schema, _) = from_ipc(r.bytes()?)?;
+                let n = r.count(9)?;
+                let fill = (0..n)
+                    .map(|_| {
+                        let kind = r.take(1)?[0];
+                        match LogRecord::decode(kind, r.bytes()?)? {
+                            record @ (LogRecord::Commit { .. } | LogRecord::Rebuild { .. }) => Ok(record),
+                            _ => Err("a table's fill holds only commits and rebuilds".to_string()),
+                        }
+                    })
+                    .collect::<Result<Vec<_>, DecodeError>>()?;
                 LogRecord::CreateTable { name, schema, options, replace, fill }
             }
             DROP_TABLE => LogRecord::DropTable { name: r.str()? },
             COMMIT => {
                 let table = r.str()?;
-                let (_, appends) = from_ipc(r.bytes()?)?;
+                let truncate = r.flag()?;
+                let mut appends = Vec::new();
+                for _ in 0..r.count(8)? {
+                    appends.extend(from_ipc(r.bytes()?)?.1);
+                }
                 let n = r.count(20)?;
                 let deletes = (0..n)
                     .map(|_| Ok(ShardDeletes { shard: r.u64()?, version: r.u64()?, ids: r.ids()? }))
                     .collect::<Result<Vec<_>, DecodeError>>()?;
-                LogRecord::Commit { table, appends, deletes }
+                LogRecord::Commit { table, truncate, appends, deletes }
             }
-            TRUNCATE => LogRecord::Truncate { table: r.str()? },
             REBUILD => {
                 let table = r.str()?;
                 let (shard, version) = (r.u64()?, r.u64()?);
@@ -150,20 +158,32 @@ impl LogRecord {
     }
 }
 
-fn put_u64(out: &mut Vec<u8>, v: u64) {
+/// A table's options: shard capacity, dead fraction, background rebuild
+/// flag, primary key columns.
+pub(super) fn put_options(out: &mut Vec<u8>, options: &TableOptions) {
+    put_u64(out, options.shard_capacity as u64);
+    out.extend_from_slice(&options.rebuild_dead_fraction.to_le_bytes());
+    out.push(u8::from(options.background_rebuild));
+    put_u64(out, options.primary_key.len() as u64);
+    for column in &options.primary_key {
+        put_str(out, column);
+    }
+}
+
+pub(super) fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(super) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     put_u64(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
+pub(super) fn put_str(out: &mut Vec<u8>, s: &str) {
     put_bytes(out, s.as_bytes());
 }
 
-fn put_ids(out: &mut Vec<u8>, ids: &[u32]) {
+pub(super) fn put_ids(out: &mut Vec<u8>, ids: &[u32]) {
     put_u64(out, ids.len() as u64);
     for id in ids {
         out.extend_from_slice(&id.to_le_bytes());
@@ -171,7 +191,7 @@ fn put_ids(out: &mut Vec<u8>, ids: &[u32]) {
 }
 
 /// `batches` as one Arrow IPC stream of `schema`.
-fn ipc(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, arrow_schema::ArrowError> {
+pub(super) fn ipc(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, arrow_schema::ArrowError> {
     let mut writer = StreamWriter::try_new(Vec::new(), schema)?;
     for batch in batches {
         writer.write(batch)?;
@@ -179,7 +199,7 @@ fn ipc(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, arrow_sch
     writer.into_inner()
 }
 
-fn from_ipc(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), DecodeError> {
+pub(super) fn from_ipc(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), DecodeError> {
     let reader = StreamReader::try_new(Cursor::new(bytes), None).map_err(|e| format!("batches: {e}"))?;
     let schema = reader.schema();
     let batches = reader.collect::<Result<Vec<_>, _>>().map_err(|e| format!("batches: {e}"))?;
@@ -187,24 +207,24 @@ fn from_ipc(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), DecodeError> 
 }
 
 /// Bounds-checked reads from a payload.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+pub(super) struct Reader<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len()).ok_or("record ends early")?;
         let out = &self.bytes[self.at..end];
         self.at = end;
         Ok(out)
     }
 
-    fn u64(&mut self) -> Result<u64, DecodeError> {
+    pub(super) fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| "short integer")?))
     }
 
-    fn flag(&mut self) -> Result<bool, DecodeError> {
+    pub(super) fn flag(&mut self) -> Result<bool, DecodeError> {
         match self.take(1)?[0] {
             0 => Ok(false),
             1 => Ok(true),
@@ -214,7 +234,7 @@ impl<'a> Reader<'a> {
 
     /// A count of items of at least `min_bytes` each that must fit in
     /// what is left (so a damaged count cannot ask for a huge allocation).
-    fn count(&mut self, min_bytes: usize) -> Result<usize, DecodeError> {
+    pub(super) fn count(&mut self, min_bytes: usize) -> Result<usize, DecodeError> {
         let n = usize::try_from(self.u64()?).map_err(|_| "count out of range")?;
         if n.saturating_mul(min_bytes.max(1)) > self.bytes.len() - self.at {
             return Err(format!("count {n} larger than the record"));
@@ -222,16 +242,25 @@ impl<'a> Reader<'a> {
         Ok(n)
     }
 
-    fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+    pub(super) fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let n = self.count(1)?;
         self.take(n)
     }
 
-    fn str(&mut self) -> Result<String, DecodeError> {
+    pub(super) fn str(&mut self) -> Result<String, DecodeError> {
         String::from_utf8(self.bytes()?.to_vec()).map_err(|_| "a name is not UTF-8".into())
     }
 
-    fn ids(&mut self) -> Result<Vec<u32>, DecodeError> {
+    pub(super) fn options(&mut self) -> Result<TableOptions, DecodeError> {
+        let shard_capacity = usize::try_from(self.u64()?).map_err(|_| "shard capacity out of range")?;
+        let rebuild_dead_fraction = f64::from_le_bytes(self.take(8)?.try_into().map_err(|_| "short float")?);
+        let background_rebuild = self.flag()?;
+        let keys = self.count(1)?;
+        let primary_key = (0..keys).map(|_| self.str()).collect::<Result<Vec<_>, _>>()?;
+        Ok(TableOptions { shard_capacity, rebuild_dead_fraction, background_rebuild, primary_key })
+    }
+
+    pub(super) fn ids(&mut self) -> Result<Vec<u32>, DecodeError> {
         let n = self.count(4)?;
         let bytes = self.take(n * 4)?;
         Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
@@ -240,8 +269,10 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use arrow_array::{Int64Array, StringArray};
-    use arrow_schema::{DataType, Field};
+    use arrow_schema::{DataType, Field, Schema};
 
     use super::*;
 
@@ -257,6 +288,16 @@ mod tests {
         .unwrap()
     }
 
+    /// A batch whose strings are views: a schema of its own.
+    fn views() -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8View, true),
+        ]));
+        let names = arrow_array::StringViewArray::from(vec![Some("a long string beyond twelve bytes"), None]);
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![8, 9])), Arc::new(names)]).unwrap()
+    }
+
     fn samples() -> Vec<LogRecord> {
         let b = batch(&[1, 2, 3], &[Some("a"), None, Some("c")]);
         vec![
@@ -265,7 +306,16 @@ mod tests {
                 schema: b.schema(),
                 options: TableOptions::default().with_primary_key(["id"]).with_shard_capacity(1024),
                 replace: true,
-                fill: vec![b.clone(), batch(&[4], &[None])],
+                fill: vec![
+                    LogRecord::Commit { table: "t".into(), truncate: false, appends: vec![b.clone()], deletes: vec![] },
+                    LogRecord::Rebuild { table: "t".into(), shard: 0, version: 0, delta_len: 3, deleted: vec![] },
+                    LogRecord::Commit {
+                        table: "t".into(),
+                        truncate: true,
+                        appends: vec![batch(&[4], &[None])],
+                        deletes: vec![],
+                    },
+                ],
             },
             LogRecord::CreateTable {
                 name: "empty".into(),
@@ -277,11 +327,11 @@ mod tests {
             LogRecord::DropTable { name: "t".into() },
             LogRecord::Commit {
                 table: "t".into(),
-                appends: vec![b],
+                truncate: false,
+                appends: vec![b.clone(), b.clone(), views(), b],
                 deletes: vec![ShardDeletes { shard: 0, version: 3, ids: vec![1, 7, 65_535] }],
             },
-            LogRecord::Commit { table: "t".into(), appends: vec![], deletes: vec![] },
-            LogRecord::Truncate { table: "t".into() },
+            LogRecord::Commit { table: "t".into(), truncate: true, appends: vec![], deletes: vec![] },
             LogRecord::Rebuild { table: "t".into(), shard: 2, version: 1, delta_len: 900, deleted: vec![0, 5] },
         ]
     }

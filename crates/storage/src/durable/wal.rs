@@ -44,6 +44,9 @@ pub struct Record {
     pub kind: u8,
     /// Its payload.
     pub payload: Vec<u8>,
+    /// The segment file holding it, and the offset of its frame there.
+    pub segment: Arc<Path>,
+    pub offset: u64,
 }
 
 /// What [`read_log`] found.
@@ -100,8 +103,15 @@ pub fn read_log(io: &dyn StorageIo, dir: &Path) -> Result<LogContents> {
             out.torn = Some((path.clone(), offset, bytes));
         }
         let mut lsn = *first;
+        let segment: Arc<Path> = Arc::from(path.as_path());
         for f in frames {
-            out.records.push(Record { lsn, kind: f.kind, payload: f.payload.to_vec() });
+            out.records.push(Record {
+                lsn,
+                kind: f.kind,
+                payload: f.payload.to_vec(),
+                segment: Arc::clone(&segment),
+                offset: f.offset,
+            });
             lsn += 1;
         }
         next = Some(lsn);
@@ -136,6 +146,8 @@ struct State {
     /// The segment being written; `None` while a flush has it.
     segment: Option<Segment>,
     failed: Option<String>,
+    /// Bytes of frames appended since open.
+    appended_bytes: u64,
 }
 
 /// The segment file being appended to.
@@ -173,6 +185,7 @@ impl Wal {
             durable_lsn: last_lsn,
             segment: Some(segment),
             failed: None,
+            appended_bytes: 0,
         };
         let inner = Arc::new(inner);
         if let SyncMode::Batch(interval) = mode {
@@ -199,6 +212,7 @@ impl Wal {
             return Err(Error::ReadOnly(reason.clone()));
         }
         frame::encode(kind, payload, &mut state.buffer);
+        state.appended_bytes += (frame::HEADER + payload.len()) as u64;
         state.last_lsn += 1;
         Ok(state.last_lsn)
     }
@@ -218,6 +232,47 @@ impl Wal {
     /// The LSN of the last record known durable.
     pub fn durable_lsn(&self) -> Result<u64> {
         Ok(self.inner.lock()?.durable_lsn)
+    }
+
+    /// The LSN of the last record appended.
+    pub fn last_lsn(&self) -> Result<u64> {
+        Ok(self.inner.lock()?.last_lsn)
+    }
+
+    /// Bytes of records appended since the log was opened.
+    pub fn appended_bytes(&self) -> Result<u64> {
+        Ok(self.inner.lock()?.appended_bytes)
+    }
+
+    /// Makes the log refuse every later append and commit with
+    /// [`Error::ReadOnly`] (`reason`): for failures outside the log that
+    /// leave the data directory in an unknown state.
+    pub fn fail(&self, reason: String) {
+        if let Ok(mut state) = self.inner.lock() {
+            state.failed.get_or_insert(reason);
+        }
+        self.inner.flushed.notify_all();
+    }
+
+    /// Removes the segments that hold only records up to `lsn` (which a
+    /// checkpoint covers). The segment being written is always kept.
+    pub fn remove_through(&self, lsn: u64) -> Result<()> {
+        let io = self.inner.io.as_ref();
+        let dir = &self.inner.dir;
+        let segments = segments(io, dir)?;
+        let mut removed = false;
+        for pair in segments.windows(2) {
+            let ((_, path), (next_first, _)) = (&pair[0], &pair[1]);
+            if *next_first > lsn + 1 {
+                break;
+            }
+            io.remove(path).map_err(|e| io_error(path, &e))?;
+            removed = true;
+        }
+        if removed {
+            io.sync_dir(dir).map_err(|e| io_error(dir, &e))?;
+        }
+        Ok(())
     }
 }
 
@@ -259,7 +314,13 @@ impl Inner {
                         state.durable_lsn = target;
                     }
                 }
-                Err(e) => state.failed = Some(e.to_string()),
+                Err(e) => {
+                    // This caller sees the failure itself; everyone after
+                    // it, that the log is read-only.
+                    state.failed = Some(e.to_string());
+                    self.flushed.notify_all();
+                    return Err(e);
+                }
             }
             self.flushed.notify_all();
         }
@@ -341,7 +402,41 @@ mod tests {
         io.crash(0);
         let records = read_log(&io, &dir()).unwrap().records;
         assert_eq!(records.iter().map(|r| r.lsn).collect::<Vec<_>>(), [1, 2, 3, 4]);
-        assert_eq!(records[3], Record { lsn: 4, kind: 2, payload: b"after".to_vec() });
+        assert_eq!((records[3].lsn, records[3].kind, records[3].payload.as_slice()), (4, 2, &b"after"[..]));
+        assert_eq!(records[3].offset, 0, "the first frame of the segment opened after the crash");
+        assert!(records[3].segment.ends_with(segment_name(4)));
+    }
+
+    #[test]
+    fn checkpointed_segments_are_removed_but_never_the_current_one() {
+        let io = SimulatedIo::default();
+        let wal = open(&io, SyncMode::Always);
+        wal.append(1, b"a").unwrap();
+        wal.sync().unwrap();
+        drop(wal);
+        let wal = open(&io, SyncMode::Always); // segments start at 1 and 2
+        let lsn = wal.append(1, b"b").unwrap();
+        wal.commit(lsn).unwrap();
+        assert_eq!(wal.last_lsn().unwrap(), 2);
+        assert_eq!(wal.appended_bytes().unwrap(), (frame::HEADER + 1) as u64);
+        wal.remove_through(0).unwrap();
+        assert_eq!(segments(&io, &dir()).unwrap().len(), 2);
+        wal.remove_through(2).unwrap();
+        let left = segments(&io, &dir()).unwrap();
+        assert_eq!(left.iter().map(|(first, _)| *first).collect::<Vec<_>>(), [2]);
+        drop(wal);
+        // Reopening continues the numbering from the kept segment.
+        let wal = open(&io, SyncMode::Always);
+        assert_eq!(wal.append(1, b"c").unwrap(), 3);
+    }
+
+    #[test]
+    fn a_failed_database_refuses_writes() {
+        let io = SimulatedIo::default();
+        let wal = open(&io, SyncMode::Always);
+        wal.fail("checkpoint failed".into());
+        assert!(matches!(wal.append(1, b"x"), Err(Error::ReadOnly(r)) if r == "checkpoint failed"));
+        assert!(matches!(wal.sync(), Err(Error::ReadOnly(_))));
     }
 
     #[test]
@@ -396,7 +491,7 @@ mod tests {
         wal.commit(wal.append(1, b"ok").unwrap()).unwrap();
         io.fail_syncs(true);
         let lsn = wal.append(1, b"unknown fate").unwrap();
-        assert!(matches!(wal.commit(lsn), Err(Error::ReadOnly(reason)) if reason.contains("simulated fsync failure")));
+        assert!(matches!(wal.commit(lsn), Err(Error::Io { message, .. }) if message.contains("simulated fsync failure")));
         io.fail_syncs(false);
         // It does not retry and carry on.
         assert!(matches!(wal.append(1, b"later"), Err(Error::ReadOnly(_))));

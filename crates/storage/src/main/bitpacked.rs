@@ -88,6 +88,24 @@ impl BitPacked {
         Self { len: keys.len(), frames: frames.into(), words: words.into() }
     }
 
+    /// A bit-packed array from its parts, for decoding a checkpoint
+    /// ([`crate::durable::checkpoint`]), which validates what
+    /// [`BitPacked::encode`] guarantees before calling this: one frame per
+    /// block of `len` values, each frame's `16 * width` words (width at
+    /// most 64) within `words`, `delta_sum` exact, and the padding of the
+    /// last block equal to its reference.
+    pub(crate) fn from_parts(len: usize, frames: Box<[Frame]>, words: Box<[u64]>) -> Self {
+        debug_assert_eq!(frames.len(), len.div_ceil(BLOCK_SIZE));
+        debug_assert!(frames.iter().all(|f| f.width <= 64
+            && f.offset as usize + WORDS_PER_BIT * f.width as usize <= words.len()));
+        Self { len, frames, words }
+    }
+
+    /// All packed words (the frames' offsets index into them).
+    pub(crate) fn words(&self) -> &[u64] {
+        &self.words
+    }
+
     /// The exact size [`BitPacked::encode`] would produce for `keys`, in bytes.
     pub fn estimate_size(keys: &[u64]) -> usize {
         let bits: usize = keys

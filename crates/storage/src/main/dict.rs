@@ -50,6 +50,15 @@ impl Dict {
         Self { values: values.into(), codes: BitPacked::encode(&codes) }
     }
 
+    /// A dictionary from its parts, for decoding a checkpoint
+    /// ([`crate::durable::checkpoint`]), which validates before calling
+    /// this that `values` ascend strictly and that every code, padding
+    /// slots included, is below `values.len()`.
+    pub(crate) fn from_parts(values: Box<[u64]>, codes: BitPacked) -> Self {
+        debug_assert!(values.windows(2).all(|w| w[0] < w[1]));
+        Self { values, codes }
+    }
+
     /// Size of a dictionary of `distinct` values whose codes pack to `codes_bytes`.
     pub fn size_for(distinct: usize, codes_bytes: usize) -> usize {
         distinct * 8 + codes_bytes

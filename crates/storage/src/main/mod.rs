@@ -212,6 +212,26 @@ pub struct MainColumn {
 }
 
 impl MainColumn {
+    /// A column from its parts, for decoding a checkpoint
+    /// ([`crate::durable::checkpoint`]), which validates every invariant
+    /// the encoders establish before calling this: `encoding` holds `len`
+    /// values of a kind that suits `physical`, `validity` (when present)
+    /// has `len` bits and at least one null, and `zones` has one exact
+    /// zone per block.
+    pub(crate) fn from_parts(
+        data_type: DataType,
+        physical: PhysicalType,
+        len: usize,
+        encoding: Encoding,
+        validity: Option<NullBuffer>,
+        zones: Box<[Zone]>,
+    ) -> Self {
+        debug_assert_eq!(PhysicalType::of(&data_type), Some(physical));
+        debug_assert_eq!(zones.len(), len.div_ceil(BLOCK_SIZE));
+        debug_assert!(validity.as_ref().is_none_or(|v| v.len() == len && v.null_count() > 0));
+        Self { data_type, physical, len, encoding, validity, zones }
+    }
+
     /// The Arrow type decodes produce.
     pub fn data_type(&self) -> &DataType {
         &self.data_type

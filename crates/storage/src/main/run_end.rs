@@ -41,6 +41,15 @@ impl RunEnd {
         Some(Self { ends: ends.into(), values: values.into() })
     }
 
+    /// Runs from their parts, for decoding a checkpoint
+    /// ([`crate::durable::checkpoint`]), which validates before calling
+    /// this that there is one value per end and the ends ascend strictly.
+    pub(crate) fn from_parts(ends: Box<[u32]>, values: Box<[u64]>) -> Self {
+        debug_assert_eq!(ends.len(), values.len());
+        debug_assert!(ends.first().is_none_or(|&e| e > 0) && ends.windows(2).all(|w| w[0] < w[1]));
+        Self { ends, values }
+    }
+
     /// The number of runs `keys` has (a cheap pass used to size candidates).
     pub fn count_runs(keys: &[u64]) -> usize {
         let breaks = keys.windows(2).filter(|w| w[0] != w[1]).count();

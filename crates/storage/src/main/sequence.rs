@@ -66,6 +66,18 @@ impl Sequence {
         Some(Self { len: keys.len(), runs: runs.into() })
     }
 
+    /// A sequence from its parts, for decoding a checkpoint
+    /// ([`crate::durable::checkpoint`]), which validates before calling
+    /// this that the runs start at row 0 (none when `len` is 0) and their
+    /// starts ascend strictly below `len`.
+    pub(crate) fn from_parts(len: usize, runs: Box<[SeqRun]>) -> Self {
+        debug_assert_eq!(runs.is_empty(), len == 0);
+        debug_assert!(runs.first().is_none_or(|r| r.start == 0));
+        debug_assert!(runs.windows(2).all(|w| w[0].start < w[1].start));
+        debug_assert!(runs.last().is_none_or(|r| (r.start as usize) < len));
+        Self { len, runs }
+    }
+
     /// Bytes a sequence of `runs` runs occupies.
     pub fn size_for_runs(runs: usize) -> usize {
         runs * size_of::<SeqRun>()

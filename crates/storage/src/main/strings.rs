@@ -110,6 +110,18 @@ impl StrDict {
         })
     }
 
+    /// A dictionary from its parts, for decoding a checkpoint
+    /// ([`crate::durable::checkpoint`]), which validates before calling
+    /// this that `offsets` (one more than the entries) start at 0, never
+    /// descend and end at `bytes.len()`, that the entries ascend strictly
+    /// (and are UTF-8 for string columns), and that every code, padding
+    /// slots included, is below the number of entries.
+    pub(crate) fn from_parts(offsets: Box<[u32]>, bytes: Buffer, codes: BitPacked) -> Self {
+        debug_assert!(offsets.first() == Some(&0));
+        debug_assert!(offsets.last().is_some_and(|&e| e as usize == bytes.len()));
+        Self { offsets, bytes, codes }
+    }
+
     /// Bytes a dictionary of `distinct` entries and `dict_bytes` bytes whose
     /// codes pack to `codes_bytes` occupies.
     pub fn size_for(distinct: usize, dict_bytes: usize, codes_bytes: usize) -> usize {
@@ -183,6 +195,16 @@ impl StrPlain {
     /// Encodes `raw`.
     pub(crate) fn encode(raw: RawBytes) -> Self {
         Self { offsets: BitPacked::encode(&raw.offsets), bytes: Buffer::from_vec(raw.bytes) }
+    }
+
+    /// Plain strings from their parts, for decoding a checkpoint
+    /// ([`crate::durable::checkpoint`]), which validates before calling
+    /// this that `offsets` (one more than the values) start at 0, never
+    /// descend and end at `bytes.len()` (and for string columns fall on
+    /// UTF-8 character boundaries of valid UTF-8 `bytes`).
+    pub(crate) fn from_parts(offsets: BitPacked, bytes: Buffer) -> Self {
+        debug_assert!(!offsets.is_empty());
+        Self { offsets, bytes }
     }
 
     /// The size [`StrPlain::encode`] produces for `raw`.

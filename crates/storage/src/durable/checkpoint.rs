@@ -1,0 +1,674 @@
+//! Checkpoint files: a shard's main storage written whole, read back
+//! without re-encoding.
+//!
+//! A checkpoint keeps every encoding exactly as the rebuild built it
+//! (frames and packed words, dictionaries, runs, zone maps, validity), so
+//! loading one copies arrays instead of re-running the rebuild. Arrow
+//! types are not stored: they come from the table schema; each column
+//! records only its physical type, which must match the schema's.
+//!
+//! ```text
+//!   file     magic "QVMAIN\0\0" · version u32 = 1 · rows u64 · columns u32 · crc u32
+//!            └ crc: CRC32C of the 24 bytes before it; columns is 0 when rows is 0
+//!              (Main::empty), else the schema's column count
+//!            column × columns
+//!   column   length u64 · crc u32 (CRC32C of body) · body
+//!   body     physical u8 (PHYSICAL_TAGS) · len u64 (= rows)
+//!            validity  u8 0  |  u8 1 · ⌈len/8⌉ bytes (bit i = row i valid, bits past len 0)
+//!            zones     n u64 = ⌈len/1024⌉ · n × (min u64 · max u64 · null_count u32)
+//!            encoding  tag u8, then by tag:
+//!     0 constant     key u64 · len u64
+//!     1 sequence     len u64 · n u64 · n × (start u32 · base u64 · step u64)
+//!     2 bitpacked    packed(len)
+//!     3 run-end      n u64 · n × end u32 · n × value u64
+//!     4 dictionary   n u64 · n × value u64 · codes: packed(len)
+//!     5 plain        n u64 · n × key u64
+//!     6 wide         n u64 · n × i128
+//!     7 str-dict     n u64 · n × offset u32 (entries + 1) · m u64 · m bytes · codes: packed(len)
+//!     8 str-plain    offsets: packed(len + 1) · m u64 · m bytes
+//!   packed(k)  k u64 · n u64 = ⌈k/1024⌉ · n × (reference u64 · delta_sum u64 · offset u32 · width u8)
+//!              w u64 · w × word u64
+//! ```
+//!
+//! Integers are little-endian; arrays are stored unaligned and copied with
+//! one pass each, so a load costs about a `memcpy` plus the checks.
+//!
+//! # Validation
+//!
+//! [`decode_main`] trusts nothing: the checksums catch damage, and every
+//! count, offset and value the decoders and scans index with is checked
+//! before a column is built, so no input makes loading, or later decoding
+//! and scanning, panic or read out of bounds. Beyond counts and bounds:
+//! frames (width ≤ 64, words in range, exact `delta_sum`, no wrap past
+//! `u64::MAX`, padding slots equal to the reference), dictionary codes
+//! below the dictionary size (padding included) and dictionaries sorted,
+//! runs and sequences starting at row 0 and ascending, string offsets
+//! monotone from 0 to the byte length (on UTF-8 boundaries of valid UTF-8
+//! for string columns), keys within their type's key domain, a validity
+//! bitmap only when there are nulls, and zone maps equal to the values.
+//! Blocks are unpacked once for these checks.
+
+mod validate;
+#[cfg(test)]
+mod tests;
+
+use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer};
+use arrow_schema::DataType;
+
+use crate::main::bitpacked::{BitPacked, Frame, WORDS_PER_BIT};
+use crate::main::dict::Dict;
+use crate::main::run_end::RunEnd;
+use crate::main::sequence::{SeqRun, Sequence};
+use crate::main::strings::{StrDict, StrPlain};
+use crate::main::{BLOCK_SIZE, Encoding, KeyEncoding, Main, MainColumn, Zone};
+use crate::table::MAX_SHARD_CAPACITY;
+use crate::types::{PhysicalType, TableSchema, is_string};
+use validate::{Expect, check_dictionary, check_values};
+
+/// The first eight bytes of every checkpoint file.
+pub const MAGIC: [u8; 8] = *b"QVMAIN\0\0";
+
+/// The format version this build writes and reads.
+pub const VERSION: u32 = 1;
+
+/// Bytes of the file header: magic, version, rows, column count, CRC.
+const HEADER_LEN: usize = 8 + 4 + 8 + 4 + 4;
+/// Bytes before a column's body: its length and CRC.
+const COLUMN_PREFIX: usize = 8 + 4;
+/// Bytes of a stored [`Zone`]: min, max, null count.
+const ZONE_LEN: usize = 8 + 8 + 4;
+/// Bytes of a stored [`Frame`]: reference, delta sum, offset, width.
+const FRAME_LEN: usize = 8 + 8 + 4 + 1;
+/// Bytes of a stored [`SeqRun`]: start, base, step.
+const RUN_LEN: usize = 4 + 8 + 8;
+
+/// Physical types by their on-disk tag (the index). Tags are part of the
+/// format: append new types, never reorder.
+const PHYSICAL_TAGS: [PhysicalType; 13] = [
+    PhysicalType::Boolean,
+    PhysicalType::Int8,
+    PhysicalType::Int16,
+    PhysicalType::Int32,
+    PhysicalType::Int64,
+    PhysicalType::UInt8,
+    PhysicalType::UInt16,
+    PhysicalType::UInt32,
+    PhysicalType::UInt64,
+    PhysicalType::Float32,
+    PhysicalType::Float64,
+    PhysicalType::Decimal128,
+    PhysicalType::Bytes,
+];
+
+// Encoding tags (part of the format).
+const TAG_CONSTANT: u8 = 0;
+const TAG_SEQUENCE: u8 = 1;
+const TAG_BITPACKED: u8 = 2;
+const TAG_RUN_END: u8 = 3;
+const TAG_DICT: u8 = 4;
+const TAG_PLAIN: u8 = 5;
+const TAG_WIDE: u8 = 6;
+const TAG_STR_DICT: u8 = 7;
+const TAG_STR_PLAIN: u8 = 8;
+
+/// Why checkpoint bytes could not be read: where, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("at byte {offset}: {reason}")]
+pub struct CheckpointError {
+    /// Offset in the file of the damaged or inconsistent part.
+    pub offset: u64,
+    /// What is wrong (naming the column, when the problem is in one).
+    pub reason: String,
+}
+
+impl CheckpointError {
+    fn new(offset: usize, reason: impl Into<String>) -> Self {
+        Self { offset: offset as u64, reason: reason.into() }
+    }
+}
+
+// ---------------------------------------------------------------- encoding
+
+/// Serializes a shard's main storage into checkpoint file bytes.
+pub fn encode_main(main: &Main) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + main.size_bytes() + main.columns().len() * 64);
+    out.extend_from_slice(&MAGIC);
+    put_u32(&mut out, VERSION);
+    put_u64(&mut out, main.rows() as u64);
+    put_u32(&mut out, main.columns().len() as u32);
+    let crc = crc32c::crc32c(&out);
+    put_u32(&mut out, crc);
+    for col in main.columns() {
+        put_framed(&mut out, |out| put_column(out, col));
+    }
+    out
+}
+
+/// Appends a column: its body's length and CRC, then the body `body` writes.
+fn put_framed(out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>)) {
+    let at = out.len();
+    out.resize(at + COLUMN_PREFIX, 0);
+    body(out);
+    let start = at + COLUMN_PREFIX;
+    let len = (out.len() - start) as u64;
+    let crc = crc32c::crc32c(&out[start..]);
+    out[at..at + 8].copy_from_slice(&len.to_le_bytes());
+    out[at + 8..start].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn put_column(out: &mut Vec<u8>, col: &MainColumn) {
+    out.push(physical_tag(col.physical()));
+    put_u64(out, col.len() as u64);
+    put_validity(out, col.validity());
+    put_u64(out, col.zones().len() as u64);
+    put_array(out, col.zones(), zone_to_le);
+    put_encoding(out, col.encoding());
+}
+
+fn put_validity(out: &mut Vec<u8>, validity: Option<&NullBuffer>) {
+    let Some(v) = validity else {
+        out.push(0);
+        return;
+    };
+    out.push(1);
+    // `sliced` moves the bitmap to bit offset 0 (copying only when the
+    // offset is not a whole byte) and is exactly ⌈len/8⌉ bytes.
+    let at = out.len();
+    out.extend_from_slice(&v.inner().sliced());
+    if v.len() % 8 != 0
+        && let Some(last) = out.last_mut()
+    {
+        *last &= (1u8 << (v.len() % 8)) - 1;
+    }
+    debug_assert_eq!(out.len() - at, v.len().div_ceil(8));
+}
+
+fn put_encoding(out: &mut Vec<u8>, encoding: &Encoding) {
+    match encoding {
+        Encoding::Keys(KeyEncoding::Constant { key, len }) => {
+            out.push(TAG_CONSTANT);
+            put_u64(out, *key);
+            put_u64(out, *len as u64);
+        }
+        Encoding::Keys(KeyEncoding::Sequence(s)) => {
+            out.push(TAG_SEQUENCE);
+            put_u64(out, s.len() as u64);
+            put_u64(out, s.runs().len() as u64);
+            put_array(out, s.runs(), run_to_le);
+        }
+        Encoding::Keys(KeyEncoding::BitPacked(p)) => {
+            out.push(TAG_BITPACKED);
+            put_packed(out, p);
+        }
+        Encoding::Keys(KeyEncoding::RunEnd(r)) => {
+            out.push(TAG_RUN_END);
+            put_u64(out, r.ends().len() as u64);
+            put_array(out, r.ends(), u32::to_le_bytes);
+            put_array(out, r.values(), u64::to_le_bytes);
+        }
+        Encoding::Keys(KeyEncoding::Dict(d)) => {
+            out.push(TAG_DICT);
+            put_u64(out, d.values().len() as u64);
+            put_array(out, d.values(), u64::to_le_bytes);
+            put_packed(out, d.codes());
+        }
+        Encoding::Keys(KeyEncoding::Plain(keys)) => {
+            out.push(TAG_PLAIN);
+            put_u64(out, keys.len() as u64);
+            put_array(out, keys, u64::to_le_bytes);
+        }
+        Encoding::Wide(values) => {
+            out.push(TAG_WIDE);
+            put_u64(out, values.len() as u64);
+            put_array(out, values, i128::to_le_bytes);
+        }
+        Encoding::StrDict(d) => {
+            out.push(TAG_STR_DICT);
+            put_u64(out, d.dict_offsets().len() as u64);
+            put_array(out, d.dict_offsets(), u32::to_le_bytes);
+            put_u64(out, d.dict_bytes().len() as u64);
+            out.extend_from_slice(d.dict_bytes());
+            put_packed(out, d.codes());
+        }
+        Encoding::StrPlain(p) => {
+            out.push(TAG_STR_PLAIN);
+            put_packed(out, p.offsets());
+            put_u64(out, p.bytes().len() as u64);
+            out.extend_from_slice(p.bytes());
+        }
+    }
+}
+
+fn put_packed(out: &mut Vec<u8>, packed: &BitPacked) {
+    put_u64(out, packed.len() as u64);
+    put_u64(out, packed.frames().len() as u64);
+    put_array(out, packed.frames(), frame_to_le);
+    put_u64(out, packed.words().len() as u64);
+    put_array(out, packed.words(), u64::to_le_bytes);
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Appends `values` as `N`-byte records: one resize, then a copy loop the
+/// compiler turns into straight stores (a `memcpy` on little-endian).
+fn put_array<T: Copy, const N: usize>(out: &mut Vec<u8>, values: &[T], to_le: impl Fn(T) -> [u8; N]) {
+    let at = out.len();
+    out.resize(at + values.len() * N, 0);
+    let (records, _) = out[at..].as_chunks_mut::<N>();
+    for (record, &v) in records.iter_mut().zip(values) {
+        *record = to_le(v);
+    }
+}
+
+fn zone_to_le(z: Zone) -> [u8; ZONE_LEN] {
+    let mut b = [0; ZONE_LEN];
+    b[..8].copy_from_slice(&z.min.to_le_bytes());
+    b[8..16].copy_from_slice(&z.max.to_le_bytes());
+    b[16..].copy_from_slice(&z.null_count.to_le_bytes());
+    b
+}
+
+fn frame_to_le(f: Frame) -> [u8; FRAME_LEN] {
+    let mut b = [0; FRAME_LEN];
+    b[..8].copy_from_slice(&f.reference.to_le_bytes());
+    b[8..16].copy_from_slice(&f.delta_sum.to_le_bytes());
+    b[16..20].copy_from_slice(&f.offset.to_le_bytes());
+    b[20] = f.width;
+    b
+}
+
+fn run_to_le(r: SeqRun) -> [u8; RUN_LEN] {
+    let mut b = [0; RUN_LEN];
+    b[..4].copy_from_slice(&r.start.to_le_bytes());
+    b[4..12].copy_from_slice(&r.base.to_le_bytes());
+    b[12..].copy_from_slice(&r.step.to_le_bytes());
+    b
+}
+
+/// The on-disk tag of a physical type: its index in [`PHYSICAL_TAGS`].
+fn physical_tag(physical: PhysicalType) -> u8 {
+    match physical {
+        PhysicalType::Boolean => 0,
+        PhysicalType::Int8 => 1,
+        PhysicalType::Int16 => 2,
+        PhysicalType::Int32 => 3,
+        PhysicalType::Int64 => 4,
+        PhysicalType::UInt8 => 5,
+        PhysicalType::UInt16 => 6,
+        PhysicalType::UInt32 => 7,
+        PhysicalType::UInt64 => 8,
+        PhysicalType::Float32 => 9,
+        PhysicalType::Float64 => 10,
+        PhysicalType::Decimal128 => 11,
+        PhysicalType::Bytes => 12,
+    }
+}
+
+// ---------------------------------------------------------------- decoding
+
+/// Parses checkpoint bytes back into main storage for a table of `schema`;
+/// every length and index is checked, so no input can make this (or later
+/// decoding/scans of the result) panic or read out of bounds.
+pub fn decode_main(bytes: &[u8], schema: &TableSchema) -> Result<Main, CheckpointError> {
+    if bytes.get(..MAGIC.len()) != Some(&MAGIC[..]) {
+        return Err(CheckpointError::new(0, "not a quiverdb checkpoint file"));
+    }
+    let fault = |f: Fault| CheckpointError::new(f.at, f.reason);
+    let mut r = Reader { bytes, pos: MAGIC.len() };
+    let version = r.u32("the format version").map_err(fault)?;
+    if version != VERSION {
+        return Err(CheckpointError::new(
+            MAGIC.len(),
+            format!("unsupported checkpoint format version {version} (this build reads version {VERSION})"),
+        ));
+    }
+    let rows = r.u64("the row count").map_err(fault)?;
+    let count = r.u32("the column count").map_err(fault)? as usize;
+    let crc = r.u32("the header checksum").map_err(fault)?;
+    if crc != crc32c::crc32c(&bytes[..HEADER_LEN - 4]) {
+        return Err(CheckpointError::new(0, "header checksum mismatch"));
+    }
+    let rows = match usize::try_from(rows) {
+        Ok(rows) if rows <= MAX_SHARD_CAPACITY => rows,
+        _ => {
+            return Err(CheckpointError::new(
+                12,
+                format!("{rows} rows exceed a shard's capacity of {MAX_SHARD_CAPACITY}"),
+            ));
+        }
+    };
+    if count != schema.len() && !(rows == 0 && count == 0) {
+        return Err(CheckpointError::new(
+            20,
+            format!("the checkpoint has {count} columns, the table {}", schema.len()),
+        ));
+    }
+    let mut columns = Vec::with_capacity(count);
+    for i in 0..count {
+        let field = schema.field(i);
+        let in_column = |f: Fault| CheckpointError::new(f.at, format!("column '{}': {}", field.name(), f.reason));
+        let length = r.count(1, "the column's bytes").map_err(in_column)?;
+        let crc = r.u32("the column checksum").map_err(in_column)?;
+        let start = r.pos;
+        let body = r.take(length, "the column").map_err(in_column)?;
+        if crc32c::crc32c(body) != crc {
+            return Err(CheckpointError::new(
+                start,
+                format!("checksum mismatch in column '{}'", field.name()),
+            ));
+        }
+        let mut body = Reader { bytes: &bytes[..r.pos], pos: start };
+        let column = read_column(&mut body, rows, field.data_type(), schema.physical(i)).map_err(in_column)?;
+        if body.pos != r.pos {
+            return Err(in_column(Fault::new(body.pos, format!("{} bytes after the encoding", r.pos - body.pos))));
+        }
+        columns.push(column);
+    }
+    if r.pos != bytes.len() {
+        return Err(CheckpointError::new(r.pos, format!("{} bytes after the last column", bytes.len() - r.pos)));
+    }
+    Ok(if columns.is_empty() { Main::empty(schema.len()) } else { Main::new(rows, columns) })
+}
+
+/// A problem found at file offset `at`.
+#[derive(Debug)]
+struct Fault {
+    at: usize,
+    reason: String,
+}
+
+impl Fault {
+    fn new(at: usize, reason: impl Into<String>) -> Self {
+        Self { at, reason: reason.into() }
+    }
+}
+
+/// A cursor over the file; positions are file offsets, and `bytes` ends
+/// where the part being read ends.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn left(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], Fault> {
+        if n > self.left() {
+            return Err(Fault::new(
+                self.pos,
+                format!("truncated: {what} needs {n} bytes, {} are left", self.left()),
+            ));
+        }
+        let taken = &self.bytes[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(taken)
+    }
+
+    fn fixed<const N: usize>(&mut self, what: &str) -> Result<[u8; N], Fault> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.take(N, what)?);
+        Ok(out)
+    }
+
+    fn u8(&mut self, what: &str) -> Result<u8, Fault> {
+        Ok(self.fixed::<1>(what)?[0])
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, Fault> {
+        self.fixed(what).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, Fault> {
+        self.fixed(what).map(u64::from_le_bytes)
+    }
+
+    /// Reads the count of an array of `size`-byte records, checking the
+    /// records fit the bytes left (so no count allocates beyond the input).
+    fn count(&mut self, size: usize, what: &str) -> Result<usize, Fault> {
+        let at = self.pos;
+        let n = self.u64(what)?;
+        if n > (self.left() / size) as u64 {
+            return Err(Fault::new(
+                at,
+                format!("truncated: {n} × {size} bytes of {what}, {} bytes are left", self.left()),
+            ));
+        }
+        Ok(n as usize)
+    }
+
+    /// Reads a count that must equal `expected`, as the column's row count
+    /// dictates.
+    fn expect(&mut self, size: usize, expected: usize, what: &str) -> Result<(), Fault> {
+        let at = self.pos;
+        let n = if size == 0 { self.u64(what)? } else { self.count(size, what)? as u64 };
+        if n != expected as u64 {
+            return Err(Fault::new(at, format!("{n} {what}, expected {expected}")));
+        }
+        Ok(())
+    }
+
+    /// Reads `n` records of `N` bytes (`n` already checked by [`Reader::count`]).
+    fn array<T, const N: usize>(
+        &mut self,
+        n: usize,
+        what: &str,
+        from_le: impl Fn(&[u8; N]) -> T,
+    ) -> Result<Box<[T]>, Fault> {
+        let bytes = self.take(n.saturating_mul(N), what)?;
+        Ok(bytes.as_chunks::<N>().0.iter().map(from_le).collect())
+    }
+}
+
+fn le<const N: usize>(record: &[u8], at: usize) -> [u8; N] {
+    let mut out = [0; N];
+    out.copy_from_slice(&record[at..at + N]);
+    out
+}
+
+fn zone_from_le(b: &[u8; ZONE_LEN]) -> Zone {
+    Zone {
+        min: u64::from_le_bytes(le(b, 0)),
+        max: u64::from_le_bytes(le(b, 8)),
+        null_count: u32::from_le_bytes(le(b, 16)),
+    }
+}
+
+fn frame_from_le(b: &[u8; FRAME_LEN]) -> Frame {
+    Frame {
+        reference: u64::from_le_bytes(le(b, 0)),
+        delta_sum: u64::from_le_bytes(le(b, 8)),
+        offset: u32::from_le_bytes(le(b, 16)),
+        width: b[20],
+    }
+}
+
+fn run_from_le(b: &[u8; RUN_LEN]) -> SeqRun {
+    SeqRun {
+        start: u32::from_le_bytes(le(b, 0)),
+        base: u64::from_le_bytes(le(b, 4)),
+        step: u64::from_le_bytes(le(b, 12)),
+    }
+}
+
+fn read_column(
+    r: &mut Reader<'_>,
+    rows: usize,
+    data_type: &DataType,
+    physical: PhysicalType,
+) -> Result<MainColumn, Fault> {
+    let at = r.pos;
+    let tag = r.u8("the physical type")?;
+    let Some(&stored) = PHYSICAL_TAGS.get(tag as usize) else {
+        return Err(Fault::new(at, format!("unknown physical type tag {tag}")));
+    };
+    if stored != physical {
+        return Err(Fault::new(
+            at,
+            format!("stored as {stored:?}, but the table declares {data_type} ({physical:?})"),
+        ));
+    }
+    r.expect(0, rows, "rows")?;
+    let validity = read_validity(r, rows)?;
+    r.expect(ZONE_LEN, rows.div_ceil(BLOCK_SIZE), "zones")?;
+    let zones_at = r.pos;
+    let zones = r.array(rows.div_ceil(BLOCK_SIZE), "the zones", zone_from_le)?;
+    let expect = Expect { len: rows, validity: validity.as_ref(), zones: &zones, zones_at, at: r.pos };
+    let utf8 = is_string(data_type);
+    let encoding = read_encoding(r, rows, physical, utf8)?;
+    if std::env::var_os("NOCHECK").is_none() { check_values(&encoding, physical, utf8, &expect)?; }
+    Ok(MainColumn::from_parts(data_type.clone(), physical, rows, encoding, validity, zones))
+}
+
+fn read_validity(r: &mut Reader<'_>, len: usize) -> Result<Option<NullBuffer>, Fault> {
+    let at = r.pos;
+    match r.u8("the validity flag")? {
+        0 => Ok(None),
+        1 => {
+            let at = r.pos;
+            let bits = r.take(len.div_ceil(8), "the validity bitmap")?;
+            if len % 8 != 0 && bits.last().is_some_and(|&b| b >> (len % 8) != 0) {
+                return Err(Fault::new(at, "validity bits past the last row are set"));
+            }
+            let nulls = NullBuffer::new(BooleanBuffer::new(Buffer::from_slice_ref(bits), 0, len));
+            if nulls.null_count() == 0 {
+                return Err(Fault::new(at, "a validity bitmap without nulls"));
+            }
+            Ok(Some(nulls))
+        }
+        flag => Err(Fault::new(at, format!("validity flag {flag} is neither 0 nor 1"))),
+    }
+}
+
+/// Reads an encoding and checks its structure: counts, bounds and order,
+/// everything its constructor relies on. Values are checked afterwards by
+/// [`check_values`].
+fn read_encoding(
+    r: &mut Reader<'_>,
+    len: usize,
+    physical: PhysicalType,
+    utf8: bool,
+) -> Result<Encoding, Fault> {
+    let at = r.pos;
+    let tag = r.u8("the encoding tag")?;
+    let keys = physical != PhysicalType::Bytes;
+    Ok(match tag {
+        TAG_CONSTANT if keys => {
+            let key = r.u64("the constant")?;
+            r.expect(0, len, "constant rows")?;
+            Encoding::Keys(KeyEncoding::Constant { key, len })
+        }
+        TAG_SEQUENCE if keys => {
+            r.expect(0, len, "sequence rows")?;
+            let n = r.count(RUN_LEN, "sequence runs")?;
+            let runs_at = r.pos;
+            let runs = r.array(n, "the sequence runs", run_from_le)?;
+            if runs.is_empty() != (len == 0) {
+                return Err(Fault::new(runs_at, format!("{n} sequence runs for {len} rows")));
+            }
+            for (i, run) in runs.iter().enumerate() {
+                let ascends = if i == 0 { run.start == 0 } else { run.start > runs[i - 1].start };
+                if !ascends || run.start as usize >= len {
+                    return Err(Fault::new(
+                        runs_at + i * RUN_LEN,
+                        format!("sequence run {i} starts at row {}: runs start at 0 and ascend below {len}", run.start),
+                    ));
+                }
+            }
+            Encoding::Keys(KeyEncoding::Sequence(Sequence::from_parts(len, runs)))
+        }
+        TAG_BITPACKED if keys => Encoding::Keys(KeyEncoding::BitPacked(read_packed(r, len, "values")?)),
+        TAG_RUN_END if keys => {
+            let n = r.count(4 + 8, "runs")?;
+            let ends_at = r.pos;
+            let ends = r.array(n, "the run ends", |b: &[u8; 4]| u32::from_le_bytes(*b))?;
+            let values = r.array(n, "the run values", |b: &[u8; 8]| u64::from_le_bytes(*b))?;
+            let mut prev = 0;
+            for (i, &end) in ends.iter().enumerate() {
+                if end <= prev {
+                    return Err(Fault::new(ends_at + 4 * i, format!("run {i} ends at row {end}, not after {prev}")));
+                }
+                prev = end;
+            }
+            if prev as usize != len {
+                return Err(Fault::new(ends_at, format!("the runs end at row {prev}, not {len}")));
+            }
+            Encoding::Keys(KeyEncoding::RunEnd(RunEnd::from_parts(ends, values)))
+        }
+        TAG_DICT if keys => {
+            let n = r.count(8, "dictionary values")?;
+            let values_at = r.pos;
+            let values = r.array(n, "the dictionary", |b: &[u8; 8]| u64::from_le_bytes(*b))?;
+            if let Some(i) = values.windows(2).position(|w| w[0] >= w[1]) {
+                return Err(Fault::new(
+                    values_at + 8 * (i + 1),
+                    format!("dictionary value {} is not above the one before", i + 1),
+                ));
+            }
+            let codes = read_packed(r, len, "codes")?;
+            Encoding::Keys(KeyEncoding::Dict(Dict::from_parts(values, codes)))
+        }
+        TAG_PLAIN if keys => {
+            r.expect(8, len, "plain keys")?;
+            Encoding::Keys(KeyEncoding::Plain(r.array(len, "the keys", |b: &[u8; 8]| u64::from_le_bytes(*b))?))
+        }
+        TAG_WIDE if physical == PhysicalType::Decimal128 => {
+            r.expect(16, len, "wide values")?;
+            Encoding::Wide(r.array(len, "the wide values", |b: &[u8; 16]| i128::from_le_bytes(*b))?)
+        }
+        TAG_STR_DICT if !keys => {
+            let n = r.count(4, "dictionary offsets")?;
+            let offsets_at = r.pos;
+            let offsets = r.array(n, "the dictionary offsets", |b: &[u8; 4]| u32::from_le_bytes(*b))?;
+            let bytes = read_bytes(r)?;
+            check_dictionary(&offsets, bytes, utf8)
+                .map_err(|(i, reason)| Fault::new(offsets_at + 4 * i, reason))?;
+            let codes = read_packed(r, len, "codes")?;
+            Encoding::StrDict(StrDict::from_parts(offsets, Buffer::from_slice_ref(bytes), codes))
+        }
+        TAG_STR_PLAIN if !keys => {
+            let offsets = read_packed(r, len + 1, "string offsets")?;
+            let bytes = read_bytes(r)?;
+            Encoding::StrPlain(StrPlain::from_parts(offsets, Buffer::from_slice_ref(bytes)))
+        }
+        TAG_CONSTANT..=TAG_STR_PLAIN => {
+            return Err(Fault::new(at, format!("encoding tag {tag} does not apply to {physical:?} values")));
+        }
+        _ => return Err(Fault::new(at, format!("unknown encoding tag {tag}"))),
+    })
+}
+
+/// Reads a bit-packed array of `len` values and checks its frames against
+/// its words; the values are checked by [`walk_packed`].
+fn read_packed(r: &mut Reader<'_>, len: usize, what: &str) -> Result<BitPacked, Fault> {
+    r.expect(0, len, what)?;
+    let blocks = len.div_ceil(BLOCK_SIZE);
+    r.expect(FRAME_LEN, blocks, "frames")?;
+    let frames_at = r.pos;
+    let frames = r.array(blocks, "the frames", frame_from_le)?;
+    let n = r.count(8, "packed words")?;
+    let words = r.array(n, "the packed words", |b: &[u8; 8]| u64::from_le_bytes(*b))?;
+    for (b, f) in frames.iter().enumerate() {
+        let end = f.offset as usize + WORDS_PER_BIT * f.width as usize;
+        if f.width > 64 || end > n {
+            return Err(Fault::new(
+                frames_at + b * FRAME_LEN,
+                format!("frame {b} (width {}, words {}..{end}) does not fit the {n} packed words", f.width, f.offset),
+            ));
+        }
+    }
+    Ok(BitPacked::from_parts(len, frames, words))
+}
+
+fn read_bytes<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], Fault> {
+    let n = r.count(1, "string bytes")?;
+    r.take(n, "the string bytes")
+}

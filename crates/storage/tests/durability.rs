@@ -1,0 +1,449 @@
+//! Durability: random operation sequences survive close and reopen (with
+//! and without checkpoints), acknowledged commits survive simulated power
+//! loss, and damaged files are refused with the file and offset named.
+//! A plain `Vec` of rows per table is the reference.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type};
+use arrow_array::*;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use quiverdb_storage::durable::io::{SimulatedIo, StorageIo};
+use quiverdb_storage::{
+    Database, DurableOptions, Error, RecId, ShardId, SyncMode, Table, TableOptions, TableSnapshot, Value,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use common::{all_types, gen_array, plain};
+
+type Row = (i64, Option<String>, Option<f64>);
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("score", DataType::Float64, true),
+    ]))
+}
+
+fn batch(rows: &[Row]) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1.clone()))),
+            Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.2))),
+        ],
+    )
+    .unwrap()
+}
+
+/// The live rows of a table, in scan order.
+fn rows(table: &Table) -> Vec<Row> {
+    let mut out = Vec::new();
+    for b in table.snapshot().to_record_batches(None).unwrap() {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let names = b.column(1).as_string::<i32>();
+        let scores = b.column(2).as_primitive::<Float64Type>();
+        for i in 0..b.num_rows() {
+            out.push((
+                ids.value(i),
+                names.is_valid(i).then(|| names.value(i).to_string()),
+                scores.is_valid(i).then(|| scores.value(i)),
+            ));
+        }
+    }
+    out
+}
+
+/// Every table's rows in scan order: the digest compared across reopens.
+fn digest(db: &Database) -> BTreeMap<String, Vec<Row>> {
+    db.table_names().into_iter().map(|n| (n.clone(), rows(&db.table(&n).unwrap()))).collect()
+}
+
+/// Record ids of the live rows of `snapshot` whose id satisfies `doomed`.
+fn select(snapshot: &TableSnapshot, doomed: impl Fn(i64) -> bool) -> Vec<(ShardId, Vec<RecId>)> {
+    snapshot
+        .shards()
+        .map(|shard| {
+            let ids = shard.live_ids();
+            let b = shard.gather(&ids, Some(&[0])).unwrap();
+            let keys = b.column(0).as_primitive::<Int64Type>();
+            let chosen = ids.iter().zip(keys.values()).filter(|(_, k)| doomed(**k)).map(|(&id, _)| id).collect();
+            (shard.id(), chosen)
+        })
+        .collect()
+}
+
+fn sorted(mut rows: Vec<Row>) -> Vec<Row> {
+    rows.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    rows
+}
+
+fn random_rows(rng: &mut StdRng, next_id: &mut i64, n: usize) -> Vec<Row> {
+    (0..n)
+        .map(|_| {
+            *next_id += 1;
+            let name = rng.random_bool(0.8).then(|| format!("name_{}", rng.random_range(0..50)));
+            let score = rng.random_bool(0.9).then(|| f64::from(rng.random_range(0..1000)) / 8.0);
+            (*next_id, name, score)
+        })
+        .collect()
+}
+
+fn options(rng: &mut StdRng) -> TableOptions {
+    TableOptions::default()
+        .with_shard_capacity(rng.random_range(20..200))
+        .with_background_rebuild(rng.random_bool(0.5))
+        .with_rebuild_dead_fraction(0.3)
+}
+
+fn durable(sync: SyncMode) -> DurableOptions {
+    DurableOptions { sync, checkpoint_bytes: 0 }
+}
+
+/// One random change to `db`, mirrored in `model`.
+fn random_step(db: &Database, model: &mut BTreeMap<String, Vec<Row>>, rng: &mut StdRng, next_id: &mut i64) {
+    let names = ["a", "b", "c"];
+    let name = names[rng.random_range(0..names.len())];
+    let Some(expected) = model.get_mut(name) else {
+        let t = db.create_table(name, &schema(), options(rng)).unwrap();
+        let rows = { let n = rng.random_range(0..300); random_rows(rng, next_id, n) };
+        t.append(&batch(&rows)).unwrap();
+        model.insert(name.into(), rows);
+        return;
+    };
+    let t = db.table(name).unwrap();
+    match rng.random_range(0..100) {
+        0..30 => {
+            let rows = { let n = rng.random_range(1..400); random_rows(rng, next_id, n) };
+            t.append(&batch(&rows)).unwrap();
+            expected.extend(rows);
+        }
+        30..38 => {
+            let row = random_rows(rng, next_id, 1).remove(0);
+            let values = [Value::Int(row.0), row.1.as_deref().map_or(Value::Null, Value::Str), row.2.map_or(Value::Null, Value::Float)];
+            t.append_row(&values).unwrap();
+            expected.push(row);
+        }
+        38..55 => {
+            let (m, r) = (rng.random_range(2..7), rng.random_range(0..2));
+            let doomed = move |id: i64| id % m == r;
+            // Chosen inside the transaction: a background rebuild cannot
+            // renumber the rows in between.
+            t.transaction(|tx| {
+                let snap = tx.snapshot();
+                tx.delete_selection(&snap, &select(&snap, doomed))
+            })
+            .unwrap();
+            expected.retain(|row| !doomed(row.0));
+        }
+        55..65 => {
+            // UPDATE: delete some rows and append them changed, atomically.
+            let m = rng.random_range(3..9);
+            let doomed = move |id: i64| id % m == 1;
+            let changed: Vec<Row> = expected
+                .iter()
+                .filter(|row| doomed(row.0))
+                .map(|row| (row.0, Some("updated".to_string()), row.2.map(|s| s + 1.0)))
+                .collect();
+            t.transaction(|tx| {
+                let snap = tx.snapshot();
+                tx.delete_selection(&snap, &select(&snap, doomed))?;
+                tx.append(&batch(&changed))
+            })
+            .unwrap();
+            expected.retain(|row| !doomed(row.0));
+            expected.extend(changed);
+        }
+        65..70 => {
+            t.truncate().unwrap();
+            expected.clear();
+        }
+        70..74 => {
+            // Truncate and refill in one transaction.
+            let rows = { let n = rng.random_range(0..100); random_rows(rng, next_id, n) };
+            t.transaction(|tx| {
+                tx.append(&batch(&random_rows(&mut StdRng::seed_from_u64(1), &mut 0, 5)))?;
+                tx.truncate();
+                tx.append(&batch(&rows))
+            })
+            .unwrap();
+            *expected = rows;
+        }
+        74..84 => t.rebuild().unwrap(),
+        84..88 => {
+            db.drop_table(name).unwrap();
+            model.remove(name);
+        }
+        88..95 => {
+            // CREATE OR REPLACE ... AS: a filled table replaces the old one;
+            // the fill appends, deletes and rebuilds before it is published.
+            let rows = { let n = rng.random_range(0..300); random_rows(rng, next_id, n) };
+            let opts = options(rng);
+            let kept = db
+                .create_table_with(name, &schema(), opts, true, |t| {
+                    t.append(&batch(&rows))?;
+                    t.rebuild()?;
+                    let snap = t.snapshot();
+                    t.delete(&snap, &select(&snap, |id| id % 3 == 0))?;
+                    Ok::<_, Error>(rows.iter().filter(|r| r.0 % 3 != 0).cloned().collect::<Vec<_>>())
+                })
+                .unwrap();
+            model.insert(name.into(), kept);
+        }
+        _ => db.checkpoint().unwrap(),
+    }
+}
+
+fn assert_matches_model(db: &Database, model: &BTreeMap<String, Vec<Row>>, context: &str) {
+    assert_eq!(db.table_names(), model.keys().cloned().collect::<Vec<_>>(), "{context}");
+    for (name, expected) in model {
+        let got = rows(&db.table(name).unwrap());
+        assert_eq!(sorted(got), sorted(expected.clone()), "{context}: table {name}");
+    }
+}
+
+/// Stops background work so the old instance writes nothing more.
+fn quiesce(db: Database) {
+    db.wait_for_background_rebuilds();
+    drop(db);
+}
+
+#[test]
+fn random_operations_survive_reopen_with_and_without_checkpoints() {
+    let (mut replayed, mut loaded) = (0, 0);
+    for seed in 0..10u64 {
+        let io = SimulatedIo::default();
+        let dir = PathBuf::from("/data");
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut next_id = 0;
+        let mut model = BTreeMap::new();
+        let mut db = Database::open_with_io(Arc::new(io.clone()), &dir, durable(SyncMode::Always)).unwrap();
+        for step in 0..160 {
+            random_step(&db, &mut model, &mut rng, &mut next_id);
+            if step % 40 == 39 {
+                db.wait_for_background_rebuilds();
+                let before = digest(&db);
+                assert_matches_model(&db, &model, &format!("seed {seed} step {step}"));
+                let graceful = rng.random_bool(0.5);
+                if graceful {
+                    db.clone().close().unwrap();
+                }
+                quiesce(db);
+                db = Database::open_with_io(Arc::new(io.clone()), &dir, durable(SyncMode::Always)).unwrap();
+                // Same rows in the same order: replay renumbers as the original did.
+                assert_eq!(digest(&db), before, "seed {seed} step {step} (closed: {graceful})");
+                let report = db.recovery().unwrap();
+                replayed += report.replayed;
+                loaded += report.shard_files;
+                if graceful {
+                    assert_eq!(report.replayed, 0, "a closed database reopens from its checkpoint alone");
+                }
+                assert!(report.torn.is_none());
+            }
+        }
+    }
+    assert!(replayed > 100 && loaded > 20, "reopens replayed {replayed} records and loaded {loaded} shard files");
+}
+
+#[test]
+fn acknowledged_commits_survive_power_loss_and_nothing_else_appears() {
+    for torn in [0, 1, 7, 100] {
+        let io = SimulatedIo::default();
+        let dir = Path::new("/data");
+        let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        let t = db.create_table("t", &schema(), TableOptions::default().with_shard_capacity(64)).unwrap();
+        let mut acknowledged = Vec::new();
+        let mut next_id = 0;
+        let mut rng = StdRng::seed_from_u64(torn as u64);
+        for i in 0..30 {
+            let rows = random_rows(&mut rng, &mut next_id, 10);
+            t.append(&batch(&rows)).unwrap();
+            acknowledged.extend(rows);
+            if i == 12 {
+                db.checkpoint().unwrap();
+            }
+        }
+        db.wait_for_background_rebuilds();
+        io.crash(torn);
+        drop((t, db));
+        let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        assert_eq!(sorted(rows(&db.table("t").unwrap())), sorted(acknowledged), "torn {torn}");
+    }
+}
+
+#[test]
+fn without_syncs_power_loss_keeps_a_prefix_of_the_commits() {
+    let io = SimulatedIo::default();
+    let dir = Path::new("/data");
+    let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Off)).unwrap();
+    let t = db.create_table("t", &schema(), TableOptions::default().with_background_rebuild(false)).unwrap();
+    db.checkpoint().unwrap(); // the table itself is durable
+    let mut next_id = 0;
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut states = vec![Vec::new()];
+    for _ in 0..20 {
+        let rows = random_rows(&mut rng, &mut next_id, 5);
+        t.append(&batch(&rows)).unwrap();
+        let mut last = states.last().unwrap().clone();
+        last.extend(rows);
+        states.push(last);
+    }
+    io.crash(33); // part of the unsynced tail survives, torn mid-record
+    drop((t, db));
+    let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Off)).unwrap();
+    let got = rows(&db.table("t").unwrap());
+    assert!(states.contains(&got), "{} rows is not the state after any commit", got.len());
+    assert!(db.recovery().unwrap().torn.is_some(), "the torn record is reported");
+}
+
+#[test]
+fn a_failed_sync_makes_the_database_read_only_and_loses_nothing_acknowledged() {
+    let io = SimulatedIo::default();
+    let dir = Path::new("/data");
+    let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+    let t = db.create_table("t", &schema(), TableOptions::default()).unwrap();
+    let first = vec![(1, Some("a".to_string()), None)];
+    t.append(&batch(&first)).unwrap();
+    io.fail_syncs(true);
+    let failed = t.append(&batch(&[(2, None, None)]));
+    assert!(matches!(failed, Err(Error::Io { .. })), "{failed:?}");
+    io.fail_syncs(false);
+    // Never retried, never carried on: every later write is refused.
+    for outcome in [
+        t.append(&batch(&[(3, None, None)])).map(drop),
+        t.truncate().map(drop),
+        db.create_table("u", &schema(), TableOptions::default()).map(drop),
+        db.drop_table("t"),
+        db.checkpoint(),
+    ] {
+        assert!(matches!(outcome, Err(Error::ReadOnly(_))), "{outcome:?}");
+    }
+    io.crash(0);
+    drop((t, db));
+    let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+    assert_eq!(rows(&db.table("t").unwrap()), first);
+    assert!(!db.contains_table("u"));
+}
+
+#[test]
+fn a_failed_write_makes_the_database_read_only() {
+    let io = SimulatedIo::default();
+    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let t = db.create_table("t", &schema(), TableOptions::default()).unwrap();
+    io.fail_writes(true);
+    assert!(matches!(t.append(&batch(&[(1, None, None)])), Err(Error::Io { .. })));
+    io.fail_writes(false);
+    assert!(matches!(t.append(&batch(&[(2, None, None)])), Err(Error::ReadOnly(_))));
+}
+
+/// A database with a checkpoint and log records after it.
+fn checkpointed(io: &SimulatedIo) -> Vec<Row> {
+    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let options = TableOptions::default().with_shard_capacity(2000).with_background_rebuild(false);
+    let t = db.create_table("t", &schema(), options).unwrap();
+    let mut next_id = 0;
+    let mut rng = StdRng::seed_from_u64(3);
+    let first = random_rows(&mut rng, &mut next_id, 5000);
+    t.append(&batch(&first)).unwrap();
+    t.rebuild().unwrap();
+    db.checkpoint().unwrap();
+    for _ in 0..5 {
+        t.append(&batch(&random_rows(&mut rng, &mut next_id, 50))).unwrap();
+    }
+    let all = rows(&t);
+    drop((t, db));
+    all
+}
+
+
+fn files_under(io: &SimulatedIo, dir: &str) -> Vec<PathBuf> {
+    io.list(Path::new(dir)).unwrap().into_iter().map(|n| Path::new(dir).join(n)).collect()
+}
+
+#[test]
+fn a_flipped_bit_in_the_log_catalog_or_a_shard_file_refuses_to_open() {
+    let io = SimulatedIo::default();
+    let expected = checkpointed(&io);
+    let reopen = |io: &SimulatedIo| Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always));
+    assert_eq!(rows(&reopen(&io).unwrap().table("t").unwrap()), expected);
+
+    let shard_files = files_under(&io, "/data/shards");
+    assert_eq!(shard_files.len(), 3, "5,000 rows in shards of 2,000");
+    let segments: Vec<PathBuf> =
+        files_under(&io, "/data/wal").into_iter().filter(|p| io.read(p).is_ok_and(|b| !b.is_empty())).collect();
+    assert!(!segments.is_empty());
+    let cases = [
+        (PathBuf::from("/data/CATALOG"), 40usize),
+        (shard_files[1].clone(), 200),
+        (segments[0].clone(), 20), // inside the first record, not the tail
+    ];
+    for (path, offset) in cases {
+        let damaged = SimulatedIo::default();
+        checkpointed(&damaged);
+        damaged.flip_bit(&path, offset, 3).unwrap();
+        match reopen(&damaged) {
+            Err(Error::Corrupt { path: named, .. }) => assert_eq!(Path::new(&named), path),
+            other => panic!("a flipped bit in {} gave {other:?}", path.display()),
+        }
+    }
+}
+
+#[test]
+fn every_type_round_trips_through_checkpoints_and_the_log() {
+    let types = all_types();
+    let fields: Vec<Field> =
+        types.iter().enumerate().map(|(i, dt)| Field::new(format!("c{i}"), dt.clone(), true)).collect();
+    let schema = Arc::new(Schema::new(fields));
+    let shapes = common::SHAPES;
+    let io = SimulatedIo::default();
+    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let options = TableOptions::default().with_shard_capacity(3000).with_background_rebuild(false);
+    let t = db.create_table("all", &schema, options).unwrap();
+    for (round, shape) in shapes.iter().enumerate() {
+        let columns = types.iter().map(|dt| gen_array(dt, *shape, 1500, 100, round as u64)).collect();
+        // The log keeps each append as it came: strings in any of their layouts.
+        t.append(&RecordBatch::try_new(Arc::clone(&schema), columns).unwrap()).unwrap();
+        if round == 3 {
+            t.rebuild().unwrap();
+            db.checkpoint().unwrap();
+        }
+    }
+    let before = t.snapshot().to_record_batches(None).unwrap();
+    let plain_of = |batches: &[RecordBatch]| -> Vec<Vec<common::Plain>> {
+        (0..types.len()).map(|c| batches.iter().flat_map(|b| plain(b.column(c).as_ref())).collect()).collect()
+    };
+    drop((t, db));
+    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let after = db.table("all").unwrap().snapshot().to_record_batches(None).unwrap();
+    assert_eq!(plain_of(&after), plain_of(&before));
+    assert!(db.recovery().unwrap().shard_files > 0 && db.recovery().unwrap().replayed > 0);
+}
+
+#[test]
+fn a_data_directory_is_locked_to_one_open_database() {
+    let dir = std::env::temp_dir().join(format!("quiverdb-lock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let db = Database::open(&dir, DurableOptions::default()).unwrap();
+    let t = db.create_table("t", &schema(), TableOptions::default()).unwrap();
+    t.append(&batch(&[(1, Some("x".into()), Some(0.5))])).unwrap();
+    match Database::open(&dir, DurableOptions::default()) {
+        Err(e @ Error::DirectoryInUse { .. }) => assert!(e.to_string().contains(&std::process::id().to_string())),
+        other => panic!("{other:?}"),
+    }
+    drop(t);
+    db.close().unwrap();
+    let db = Database::open(&dir, DurableOptions::default()).unwrap();
+    assert_eq!(rows(&db.table("t").unwrap()), [(1, Some("x".into()), Some(0.5))]);
+    drop(db);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
