@@ -30,23 +30,39 @@
 //!              w u64 · w × word u64
 //! ```
 //!
-//! Integers are little-endian; arrays are stored unaligned and copied with
-//! one pass each, so a load costs about a `memcpy` plus the checks.
+//! Integers are little-endian; arrays are stored unaligned and each is
+//! copied in one pass into one allocation (string bytes into one Arrow
+//! buffer), with no allocation per value.
 //!
 //! # Validation
 //!
-//! [`decode_main`] trusts nothing: the checksums catch damage, and every
-//! count, offset and value the decoders and scans index with is checked
-//! before a column is built, so no input makes loading, or later decoding
-//! and scanning, panic or read out of bounds. Beyond counts and bounds:
-//! frames (width ≤ 64, words in range, exact `delta_sum`, no wrap past
-//! `u64::MAX`, padding slots equal to the reference), dictionary codes
-//! below the dictionary size (padding included) and dictionaries sorted,
-//! runs and sequences starting at row 0 and ascending, string offsets
-//! monotone from 0 to the byte length (on UTF-8 boundaries of valid UTF-8
-//! for string columns), keys within their type's key domain, a validity
-//! bitmap only when there are nulls, and zone maps equal to the values.
-//! Blocks are unpacked once for these checks.
+//! [`decode_main`] trusts nothing. The checksums catch damage; behind
+//! them, everything the decoders and scans index with or rely on is
+//! checked before a column is built, so no input makes loading, or later
+//! decoding and scanning, panic or read out of bounds:
+//!
+//! * structure: magic, version, counts that fit the bytes left and agree
+//!   with the row count (zones and frames one per 1,024 rows), tags, the
+//!   physical type against the schema's, nothing left over;
+//! * frames: width ≤ 64 and their `16 × width` words in range; unpacked
+//!   once, their exact `delta_sum`, no wrap past `u64::MAX`, padding equal
+//!   to the reference;
+//! * dictionaries sorted, every code (padding included) below their size;
+//!   runs ending ascending at the row count, sequences starting at row 0
+//!   and ascending; string offsets ascending from 0 to the byte length,
+//!   on character boundaries of valid UTF-8 for string columns (string
+//!   arrays are built unchecked in release builds);
+//! * keys within their physical type's key domain; a validity bitmap only
+//!   when there are nulls, no bits past the last row;
+//! * zones: null counts always; keys exact for blocks without nulls (scans
+//!   answer MIN and MAX from them) and, for blocks with nulls, exact or
+//!   holding every slot (scans prune and bound sums with them);
+//!   dictionary-string zones within the dictionary.
+//!
+//! Left to the checksums are values that no check can tell from others:
+//! string bytes, plain keys and decimals in range, and the prefix keys of
+//! plain-string zones (which only prune; recomputing them would cost a pass
+//! over every string).
 
 mod validate;
 #[cfg(test)]
@@ -66,10 +82,10 @@ use crate::types::{PhysicalType, TableSchema, is_string};
 use validate::{Expect, check_dictionary, check_values};
 
 /// The first eight bytes of every checkpoint file.
-pub const MAGIC: [u8; 8] = *b"QVMAIN\0\0";
+const MAGIC: [u8; 8] = *b"QVMAIN\0\0";
 
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+const VERSION: u32 = 1;
 
 /// Bytes of the file header: magic, version, rows, column count, CRC.
 const HEADER_LEN: usize = 8 + 4 + 8 + 4 + 4;
@@ -175,7 +191,7 @@ fn put_validity(out: &mut Vec<u8>, validity: Option<&NullBuffer>) {
     // offset is not a whole byte) and is exactly ⌈len/8⌉ bytes.
     let at = out.len();
     out.extend_from_slice(&v.inner().sliced());
-    if v.len() % 8 != 0
+    if !v.len().is_multiple_of(8)
         && let Some(last) = out.last_mut()
     {
         *last &= (1u8 << (v.len() % 8)) - 1;
@@ -328,7 +344,9 @@ pub fn decode_main(bytes: &[u8], schema: &TableSchema) -> Result<Main, Checkpoin
             format!("unsupported checkpoint format version {version} (this build reads version {VERSION})"),
         ));
     }
+    let rows_at = r.pos;
     let rows = r.u64("the row count").map_err(fault)?;
+    let count_at = r.pos;
     let count = r.u32("the column count").map_err(fault)? as usize;
     let crc = r.u32("the header checksum").map_err(fault)?;
     if crc != crc32c::crc32c(&bytes[..HEADER_LEN - 4]) {
@@ -338,14 +356,14 @@ pub fn decode_main(bytes: &[u8], schema: &TableSchema) -> Result<Main, Checkpoin
         Ok(rows) if rows <= MAX_SHARD_CAPACITY => rows,
         _ => {
             return Err(CheckpointError::new(
-                12,
+                rows_at,
                 format!("{rows} rows exceed a shard's capacity of {MAX_SHARD_CAPACITY}"),
             ));
         }
     };
     if count != schema.len() && !(rows == 0 && count == 0) {
         return Err(CheckpointError::new(
-            20,
+            count_at,
             format!("the checkpoint has {count} columns, the table {}", schema.len()),
         ));
     }
@@ -434,6 +452,7 @@ impl<'a> Reader<'a> {
     /// Reads the count of an array of `size`-byte records, checking the
     /// records fit the bytes left (so no count allocates beyond the input).
     fn count(&mut self, size: usize, what: &str) -> Result<usize, Fault> {
+        debug_assert!(size > 0);
         let at = self.pos;
         let n = self.u64(what)?;
         if n > (self.left() / size) as u64 {
@@ -524,7 +543,7 @@ fn read_column(
     let expect = Expect { len: rows, validity: validity.as_ref(), zones: &zones, zones_at, at: r.pos };
     let utf8 = is_string(data_type);
     let encoding = read_encoding(r, rows, physical, utf8)?;
-    if std::env::var_os("NOCHECK").is_none() { check_values(&encoding, physical, utf8, &expect)?; }
+    check_values(&encoding, physical, utf8, &expect)?;
     Ok(MainColumn::from_parts(data_type.clone(), physical, rows, encoding, validity, zones))
 }
 
@@ -535,7 +554,7 @@ fn read_validity(r: &mut Reader<'_>, len: usize) -> Result<Option<NullBuffer>, F
         1 => {
             let at = r.pos;
             let bits = r.take(len.div_ceil(8), "the validity bitmap")?;
-            if len % 8 != 0 && bits.last().is_some_and(|&b| b >> (len % 8) != 0) {
+            if !len.is_multiple_of(8) && bits.last().is_some_and(|&b| b >> (len % 8) != 0) {
                 return Err(Fault::new(at, "validity bits past the last row are set"));
             }
             let nulls = NullBuffer::new(BooleanBuffer::new(Buffer::from_slice_ref(bits), 0, len));
@@ -549,8 +568,8 @@ fn read_validity(r: &mut Reader<'_>, len: usize) -> Result<Option<NullBuffer>, F
 }
 
 /// Reads an encoding and checks its structure: counts, bounds and order,
-/// everything its constructor relies on. Values are checked afterwards by
-/// [`check_values`].
+/// everything its constructor relies on. Its values are checked afterwards
+/// (`check_values`).
 fn read_encoding(
     r: &mut Reader<'_>,
     len: usize,
@@ -647,7 +666,7 @@ fn read_encoding(
 }
 
 /// Reads a bit-packed array of `len` values and checks its frames against
-/// its words; the values are checked by [`walk_packed`].
+/// its words (its values are checked with the column's, by `validate`).
 fn read_packed(r: &mut Reader<'_>, len: usize, what: &str) -> Result<BitPacked, Fault> {
     r.expect(0, len, what)?;
     let blocks = len.div_ceil(BLOCK_SIZE);

@@ -2,22 +2,24 @@
 //! has been read, against what their encoders guarantee and scans rely on:
 //! frames that agree with their packed words, codes within their
 //! dictionaries, string offsets within their bytes, keys within their
-//! type's domain, zone maps exact.
+//! type's domain, zones that scans may answer from or prune with (see the
+//! parent module for the exact rules).
 //!
 //! Every bit-packed array is unpacked exactly once, and its blocks are
 //! checked in the space of their deltas, so nothing adds the reference:
 //!
 //! ```text
-//!   frame b ──unpack──▶ deltas[1024] ──stats──▶ Σ, min, max      one pass, 8 lanes
+//!   frame b ──unpack──▶ deltas[1024] ──stats──▶ Σ, min, max      one vectorised pass
 //!                 Σ = delta_sum?   padding deltas 0?   reference + max ≤ u64::MAX?
 //!                 reference + [min, max] in the key domain, or below the dictionary size?
-//!                 block has nulls: min, max again over its valid rows (64 bits at a time)
 //!                 (key(min), key(max), nulls) == zones[b]?
+//!                 block with nulls: zones[b] ⊇ key([min, max]), else the exact
+//!                 min, max over its valid rows (validity read 64 bits at a time)
 //! ```
 //!
 //! The kernels are compiled twice, for the baseline CPU and with AVX2
 //! (chosen at run time, as [`crate::main`]'s unpacking is): the baseline
-//! x86-64 target has no 64-bit compare, so only AVX2 vectorises `u64`
+//! x86-64 target has no 64-bit vector compare, so only AVX2 vectorises `u64`
 //! minima and maxima.
 
 use arrow_buffer::NullBuffer;
@@ -29,7 +31,7 @@ use crate::main::run_end::RunEnd;
 use crate::main::sequence::Sequence;
 use crate::main::strings::StrPlain;
 use crate::main::{BLOCK_SIZE, Encoding, KeyEncoding, Zone};
-use crate::types::{KeyNative, PhysicalType, prefix_key};
+use crate::types::{KeyNative, PhysicalType};
 
 /// Checks a string dictionary: offsets from 0, ascending (entries never
 /// equal), ending at `bytes.len()`, entries sorted, UTF-8 when `utf8`.
@@ -58,7 +60,6 @@ pub(super) fn check_dictionary(offsets: &[u32], bytes: &[u8], utf8: bool) -> Res
     }
     Ok(())
 }
-
 
 /// What a column's values must agree with.
 pub(super) struct Expect<'a> {
@@ -91,22 +92,53 @@ impl Expect<'_> {
         self.validity.map_or(0, |v| n - v.buffer().count_set_bits_offset(v.offset() + block * BLOCK_SIZE, n))
     }
 
-    /// Checks the zone of block `block`, whose rows hold `values`, with
+    /// Checks the zone of block `block`, whose rows hold `values` with
     /// minimum and maximum `range`; `key` maps values to zone keys and
     /// preserves order (deltas plus a reference, codes through a sorted
     /// dictionary).
+    ///
+    /// A block without nulls must have the exact zone: scans answer MIN and
+    /// MAX of such blocks from it. Of a block with nulls, scans use the
+    /// zone as a bound (pruning, and the magnitude that keeps sums from
+    /// overflowing), so a zone that holds every value of the block, null
+    /// slots included, passes as is; only other blocks (whose null slots
+    /// repeat a key from beyond the zone) pay for the exact minimum and
+    /// maximum over the valid rows.
     fn zone(&self, block: usize, values: &[u64], range: (u64, u64), key: impl Fn(u64) -> u64) -> Result<(), Fault> {
         let n = values.len();
         let nulls = self.nulls_in(block, n);
+        let null_count = nulls as u32;
         let found = match self.validity {
-            _ if nulls == n => Zone { min: u64::MAX, max: 0, null_count: nulls as u32 },
+            _ if nulls == n => Zone { min: u64::MAX, max: 0, null_count },
             Some(v) if nulls > 0 => {
+                let stored = self.zones[block];
+                let (lo, hi) = (key(range.0), key(range.1));
+                if stored.null_count == null_count && stored.min <= lo && hi <= stored.max {
+                    return Ok(());
+                }
                 let (min, max) = masked_min_max(values, v.buffer(), v.offset() + block * BLOCK_SIZE);
-                Zone { min: key(min), max: key(max), null_count: nulls as u32 }
+                Zone { min: key(min), max: key(max), null_count }
             }
-            _ => Zone { min: key(range.0), max: key(range.1), null_count: 0 },
+            _ => Zone { min: key(range.0), max: key(range.1), null_count },
         };
         self.same_zone(block, found)
+    }
+
+    /// Checks what every zone must get right: its null count, and that it
+    /// is all-null exactly when the block is. (Used alone for zones of
+    /// strings, whose keys scans use only to prune: plain strings' prefix
+    /// keys would cost a pass over every string to recompute.)
+    fn zone_counts(&self, block: usize) -> Result<(), Fault> {
+        let n = self.rows_in(block);
+        let nulls = self.nulls_in(block, n);
+        let stored = self.zones[block];
+        if stored.null_count as usize != nulls || stored.all_null() != (nulls == n) {
+            return Err(Fault::new(
+                self.zones_at + block * ZONE_LEN,
+                format!("the zone of block {block} is {stored:?}, but the block has {nulls} nulls in {n} rows"),
+            ));
+        }
+        Ok(())
     }
 
     fn same_zone(&self, block: usize, found: Zone) -> Result<(), Fault> {
@@ -212,7 +244,21 @@ pub(super) fn check_values(encoding: &Encoding, physical: PhysicalType, utf8: bo
                 if reference + max >= entries {
                     return Err(e.fault(format!("block {b} has code {}, the dictionary {entries} entries", reference + max)));
                 }
-                e.zone(b, deltas, (min, max), |d| reference + d)
+                if e.nulls_in(b, deltas.len()) == 0 {
+                    return e.zone(b, deltas, (min, max), |d| reference + d);
+                }
+                // Null rows hold the code of "": such zones only prune, and
+                // index the dictionary (statistics), so they need the right
+                // counts and codes below the dictionary size.
+                e.zone_counts(b)?;
+                let zone = e.zones[b];
+                if !zone.all_null() && zone.max >= entries {
+                    return Err(Fault::new(
+                        e.zones_at + b * ZONE_LEN,
+                        format!("the zone of block {b} reaches code {}, the dictionary {entries} entries", zone.max),
+                    ));
+                }
+                Ok(())
             })
         }
         Encoding::StrPlain(p) => check_plain(p, utf8, e),
@@ -266,7 +312,7 @@ fn run_range(runs: &RunEnd, start: usize, end: usize) -> (u64, u64) {
 
 /// Checks plain strings: offsets from 0, never descending, ending at the
 /// byte length (on character boundaries of valid UTF-8 when `utf8`), and
-/// zones equal to the values' prefix keys.
+/// zones with the right null counts.
 fn check_plain(p: &StrPlain, utf8: bool, e: &Expect<'_>) -> Result<(), Fault> {
     let bytes: &[u8] = p.bytes();
     let text = match utf8 {
@@ -295,19 +341,7 @@ fn check_plain(p: &StrPlain, utf8: bool, e: &Expect<'_>) -> Result<(), Fault> {
     if prev != total {
         return Err(e.fault(format!("the string offsets end at byte {prev}, not {total}")));
     }
-    let mut starts = [0u64; BLOCK_SIZE];
-    let mut keys = [0u64; BLOCK_SIZE];
-    for b in 0..e.blocks() {
-        let end = p.decode_block_offsets(b, &mut starts);
-        let n = e.rows_in(b);
-        for i in 0..n {
-            let stop = if i + 1 < n { starts[i + 1] } else { end };
-            keys[i] = prefix_key(&bytes[starts[i] as usize..stop as usize]);
-        }
-        let (_, min, max) = stats(&keys[..n]);
-        e.zone(b, &keys[..n], (min, max), |k| k)?;
-    }
-    Ok(())
+    (0..e.blocks()).try_for_each(|b| e.zone_counts(b))
 }
 
 /// Unpacks each block of `packed` once, checks its deltas against its frame
@@ -330,7 +364,7 @@ fn walk_packed(
             if n < BLOCK_SIZE && stats(&deltas[n..]).2 != 0 {
                 return Err(e.fault(format!("the padding of block {b} is not its reference")));
             }
-            stats(&deltas[..n])
+            if frame.width < 64 { small_stats(&deltas[..n]) } else { stats(&deltas[..n]) }
         };
         if sum != frame.delta_sum {
             return Err(e.fault(format!("frame {b} records a delta sum of {}, its deltas sum to {sum}", frame.delta_sum)));
@@ -385,6 +419,24 @@ fn stats_lanes(values: &[u64]) -> (u64, u64, u64) {
 }
 
 with_avx2! {
+    /// [`stats`] of values below 2^63 (deltas of widths below 64), which
+    /// compare as `i64`: AVX2 has a signed 64-bit compare, so this saves
+    /// the sign flips an unsigned compare needs.
+    fn small_stats(values: &[u64]) -> (u64, u64, u64) = small_stats_lanes
+}
+
+#[inline(always)]
+fn small_stats_lanes(values: &[u64]) -> (u64, u64, u64) {
+    let (mut sum, mut min, mut max) = (0u64, i64::MAX, 0i64);
+    for &v in values {
+        sum = sum.wrapping_add(v);
+        min = min.min(v as i64);
+        max = max.max(v as i64);
+    }
+    (sum, min as u64, max as u64)
+}
+
+with_avx2! {
     /// True when `values` never descend.
     fn ascending(values: &[u64]) -> bool = ascending_lanes
 }
@@ -411,11 +463,13 @@ fn masked_lanes(values: &[u64], bits: &[u8], offset: usize) -> (u64, u64) {
     let (mut min, mut max) = (u64::MAX, 0u64);
     let words = BitChunks::new(bits, offset, values.len());
     for (chunk, word) in values.chunks(64).zip(words.iter_padded()) {
-        for (j, &v) in chunk.iter().enumerate() {
+        let mut bit = 1u64;
+        for &v in chunk {
             // All ones for a valid value: a null one drops out of both.
-            let keep = ((word >> j) & 1).wrapping_neg();
+            let keep = if word & bit != 0 { u64::MAX } else { 0 };
             min = min.min(v | !keep);
             max = max.max(v & keep);
+            bit <<= 1;
         }
     }
     (min, max)
