@@ -3,11 +3,13 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use quiverdb::server::flight::{Auth, DEFAULT_MAX_MESSAGE_BYTES, FlightOptions, TlsConfig, serve};
+use quiverdb::storage::{DurableOptions, SyncMode};
 use quiverdb::{Database, SessionOptions};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::CliError;
 
@@ -42,6 +44,34 @@ pub(crate) struct ServeArgs {
     /// DataFusion partitions per query (0: one per core).
     #[arg(long, default_value_t = 0)]
     partitions: usize,
+    /// The data directory: created if missing, locked while serving.
+    #[arg(long, default_value = "quiverdb-data", conflicts_with = "in_memory")]
+    data_dir: PathBuf,
+    /// Keep everything in memory (nothing survives the process).
+    #[arg(long)]
+    in_memory: bool,
+    /// When a write is durable before it is acknowledged: `always` (synced
+    /// to disk; concurrent writers share syncs), `batch` (synced every
+    /// --sync-interval: a power loss can lose that much, a crash of the
+    /// process nothing), `off` (never synced: a power loss can lose
+    /// anything the OS had not written back).
+    #[arg(long, value_enum, default_value_t = SyncArg::Always)]
+    sync: SyncArg,
+    /// Sync interval of `--sync batch`, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    sync_interval_ms: u64,
+    /// Write a checkpoint whenever the log has grown by this many bytes
+    /// (suffixes K, M, G); 0: only at shutdown.
+    #[arg(long, value_parser = parse_bytes, default_value = "256M")]
+    checkpoint_bytes: usize,
+}
+
+/// `--sync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SyncArg {
+    Always,
+    Batch,
+    Off,
 }
 
 /// `1234`, `64K`, `512M`, `4G` (also `KiB`, `MB`, ...: powers of 1024).
@@ -93,8 +123,40 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         session: SessionOptions { target_partitions: args.partitions, memory_limit: args.memory_limit, ..SessionOptions::default() },
         ..FlightOptions::default()
     };
+    let db = if args.in_memory {
+        info!("in-memory database: nothing is kept when the server stops");
+        Database::new()
+    } else {
+        let sync = match args.sync {
+            SyncArg::Always => SyncMode::Always,
+            SyncArg::Batch => SyncMode::Batch(Duration::from_millis(args.sync_interval_ms.max(1))),
+            SyncArg::Off => SyncMode::Off,
+        };
+        let durable = DurableOptions { sync, checkpoint_bytes: args.checkpoint_bytes as u64 };
+        let db = Database::open(&args.data_dir, durable).map_err(|e| format!("opening {}: {e}", args.data_dir.display()))?;
+        if let Some(r) = db.recovery() {
+            info!(
+                "opened {} (sync {:?}): checkpoint through log record {} ({} tables, {} shard files), {} log records replayed, in {:.1} ms",
+                args.data_dir.display(),
+                args.sync,
+                r.checkpoint_lsn,
+                r.checkpoint_tables,
+                r.shard_files,
+                r.replayed,
+                r.elapsed.as_secs_f64() * 1e3,
+            );
+            if let Some((segment, offset, bytes)) = &r.torn {
+                warn!(
+                    "dropped an incomplete write at the end of the log ({bytes} bytes at byte {offset} of {}): a write cut short by a crash, never acknowledged",
+                    segment.display()
+                );
+            }
+        }
+        db
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move {
+    let served = db.clone();
+    let code = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("binding {}: {e}", args.listen))?;
         let addr = listener.local_addr()?;
         info!(
@@ -104,11 +166,17 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
             options.max_message_bytes,
             options.session.memory_limit.map_or("none".to_string(), |m| format!("{m} bytes")),
         );
-        let db = Database::new();
-        serve(db, listener, options, shutdown_signal()).await?;
-        info!("quiverdb stopped");
+        serve(served, listener, options, shutdown_signal()).await?;
         Ok::<_, CliError>(ExitCode::SUCCESS)
-    })
+    })?;
+    drop(runtime);
+    if db.is_durable() {
+        // A checkpoint makes the next start read it instead of replaying the log.
+        db.close().map_err(|e| format!("writing the shutdown checkpoint: {e}"))?;
+        info!("checkpoint written");
+    }
+    info!("quiverdb stopped");
+    Ok(code)
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.

@@ -85,6 +85,10 @@ pub struct FlightOptions {
     /// The SQL session every request runs in (partitions, batch size,
     /// memory limit, options of created tables).
     pub session: SessionOptions,
+    /// After shutdown is asked for, how long requests in flight (and
+    /// clients slow to close their connections) get before the server
+    /// stops anyway.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for FlightOptions {
@@ -95,6 +99,7 @@ impl Default for FlightOptions {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             token_ttl: Duration::from_secs(8 * 3600),
             session: SessionOptions::default(),
+            shutdown_grace: Duration::from_secs(30),
         }
     }
 }
@@ -126,7 +131,8 @@ fn flight_service(db: &Database, options: &FlightOptions, auth: Arc<Authenticato
 }
 
 /// Serves `db` over Flight SQL on `listener` until `shutdown` completes,
-/// then lets requests in flight finish and returns.
+/// then lets requests in flight finish (for at most
+/// [`FlightOptions::shutdown_grace`]) and returns.
 ///
 /// Refuses a non-loopback listener with [`Auth::None`].
 pub async fn serve(
@@ -152,10 +158,23 @@ pub async fn serve(
         server = server.tls_config(ServerTlsConfig::new().identity(identity))?;
     }
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    server
-        .layer(AuthLayer::new(auth))
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await?;
+    let (asked, stopping) = tokio::sync::oneshot::channel::<()>();
+    let serving = server.layer(AuthLayer::new(auth)).add_service(service).serve_with_incoming_shutdown(incoming, async {
+        shutdown.await;
+        let _ = asked.send(());
+    });
+    let grace_over = async {
+        match stopping.await {
+            Ok(()) => tokio::time::sleep(options.shutdown_grace).await,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        served = serving => served?,
+        () = grace_over => tracing::warn!(
+            "stopping with connections still open {:?} after shutdown was asked for",
+            options.shutdown_grace
+        ),
+    }
     Ok(())
 }

@@ -1,0 +1,181 @@
+//! What durability costs: ingest of the seed table into an in-memory
+//! database and into data directories with each sync mode, and the time
+//! to reopen the table from the log alone and from a checkpoint alone.
+//!
+//! ```text
+//! cargo run --release --example durability_bench -- --rows 2000000 --runs 3
+//! ```
+//!
+//! Ingest appends the seed table's 8,192-row batches (as a Flight SQL
+//! ingest or `INSERT` does), from one writer or from `--writers` (default
+//! 4) concurrent writers each appending every fourth batch; the clock
+//! stops when the last append is acknowledged (background rebuilds
+//! continue). Each figure is the median of `--runs` runs, each into a
+//! fresh table (and data directory). Reopen times are measured once on
+//! the 2M-row table written with `sync=always`: replaying its log (every
+//! append and every background rebuild), then, after a checkpoint,
+//! loading the checkpoint with an empty log. Data directories go under
+//! `--dir` (default: the system temp directory) and are removed after.
+//!
+//! Prints a markdown table and, as its last line, a JSON object of the
+//! figures.
+
+#[path = "common/seed.rs"]
+mod seed;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use quiverdb::storage::{DurableOptions, SyncMode};
+use quiverdb::{Database, TableOptions};
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// How an ingest run keeps its data.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Memory,
+    Durable(SyncMode),
+}
+
+impl Mode {
+    fn label(self) -> String {
+        match self {
+            Mode::Memory => "in memory".into(),
+            Mode::Durable(SyncMode::Always) => "sync=always".into(),
+            Mode::Durable(SyncMode::Batch(every)) => format!("sync=batch ({} ms)", every.as_millis()),
+            Mode::Durable(SyncMode::Off) => "sync=off".into(),
+        }
+    }
+
+    fn open(self, dir: &Path) -> Result<Database, BoxError> {
+        Ok(match self {
+            Mode::Memory => Database::new(),
+            Mode::Durable(sync) => {
+                let _ = std::fs::remove_dir_all(dir);
+                Database::open(dir, DurableOptions { sync, checkpoint_bytes: 0 })?
+            }
+        })
+    }
+}
+
+/// Appends `batches` to a new table `t` of `db` from `writers` threads;
+/// the time until the last append returned.
+fn ingest(db: &Database, batches: &[RecordBatch], writers: usize) -> Result<Duration, BoxError> {
+    let table = db.create_table("t", &seed::schema(), TableOptions::default())?;
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..writers)
+            .map(|w| {
+                let table = table.clone();
+                s.spawn(move || batches.iter().skip(w).step_by(writers).try_for_each(|b| table.append(b).map(drop)))
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| h.join().map_err(|_| "a writer panicked")?.map_err(BoxError::from))
+    })?;
+    Ok(start.elapsed())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> Result<(), BoxError> {
+    let flags = seed::flags()?;
+    let rows = seed::flag(&flags, "rows", 2_000_000)?;
+    let runs = seed::flag(&flags, "runs", 3)?.max(1);
+    let writers = seed::flag(&flags, "writers", 4)?.max(1);
+    let root = flags
+        .iter()
+        .find(|(n, _)| n == "dir")
+        .map_or_else(|| std::env::temp_dir().join("quiverdb-durability-bench"), |(_, v)| PathBuf::from(v));
+    std::fs::create_dir_all(&root)?;
+    let batches = seed::batches(rows);
+    let bytes: usize = batches.iter().map(RecordBatch::get_array_memory_size).sum();
+    eprintln!("seed table: {rows} rows, {:.0} MB as Arrow", bytes as f64 / 1e6);
+
+    let modes = [
+        (Mode::Memory, 1),
+        (Mode::Memory, writers),
+        (Mode::Durable(SyncMode::Off), 1),
+        (Mode::Durable(SyncMode::Batch(Duration::from_millis(100))), 1),
+        (Mode::Durable(SyncMode::Always), 1),
+        (Mode::Durable(SyncMode::Always), writers),
+    ];
+    let mut results = Vec::new();
+    for (mode, w) in modes {
+        let dir = root.join("ingest");
+        let mut times = Vec::new();
+        for _ in 0..=runs {
+            let db = mode.open(&dir)?;
+            times.push(ingest(&db, &batches, w)?.as_secs_f64());
+            db.wait_for_background_rebuilds();
+        }
+        times.remove(0); // warm-up
+        let secs = median(times);
+        results.push((mode.label(), w, secs, rows as f64 / secs));
+        eprintln!("{} × {w}: {:.0} ms", mode.label(), secs * 1e3);
+    }
+    let memory = results[0].3;
+
+    // Reopen: the log alone, then a checkpoint alone.
+    let dir = root.join("reopen");
+    let db = Mode::Durable(SyncMode::Always).open(&dir)?;
+    ingest(&db, &batches, 1)?;
+    db.wait_for_background_rebuilds();
+    drop(db);
+    let durable = DurableOptions { sync: SyncMode::Always, checkpoint_bytes: 0 };
+    let log_bytes: u64 = std::fs::read_dir(dir.join("wal"))?.map(|e| e.map_or(0, |e| e.metadata().map_or(0, |m| m.len()))).sum();
+    let start = Instant::now();
+    let db = Database::open(&dir, durable)?;
+    let from_log = start.elapsed();
+    let replayed = db.recovery().map_or(0, |r| r.replayed);
+    assert_eq!(db.table("t")?.row_count(), rows);
+    db.close()?;
+    let start = Instant::now();
+    let db = Database::open(&dir, durable)?;
+    let from_checkpoint = start.elapsed();
+    let report = db.recovery().cloned().ok_or("a durable database has a recovery report")?;
+    assert_eq!(db.table("t")?.row_count(), rows);
+    assert_eq!(report.replayed, 0);
+    let checkpoint_bytes: u64 =
+        std::fs::read_dir(dir.join("shards"))?.map(|e| e.map_or(0, |e| e.metadata().map_or(0, |m| m.len()))).sum();
+    drop(db);
+    std::fs::remove_dir_all(&root)?;
+
+    println!("| ingest of {rows} rows | writers | ms | rows/s | vs in memory |");
+    println!("|---|---|---|---|---|");
+    for (label, w, secs, rate) in &results {
+        println!("| {label} | {w} | {:.0} | {:.1}M | {:.2}× |", secs * 1e3, rate / 1e6, rate / memory);
+    }
+    println!();
+    println!("| reopen | ms | read |");
+    println!("|---|---|---|");
+    println!(
+        "| from the log alone ({replayed} records) | {:.0} | {:.0} MB of log |",
+        from_log.as_secs_f64() * 1e3,
+        log_bytes as f64 / 1e6
+    );
+    println!(
+        "| from the checkpoint alone ({} shard files) | {:.0} | {:.0} MB of shard files |",
+        report.shard_files,
+        from_checkpoint.as_secs_f64() * 1e3,
+        checkpoint_bytes as f64 / 1e6
+    );
+    let ingest_json: Vec<String> = results
+        .iter()
+        .map(|(label, w, secs, rate)| {
+            format!(r#"{{"mode": "{label}", "writers": {w}, "ms": {:.1}, "rows_per_s": {rate:.0}}}"#, secs * 1e3)
+        })
+        .collect();
+    println!(
+        r#"{{"rows": {rows}, "ingest": [{}], "reopen_log_ms": {:.1}, "reopen_checkpoint_ms": {:.1}}}"#,
+        ingest_json.join(", "),
+        from_log.as_secs_f64() * 1e3,
+        from_checkpoint.as_secs_f64() * 1e3
+    );
+    Ok(())
+}

@@ -1,0 +1,360 @@
+//! Durability through the server: the `quiverdb` binary on a data
+//! directory, fed over Flight SQL (ingest, DDL, DML), stopped gracefully
+//! (SIGTERM) and killed (SIGKILL), started again on the same directory.
+//!
+//! The crash test kills a server that is being written to with
+//! `--sync always` at random moments, 24 times over, and checks after each
+//! restart that every acknowledged write is there and nothing else
+//! appeared (only the one write in flight at the kill may go either way).
+
+#![cfg(all(feature = "cli", unix))]
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
+use arrow_flight::error::FlightError;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use arrow_flight::sql::{CommandStatementIngest, TableDefinitionOptions, TableExistsOption, TableNotExistOption};
+use arrow_schema::{DataType, Field, Schema};
+use futures::{TryStreamExt, stream};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tonic::transport::{Channel, Endpoint};
+
+type Client = FlightSqlServiceClient<Channel>;
+
+/// A `quiverdb serve` child process.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    /// The server's log lines after the startup line.
+    log: mpsc::Receiver<String>,
+    startup: Vec<String>,
+}
+
+impl Server {
+    fn start(dir: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_quiverdb"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, log) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut startup = Vec::new();
+        let addr = loop {
+            let line = log.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|e| {
+                panic!("the server did not start ({e}): {startup:#?}");
+            });
+            let found = line.split("Flight SQL on ").nth(1).and_then(|rest| rest.split_whitespace().next()?.parse().ok());
+            startup.push(line);
+            if let Some(addr) = found {
+                break addr;
+            }
+        };
+        Self { child, addr, log, startup }
+    }
+
+    async fn client(&self) -> Client {
+        let channel = Endpoint::from_shared(format!("http://{}", self.addr)).unwrap().connect().await.unwrap();
+        FlightSqlServiceClient::new(channel)
+    }
+
+    /// SIGTERM, and waits for a clean exit; the server's log.
+    fn stop(mut self) -> Vec<String> {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "the server exited with {status}");
+        self.log.try_iter().collect()
+    }
+
+    /// SIGKILL: no shutdown work at all.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn data_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("durable_server").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn batch(ids: std::ops::Range<i64>) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]));
+    let names = StringArray::from_iter(ids.clone().map(|i| (i % 3 != 0).then(|| format!("row {i}"))));
+    RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(ids)), Arc::new(names)]).unwrap()
+}
+
+fn ingest_command(table: &str, create: bool) -> CommandStatementIngest {
+    let (if_not_exist, if_exists) = if create {
+        (TableNotExistOption::Create, TableExistsOption::Fail)
+    } else {
+        (TableNotExistOption::Fail, TableExistsOption::Append)
+    };
+    CommandStatementIngest {
+        table_definition_options: Some(TableDefinitionOptions {
+            if_not_exist: if_not_exist as i32,
+            if_exists: if_exists as i32,
+        }),
+        table: table.into(),
+        schema: None,
+        catalog: None,
+        temporary: false,
+        transaction_id: None,
+        options: Default::default(),
+    }
+}
+
+async fn ingest(client: &mut Client, table: &str, create: bool, batch: RecordBatch) -> Result<i64, FlightError> {
+    client.execute_ingest(ingest_command(table, create), stream::iter([Ok(batch)])).await
+}
+
+/// The ids of `sql`'s first column, in result order.
+async fn ids(client: &mut Client, sql: &str) -> Vec<i64> {
+    let info = client.execute(sql.into(), None).await.unwrap();
+    let mut out = Vec::new();
+    for endpoint in &info.endpoint {
+        let batches: Vec<RecordBatch> =
+            client.do_get(endpoint.ticket.clone().unwrap()).await.unwrap().try_collect().await.unwrap();
+        for b in batches {
+            out.extend(b.column(0).as_primitive::<Int64Type>().values().iter().copied());
+        }
+    }
+    out
+}
+
+/// The whole of table `t`, as text, in id order.
+async fn contents(client: &mut Client) -> Vec<(i64, Option<String>)> {
+    let info = client.execute("SELECT id, name FROM t ORDER BY id".into(), None).await.unwrap();
+    let mut out = Vec::new();
+    for endpoint in &info.endpoint {
+        let batches: Vec<RecordBatch> =
+            client.do_get(endpoint.ticket.clone().unwrap()).await.unwrap().try_collect().await.unwrap();
+        for b in batches {
+            let (id, name) = (b.column(0).as_primitive::<Int64Type>(), b.column(1).as_string::<i32>());
+            out.extend((0..b.num_rows()).map(|i| (id.value(i), name.is_valid(i).then(|| name.value(i).to_string()))));
+        }
+    }
+    out
+}
+
+/// A runtime whose worker keeps the client's connections answering (a
+/// stopping server waits for its clients to close their connections).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
+}
+
+#[test]
+fn data_survives_a_graceful_stop_and_a_kill() {
+    let dir = data_dir("restart");
+    let rt = runtime();
+    let server = Server::start(&dir, &[]);
+    let before = rt.block_on(async {
+        let mut c = server.client().await;
+        ingest(&mut c, "t", true, batch(0..50_000)).await.unwrap();
+        ingest(&mut c, "t", false, batch(50_000..60_000)).await.unwrap();
+        assert_eq!(c.execute_update("DELETE FROM t WHERE id % 7 = 0".into(), None).await.unwrap(), 8572);
+        c.execute_update("UPDATE t SET name = 'changed' WHERE id < 10".into(), None).await.unwrap();
+        c.execute_update("CREATE TABLE gone (x BIGINT)".into(), None).await.unwrap();
+        c.execute_update("DROP TABLE gone".into(), None).await.unwrap();
+        contents(&mut c).await
+    });
+    assert_eq!(before.len(), 60_000 - 8572);
+    let log = server.stop();
+    assert!(log.iter().any(|l| l.contains("checkpoint written")), "{log:#?}");
+
+    // Restarted from the shutdown checkpoint alone.
+    let server = Server::start(&dir, &[]);
+    assert!(server.startup.iter().any(|l| l.contains("0 log records replayed")), "{:#?}", server.startup);
+    let after = rt.block_on(async {
+        let mut c = server.client().await;
+        let after = contents(&mut c).await;
+        let tables = ids(&mut c, "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'gone'").await;
+        assert_eq!(tables, [0]);
+        ingest(&mut c, "t", false, batch(60_000..61_000)).await.unwrap();
+        c.execute_update("DELETE FROM t WHERE id BETWEEN 100 AND 199".into(), None).await.unwrap();
+        after
+    });
+    assert_eq!(after, before);
+    let expected: Vec<_> = rt.block_on(async { contents(&mut server.client().await).await });
+    server.kill();
+
+    // Restarted from the checkpoint plus the log.
+    let server = Server::start(&dir, &[]);
+    assert!(!server.startup.iter().any(|l| l.contains(" 0 log records replayed")), "{:#?}", server.startup);
+    let got = rt.block_on(async { contents(&mut server.client().await).await });
+    assert_eq!(got, expected);
+    server.stop();
+}
+
+#[test]
+fn a_second_server_on_the_same_directory_is_refused() {
+    let dir = data_dir("locked");
+    let first = Server::start(&dir, &[]);
+    let out = Command::new(env!("CARGO_BIN_EXE_quiverdb"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("in use by another quiverdb") && stderr.contains(&first.child.id().to_string()), "{stderr}");
+    first.stop();
+}
+
+/// What the writer knows when the server dies.
+#[derive(Default)]
+struct Acknowledged {
+    present: BTreeSet<i64>,
+    /// Ids the write in flight at the kill touched: present or not.
+    maybe: BTreeSet<i64>,
+}
+
+/// One write of the crash test's writer.
+#[derive(Debug, Clone)]
+enum Op {
+    Ingest(std::ops::Range<i64>),
+    Delete(std::ops::Range<i64>),
+}
+
+impl Acknowledged {
+    fn acknowledged(&mut self, op: &Op) {
+        match op {
+            Op::Ingest(ids) => self.present.extend(ids.clone()),
+            Op::Delete(ids) => ids.clone().for_each(|id| {
+                self.present.remove(&id);
+            }),
+        }
+    }
+
+    /// The write in flight when the server died may or may not have happened.
+    fn in_flight(&mut self, op: &Op) {
+        match op {
+            Op::Ingest(ids) => self.maybe.extend(ids.clone()),
+            Op::Delete(ids) => ids.clone().for_each(|id| {
+                if self.present.remove(&id) {
+                    self.maybe.insert(id);
+                }
+            }),
+        }
+    }
+}
+
+#[test]
+fn killed_servers_keep_every_acknowledged_write_and_nothing_else() {
+    let dir = data_dir("crash");
+    let rt = runtime();
+    let mut rng = StdRng::seed_from_u64(0x5eed);
+    let mut known = Acknowledged::default();
+    let mut next = 0i64;
+    let mut acknowledged_writes = 0;
+    for cycle in 0..24 {
+        let server = Server::start(&dir, &["--sync", "always"]);
+        // What the last incarnation acknowledged must all be there, and
+        // nothing it never wrote.
+        rt.block_on(async {
+            let mut c = server.client().await;
+            if cycle == 0 {
+                c.execute_update("CREATE TABLE t (id BIGINT NOT NULL, name VARCHAR)".into(), None).await.unwrap();
+            } else {
+                let got: BTreeSet<i64> = ids(&mut c, "SELECT id FROM t").await.into_iter().collect();
+                let missing: Vec<_> = known.present.difference(&got).take(5).collect();
+                assert!(missing.is_empty(), "cycle {cycle}: acknowledged ids lost, e.g. {missing:?}");
+                let extra: Vec<_> = got.difference(&known.present).filter(|id| !known.maybe.contains(id)).take(5).collect();
+                assert!(extra.is_empty(), "cycle {cycle}: ids never acknowledged appeared, e.g. {extra:?}");
+                known.present = got;
+            }
+            known.maybe.clear();
+        });
+        // A writer thread writes and reports; the test kills the server.
+        let addr = server.addr;
+        let (tx, rx) = mpsc::channel::<(Op, bool)>();
+        let start = next;
+        let writer = std::thread::spawn(move || {
+            runtime().block_on(async move {
+                let channel = Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+                let mut c = FlightSqlServiceClient::new(channel);
+                let mut id = start;
+                for round in 0.. {
+                    let op = if round % 5 == 4 {
+                        Op::Delete(id - 300..id - 200)
+                    } else {
+                        let n = 1 + (round * 37 % 400);
+                        id += n;
+                        Op::Ingest(id - n..id)
+                    };
+                    // Announce the write, then report its acknowledgement.
+                    if tx.send((op.clone(), false)).is_err() {
+                        return;
+                    }
+                    let outcome = match &op {
+                        Op::Ingest(ids) => ingest(&mut c, "t", false, batch(ids.clone())).await.map(drop),
+                        Op::Delete(ids) => {
+                            let sql = format!("DELETE FROM t WHERE id >= {} AND id < {}", ids.start, ids.end);
+                            c.execute_update(sql, None).await.map(drop)
+                        }
+                    };
+                    if outcome.is_err() || tx.send((op, true)).is_err() {
+                        return;
+                    }
+                }
+            });
+        });
+        std::thread::sleep(Duration::from_millis(rng.random_range(50..400)));
+        server.kill();
+        writer.join().unwrap();
+        let mut in_flight = None;
+        for (op, acked) in rx.try_iter() {
+            if let Op::Ingest(ids) = &op {
+                next = next.max(ids.end);
+            }
+            if acked {
+                known.acknowledged(&op);
+                acknowledged_writes += 1;
+                in_flight = None;
+            } else {
+                in_flight = Some(op);
+            }
+        }
+        if let Some(op) = in_flight {
+            known.in_flight(&op);
+        }
+    }
+    assert!(acknowledged_writes > 100, "only {acknowledged_writes} writes were acknowledged");
+}
