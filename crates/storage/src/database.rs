@@ -102,8 +102,8 @@ impl Database {
     }
 
     /// Syncs the log and writes a checkpoint, so the next open is fast.
-    /// The directory stays locked until every clone of this database is
-    /// dropped.
+    /// The directory stays locked until every clone of this database and
+    /// every handle to its tables is dropped.
     pub fn close(self) -> Result<()> {
         self.wait_for_background_rebuilds();
         self.checkpoint()

@@ -56,9 +56,11 @@
 //!
 //! It evaluates no predicates and runs no queries: filtering, aggregation
 //! and ordered scans live in `quiverdb-mapreducer` and `quiverdb-scan`,
-//! SQL in `quiverdb-server`. It keeps everything in memory (durability is
-//! planned). Primary keys are enforced without an index: each commit
-//! checks its new keys against the zone-pruned live rows.
+//! SQL in `quiverdb-server`. Data lives in memory; a database opened on a
+//! data directory ([`Database::open`], see [`durable`]) also logs every
+//! change and checkpoints its shards, so it survives crashes. Primary keys
+//! are enforced without an index: each commit checks its new keys against
+//! the zone-pruned live rows.
 
 // `main` is main storage (as opposed to the delta), not a binary's entry point.
 #![allow(special_module_name)]

@@ -164,12 +164,7 @@ impl TableLog {
                 records.push(record);
                 Ok(None)
             }
-            TableLog::Wal(wal) => {
-                let (kind, payload) = record
-                    .encode()
-                    .map_err(|e| Error::Internal(format!("encoding a log record: {e}")))?;
-                wal.append(kind, &payload).map(Some)
-            }
+            TableLog::Wal(wal) => append_record(wal, &record).map(Some),
         }
     }
 
@@ -180,6 +175,11 @@ impl TableLog {
             _ => None,
         }
     }
+}
+
+/// Appends `record` to `wal`, encoded in place; its LSN.
+pub(crate) fn append_record(wal: &Wal, record: &LogRecord) -> Result<u64> {
+    wal.append_with(|out| record.encode_into(out).map_err(|e| Error::Internal(format!("encoding a log record: {e}"))))
 }
 
 /// A transaction's changes, as they will be logged.

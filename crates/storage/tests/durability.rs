@@ -440,10 +440,13 @@ fn a_data_directory_is_locked_to_one_open_database() {
         Err(e @ Error::DirectoryInUse { .. }) => assert!(e.to_string().contains(&std::process::id().to_string())),
         other => panic!("{other:?}"),
     }
-    drop(t);
     db.close().unwrap();
+    // A table handle can still write, so it keeps the directory locked.
+    assert!(matches!(Database::open(&dir, DurableOptions::default()), Err(Error::DirectoryInUse { .. })));
+    t.append(&batch(&[(2, None, None)])).unwrap();
+    drop(t);
     let db = Database::open(&dir, DurableOptions::default()).unwrap();
-    assert_eq!(rows(&db.table("t").unwrap()), [(1, Some("x".into()), Some(0.5))]);
+    assert_eq!(rows(&db.table("t").unwrap()), [(1, Some("x".into()), Some(0.5)), (2, None, None)]);
     drop(db);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -29,13 +29,22 @@ pub const MAX_PAYLOAD: usize = 1 << 30;
 
 /// Appends one frame holding `payload` of type `kind` to `out`.
 pub fn encode(kind: u8, payload: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER]);
+    out.extend_from_slice(payload);
+    seal(kind, &mut out[start..]);
+}
+
+/// Fills in the header of `frame`: [`HEADER`] bytes of room followed by
+/// the payload (so a payload can be written in place, then sealed).
+pub fn seal(kind: u8, frame: &mut [u8]) {
+    let (header, payload) = frame.split_at_mut(HEADER);
     debug_assert!(payload.len() <= MAX_PAYLOAD);
     let len = (payload.len() as u32).to_le_bytes();
-    out.extend_from_slice(&len);
-    out.extend_from_slice(&crc32c::crc32c(&len).to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload).to_le_bytes());
-    out.push(kind);
-    out.extend_from_slice(payload);
+    header[0..4].copy_from_slice(&len);
+    header[4..8].copy_from_slice(&crc32c::crc32c(&len).to_le_bytes());
+    header[8..12].copy_from_slice(&crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload).to_le_bytes());
+    header[12] = kind;
 }
 
 /// One frame read back: its type, payload and offset in the file.

@@ -60,52 +60,58 @@ impl LogRecord {
     /// The frame type and payload of this record.
     pub fn encode(&self) -> Result<(u8, Vec<u8>), arrow_schema::ArrowError> {
         let mut out = Vec::new();
+        let kind = self.encode_into(&mut out)?;
+        Ok((kind, out))
+    }
+
+    /// The frame type of this record; its payload is appended to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<u8, arrow_schema::ArrowError> {
         let kind = match self {
             LogRecord::CreateTable { name, schema, options, replace, fill } => {
-                put_str(&mut out, name);
-                put_options(&mut out, options);
+                put_str(out, name);
+                put_options(out, options);
                 out.push(u8::from(*replace));
-                put_bytes(&mut out, &ipc(schema, &[])?);
-                put_u64(&mut out, fill.len() as u64);
+                put_bytes(out, &ipc(schema, &[])?);
+                put_u64(out, fill.len() as u64);
                 for record in fill {
                     let (kind, payload) = record.encode()?;
                     out.push(kind);
-                    put_bytes(&mut out, &payload);
+                    put_bytes(out, &payload);
                 }
                 CREATE_TABLE
             }
             LogRecord::DropTable { name } => {
-                put_str(&mut out, name);
+                put_str(out, name);
                 DROP_TABLE
             }
             LogRecord::Commit { table, truncate, appends, deletes } => {
-                put_str(&mut out, table);
+                put_str(out, table);
                 out.push(u8::from(*truncate));
                 // One IPC stream per run of batches with the same schema
                 // (appends may differ in string layout or field nullability).
                 let runs = appends.chunk_by(|a, b| a.schema() == b.schema()).collect::<Vec<_>>();
-                put_u64(&mut out, runs.len() as u64);
+                put_u64(out, runs.len() as u64);
                 for run in runs {
-                    put_bytes(&mut out, &ipc(&run[0].schema(), run)?);
+                    put_ipc(out, &run[0].schema(), run)?;
                 }
-                put_u64(&mut out, deletes.len() as u64);
+                put_u64(out, deletes.len() as u64);
                 for d in deletes {
-                    put_u64(&mut out, d.shard);
-                    put_u64(&mut out, d.version);
-                    put_ids(&mut out, &d.ids);
+                    put_u64(out, d.shard);
+                    put_u64(out, d.version);
+                    put_ids(out, &d.ids);
                 }
                 COMMIT
             }
             LogRecord::Rebuild { table, shard, version, delta_len, deleted } => {
-                put_str(&mut out, table);
-                put_u64(&mut out, *shard);
-                put_u64(&mut out, *version);
-                put_u64(&mut out, u64::from(*delta_len));
-                put_ids(&mut out, deleted);
+                put_str(out, table);
+                put_u64(out, *shard);
+                put_u64(out, *version);
+                put_u64(out, u64::from(*delta_len));
+                put_ids(out, deleted);
                 REBUILD
             }
         };
-        Ok((kind, out))
+        Ok(kind)
     }
 
     /// The record a frame of type `kind` holds.
@@ -188,6 +194,22 @@ pub(super) fn put_ids(out: &mut Vec<u8>, ids: &[u32]) {
     for id in ids {
         out.extend_from_slice(&id.to_le_bytes());
     }
+}
+
+/// Appends `batches` as a length-prefixed Arrow IPC stream of `schema`,
+/// written in place.
+fn put_ipc(out: &mut Vec<u8>, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<(), arrow_schema::ArrowError> {
+    let at = out.len();
+    put_u64(out, 0);
+    let mut writer = StreamWriter::try_new(&mut *out, schema)?;
+    for batch in batches {
+        writer.write(batch)?;
+    }
+    writer.finish()?;
+    drop(writer);
+    let len = (out.len() - at - 8) as u64;
+    out[at..at + 8].copy_from_slice(&len.to_le_bytes());
+    Ok(())
 }
 
 /// `batches` as one Arrow IPC stream of `schema`.

@@ -47,7 +47,7 @@ use crate::main::Main;
 use crate::main::decode::Rows;
 use crate::rebuild;
 use crate::shard::{DeleteSet, ShardData, ShardId, ShardList, ShardState};
-use crate::table::{MAX_SHARD_CAPACITY, Table, TableLog, TableOptions, TableState, needs_rebuild};
+use crate::table::{MAX_SHARD_CAPACITY, Table, append_record, TableLog, TableOptions, TableState, needs_rebuild};
 use crate::types::TableSchema;
 
 const CATALOG: &str = "CATALOG";
@@ -102,7 +102,6 @@ pub(crate) struct Durable {
     report: RecoveryReport,
     /// What the durable catalog holds; held for the whole of a checkpoint.
     checkpointed: Mutex<Checkpointed>,
-    _lock: Option<DirLock>,
 }
 
 #[derive(Debug, Default)]
@@ -116,9 +115,7 @@ struct Checkpointed {
 impl Durable {
     /// Logs a catalog change; the LSN to commit.
     pub(crate) fn append(&self, record: &LogRecord) -> Result<u64> {
-        let (kind, payload) =
-            record.encode().map_err(|e| Error::Internal(format!("encoding a log record: {e}")))?;
-        self.wal.append(kind, &payload)
+        append_record(&self.wal, record)
     }
 
     pub(crate) fn dir(&self) -> &Path {
@@ -279,6 +276,7 @@ pub(crate) fn open(
     let started = Instant::now();
     let shards_dir = dir.join(SHARDS);
     io.create_dir_all(&shards_dir).map_err(|e| io_error(&shards_dir, &e))?;
+    io.sync_dir(dir).map_err(|e| io_error(dir, &e))?;
     let db = Database::new();
     db.inner.rebuilds.pause(true);
 
@@ -300,6 +298,9 @@ pub(crate) fn open(
 
     let wal_dir = dir.join(WAL);
     let (wal, contents) = Wal::open(Arc::clone(&io), &wal_dir, options.sync)?;
+    if let Some(lock) = lock {
+        wal.hold(lock);
+    }
     if let Some(first) = contents.records.first()
         && first.lsn > catalog.lsn + 1
     {
@@ -348,7 +349,6 @@ pub(crate) fn open(
         wal,
         report,
         checkpointed: Mutex::new(Checkpointed { files, log_bytes: 0 }),
-        _lock: lock,
     };
     db.inner.durable.set(durable).map_err(|_| Error::Internal("a database was opened twice".into()))?;
     db.inner.rebuilds.pause(false);

@@ -11,15 +11,19 @@
 //! reached the disk is unknown, so it never retries and carries on.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use super::frame::{self, End};
 use super::io::{AppendFile, StorageIo, write_atomically};
+use super::lock::DirLock;
 use crate::error::{Error, Result};
 
 /// A new segment starts once the current one holds this many bytes.
 const SEGMENT_BYTES: u64 = 64 << 20;
+
+/// A flushed buffer up to this size is kept for the next flush.
+const SPARE_BYTES: usize = 64 << 20;
 
 /// When a committed record becomes durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,12 +137,17 @@ struct Inner {
     state: Mutex<State>,
     /// Signalled whenever a flush ends.
     flushed: Condvar,
+    /// The data directory's lock, held while anything can still append.
+    lock: OnceLock<DirLock>,
 }
 
 #[derive(Debug, Default)]
 struct State {
     /// Frames appended but not written yet, and the LSN of the last one.
     buffer: Vec<u8>,
+    /// The buffer of the last flush, emptied, for the next one (so its
+    /// memory is reused rather than allocated and faulted in again).
+    spare: Vec<u8>,
     last_lsn: u64,
     /// Records handed to the file, and records known durable.
     written_lsn: u64,
@@ -176,10 +185,18 @@ impl Wal {
             || segments(io.as_ref(), dir).map(|s| s.last().map_or(0, |(first, _)| first - 1)),
             |r| Ok(r.lsn),
         )?;
-        let inner = Inner { io, dir: dir.to_path_buf(), mode, state: Mutex::default(), flushed: Condvar::new() };
+        let inner = Inner {
+            io,
+            dir: dir.to_path_buf(),
+            mode,
+            state: Mutex::default(),
+            flushed: Condvar::new(),
+            lock: OnceLock::new(),
+        };
         let segment = inner.new_segment(last_lsn + 1)?;
         *inner.lock()? = State {
             buffer: Vec::new(),
+            spare: Vec::new(),
             last_lsn,
             written_lsn: last_lsn,
             durable_lsn: last_lsn,
@@ -201,18 +218,41 @@ impl Wal {
     /// Appends a record; its LSN. It is durable once [`Wal::commit`]
     /// of this LSN (or a later one) returns.
     pub fn append(&self, kind: u8, payload: &[u8]) -> Result<u64> {
-        if payload.len() > frame::MAX_PAYLOAD {
-            return Err(Error::InvalidOption {
-                option: "log record",
-                reason: format!("{} bytes is more than the {} a record may hold", payload.len(), frame::MAX_PAYLOAD),
-            });
-        }
+        self.append_with(|out| {
+            out.extend_from_slice(payload);
+            Ok(kind)
+        })
+    }
+
+    /// [`Wal::append`] of the payload `write` appends to the buffer it is
+    /// given (the log's own, so the record is encoded in place, with no
+    /// copy); `write` returns the record's type. If it fails, nothing is
+    /// appended.
+    pub fn append_with(&self, write: impl FnOnce(&mut Vec<u8>) -> Result<u8>) -> Result<u64> {
         let mut state = self.inner.lock()?;
         if let Some(reason) = &state.failed {
             return Err(Error::ReadOnly(reason.clone()));
         }
-        frame::encode(kind, payload, &mut state.buffer);
-        state.appended_bytes += (frame::HEADER + payload.len()) as u64;
+        let start = state.buffer.len();
+        state.buffer.extend_from_slice(&[0; frame::HEADER]);
+        let written = write(&mut state.buffer);
+        let len = state.buffer.len() - start - frame::HEADER;
+        let kind = match written {
+            Ok(kind) => kind,
+            Err(e) => {
+                state.buffer.truncate(start);
+                return Err(e);
+            }
+        };
+        if len > frame::MAX_PAYLOAD {
+            state.buffer.truncate(start);
+            return Err(Error::InvalidOption {
+                option: "log record",
+                reason: format!("{len} bytes is more than the {} a record (one transaction) may hold", frame::MAX_PAYLOAD),
+            });
+        }
+        frame::seal(kind, &mut state.buffer[start..]);
+        state.appended_bytes += (frame::HEADER + len) as u64;
         state.last_lsn += 1;
         Ok(state.last_lsn)
     }
@@ -232,6 +272,12 @@ impl Wal {
     /// The LSN of the last record known durable.
     pub fn durable_lsn(&self) -> Result<u64> {
         Ok(self.inner.lock()?.durable_lsn)
+    }
+
+    /// Keeps the data directory locked until the log and every clone of
+    /// it (every handle that can still write) is dropped.
+    pub fn hold(&self, lock: DirLock) {
+        let _ = self.inner.lock.set(lock);
     }
 
     /// The LSN of the last record appended.
@@ -299,13 +345,18 @@ impl Inner {
                 state = self.flushed.wait(state).map_err(|_| Error::Internal("a thread panicked while writing the log".into()))?;
                 continue;
             };
-            let bytes = std::mem::take(&mut state.buffer);
+            let spare = std::mem::take(&mut state.spare);
+            let mut bytes = std::mem::replace(&mut state.buffer, spare);
             let target = state.last_lsn;
             drop(state);
 
             let outcome = self.write(segment, &bytes, sync, target);
 
             state = self.lock()?;
+            bytes.clear();
+            if bytes.capacity() <= SPARE_BYTES {
+                state.spare = bytes;
+            }
             match outcome {
                 Ok(segment) => {
                     state.segment = Some(segment);
