@@ -108,14 +108,16 @@ fn main() -> Result<(), BoxError> {
     for (mode, w) in modes {
         let dir = root.join("ingest");
         let mut times = Vec::new();
+        let mut syncs = 0;
         for _ in 0..=runs {
             let db = mode.open(&dir)?;
             times.push(ingest(&db, &batches, w)?.as_secs_f64());
+            syncs = db.log_stats().map_or(0, |s| s.syncs);
             db.wait_for_background_rebuilds();
         }
         times.remove(0); // warm-up
         let secs = median(times);
-        results.push((mode.label(), w, secs, rows as f64 / secs));
+        results.push((mode.label(), w, secs, rows as f64 / secs, syncs));
         eprintln!("{} × {w}: {:.0} ms", mode.label(), secs * 1e3);
     }
     let memory = results[0].3;
@@ -145,10 +147,10 @@ fn main() -> Result<(), BoxError> {
     drop(db);
     std::fs::remove_dir_all(&root)?;
 
-    println!("| ingest of {rows} rows | writers | ms | rows/s | vs in memory |");
-    println!("|---|---|---|---|---|");
-    for (label, w, secs, rate) in &results {
-        println!("| {label} | {w} | {:.0} | {:.1}M | {:.2}× |", secs * 1e3, rate / 1e6, rate / memory);
+    println!("| ingest of {rows} rows ({} batches) | writers | ms | rows/s | vs in memory | log syncs |", batches.len());
+    println!("|---|---|---|---|---|---|");
+    for (label, w, secs, rate, syncs) in &results {
+        println!("| {label} | {w} | {:.0} | {:.1}M | {:.2}× | {syncs} |", secs * 1e3, rate / 1e6, rate / memory);
     }
     println!();
     println!("| reopen | ms | read |");
@@ -166,8 +168,11 @@ fn main() -> Result<(), BoxError> {
     );
     let ingest_json: Vec<String> = results
         .iter()
-        .map(|(label, w, secs, rate)| {
-            format!(r#"{{"mode": "{label}", "writers": {w}, "ms": {:.1}, "rows_per_s": {rate:.0}}}"#, secs * 1e3)
+        .map(|(label, w, secs, rate, syncs)| {
+            format!(
+                r#"{{"mode": "{label}", "writers": {w}, "ms": {:.1}, "rows_per_s": {rate:.0}, "syncs": {syncs}}}"#,
+                secs * 1e3
+            )
         })
         .collect();
     println!(

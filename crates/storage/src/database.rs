@@ -12,6 +12,7 @@ use crate::durable::io::{FileSystem, StorageIo};
 use crate::durable::lock::DirLock;
 use crate::durable::record::LogRecord;
 use crate::durable::store::{self, Durable, DurableOptions, RecoveryReport};
+use crate::durable::wal::LogStats;
 use crate::error::{Error, Result};
 use crate::rebuild::RebuildQueue;
 use crate::table::{Table, TableLog, TableOptions};
@@ -84,6 +85,12 @@ impl Database {
     /// The data directory, for a durable database.
     pub fn data_dir(&self) -> Option<&Path> {
         self.inner.durable.get().map(Durable::dir)
+    }
+
+    /// What the write-ahead log has done since the database was opened
+    /// (`None` in memory).
+    pub fn log_stats(&self) -> Option<LogStats> {
+        self.inner.durable.get().and_then(|d| d.wal.stats().ok())
     }
 
     /// What opening the data directory found (`None` in memory).

@@ -83,7 +83,7 @@ pub mod types;
 
 pub use database::Database;
 pub use durable::store::{DurableOptions, RecoveryReport};
-pub use durable::wal::SyncMode;
+pub use durable::wal::{LogStats, SyncMode};
 pub use delta::{DeltaBytes, DeltaColumnReader, DeltaReader};
 pub use error::{Error, Result};
 pub use main::{BLOCK_SIZE, EncodingKind, MainColumn};

@@ -336,6 +336,33 @@ fn a_failed_sync_makes_the_database_read_only_and_loses_nothing_acknowledged() {
 }
 
 #[test]
+fn concurrent_writers_share_syncs_and_all_are_durable() {
+    let io = SimulatedIo::default();
+    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let t = db.create_table("t", &schema(), TableOptions::default().with_background_rebuild(false)).unwrap();
+    let before = db.log_stats().unwrap();
+    std::thread::scope(|s| {
+        for w in 0..4i64 {
+            let t = t.clone();
+            s.spawn(move || {
+                for i in 0..50 {
+                    t.append(&batch(&[(w * 1000 + i, None, None)])).unwrap();
+                }
+            });
+        }
+    });
+    let stats = db.log_stats().unwrap();
+    assert_eq!(stats.records - before.records, 200);
+    assert!(stats.syncs - before.syncs <= 200, "one sync per commit at most: {stats:?}");
+    io.crash(0);
+    drop((t, db));
+    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let ids: Vec<i64> = sorted(rows(&db.table("t").unwrap())).into_iter().map(|r| r.0).collect();
+    let expected: Vec<i64> = (0..4).flat_map(|w| (0..50).map(move |i| w * 1000 + i)).collect();
+    assert_eq!(ids, expected);
+}
+
+#[test]
 fn a_failed_write_makes_the_database_read_only() {
     let io = SimulatedIo::default();
     let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();

@@ -157,6 +157,21 @@ struct State {
     failed: Option<String>,
     /// Bytes of frames appended since open.
     appended_bytes: u64,
+    /// Records appended and syncs made since open.
+    appended: u64,
+    syncs: u64,
+}
+
+/// What a log has done since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Records appended.
+    pub records: u64,
+    /// Bytes appended (frames: headers and payloads).
+    pub bytes: u64,
+    /// Syncs of the log file: with [`SyncMode::Always`] and concurrent
+    /// writers, fewer than records (group commit).
+    pub syncs: u64,
 }
 
 /// The segment file being appended to.
@@ -203,6 +218,8 @@ impl Wal {
             segment: Some(segment),
             failed: None,
             appended_bytes: 0,
+            appended: 0,
+            syncs: 0,
         };
         let inner = Arc::new(inner);
         if let SyncMode::Batch(interval) = mode {
@@ -253,6 +270,7 @@ impl Wal {
         }
         frame::seal(kind, &mut state.buffer[start..]);
         state.appended_bytes += (frame::HEADER + len) as u64;
+        state.appended += 1;
         state.last_lsn += 1;
         Ok(state.last_lsn)
     }
@@ -283,6 +301,12 @@ impl Wal {
     /// The LSN of the last record appended.
     pub fn last_lsn(&self) -> Result<u64> {
         Ok(self.inner.lock()?.last_lsn)
+    }
+
+    /// What the log has done since it was opened.
+    pub fn stats(&self) -> Result<LogStats> {
+        let state = self.inner.lock()?;
+        Ok(LogStats { records: state.appended, bytes: state.appended_bytes, syncs: state.syncs })
     }
 
     /// Bytes of records appended since the log was opened.
@@ -363,6 +387,7 @@ impl Inner {
                     state.written_lsn = target;
                     if sync {
                         state.durable_lsn = target;
+                        state.syncs += 1;
                     }
                 }
                 Err(e) => {
