@@ -35,6 +35,8 @@ pub trait AppendFile: Send + std::fmt::Debug {
     fn write(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// Makes every byte written so far durable.
     fn sync(&mut self) -> io::Result<()>;
+    /// A second handle on the same file (to sync it while this one writes).
+    fn try_clone(&self) -> io::Result<Box<dyn AppendFile>>;
 }
 
 /// Writes `bytes` as the file `name` in `dir` so that a crash leaves
@@ -69,6 +71,10 @@ impl AppendFile for RealFile {
 
     fn sync(&mut self) -> io::Result<()> {
         self.0.sync_data()
+    }
+
+    fn try_clone(&self) -> io::Result<Box<dyn AppendFile>> {
+        Ok(Box::new(RealFile(self.0.try_clone()?)))
     }
 }
 
@@ -161,6 +167,10 @@ impl AppendFile for SimFile {
         let file = &mut state.files[self.id];
         file.1 = file.0.clone();
         Ok(())
+    }
+
+    fn try_clone(&self) -> io::Result<Box<dyn AppendFile>> {
+        Ok(Box::new(SimFile { state: Arc::clone(&self.state), id: self.id }))
     }
 }
 

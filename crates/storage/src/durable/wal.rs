@@ -160,6 +160,8 @@ struct State {
     /// Records appended and syncs made since open.
     appended: u64,
     syncs: u64,
+    /// A sync is in flight (on a second handle of the segment).
+    syncing: bool,
 }
 
 /// What a log has done since it was opened.
@@ -220,6 +222,7 @@ impl Wal {
             appended_bytes: 0,
             appended: 0,
             syncs: 0,
+            syncing: false,
         };
         let inner = Arc::new(inner);
         if let SyncMode::Batch(interval) = mode {
@@ -353,69 +356,96 @@ impl Inner {
 
     /// Returns once record `lsn` is written (and synced, if `sync`). One
     /// caller at a time writes, everything buffered at once; the others
-    /// wait for it and find their records covered, or write next.
+    /// wait for it and find their records covered, or write next. A sync
+    /// runs on a second handle of the segment, so writes (of commits that
+    /// need no sync) go on meanwhile; commits that need one wait for the
+    /// sync in flight and then share the next (group commit).
     fn flush_through(&self, lsn: u64, sync: bool) -> Result<()> {
         let mut state = self.lock()?;
         loop {
             if let Some(reason) = &state.failed {
                 return Err(Error::ReadOnly(reason.clone()));
             }
-            let done = if sync { state.durable_lsn } else { state.written_lsn };
-            if done >= lsn {
+            if state.durable_lsn >= lsn || (!sync && state.written_lsn >= lsn) {
                 return Ok(());
             }
-            let Some(segment) = state.segment.take() else {
-                // Another caller is writing: wait for it.
+            if state.segment.is_none() || (sync && state.syncing) {
+                // Another caller is writing or syncing: wait for it.
                 state = self.flushed.wait(state).map_err(|_| Error::Internal("a thread panicked while writing the log".into()))?;
                 continue;
-            };
+            }
+            let Some(segment) = state.segment.take() else { continue };
             let spare = std::mem::take(&mut state.spare);
             let mut bytes = std::mem::replace(&mut state.buffer, spare);
             let target = state.last_lsn;
             drop(state);
 
-            let outcome = self.write(segment, &bytes, sync, target);
+            let outcome = self.write(segment, &bytes, target);
 
             state = self.lock()?;
             bytes.clear();
             if bytes.capacity() <= SPARE_BYTES {
                 state.spare = bytes;
             }
-            match outcome {
-                Ok(segment) => {
-                    state.segment = Some(segment);
-                    state.written_lsn = target;
-                    if sync {
-                        state.durable_lsn = target;
-                        state.syncs += 1;
-                    }
+            let (segment, rolled) = match outcome {
+                Ok(written) => written,
+                Err(e) => return Err(self.fail(state, e)),
+            };
+            state.written_lsn = target;
+            if rolled {
+                // The full segment holding every record so far was synced.
+                state.durable_lsn = state.durable_lsn.max(target);
+                state.syncs += 1;
+            }
+            let handle = if sync && !rolled { Some(segment.file.try_clone()) } else { None };
+            state.segment = Some(segment);
+            if let Some(handle) = handle {
+                let mut handle = match handle {
+                    Ok(handle) => handle,
+                    Err(e) => return Err(self.fail(state, io_error(&self.dir, &e))),
+                };
+                state.syncing = true;
+                self.flushed.notify_all();
+                drop(state);
+                let synced = handle.sync();
+                state = self.lock()?;
+                state.syncing = false;
+                if let Err(e) = synced {
+                    let path = state.segment.as_ref().map_or_else(|| self.dir.clone(), |s| s.path.clone());
+                    return Err(self.fail(state, io_error(&path, &e)));
                 }
-                Err(e) => {
-                    // This caller sees the failure itself; everyone after
-                    // it, that the log is read-only.
-                    state.failed = Some(e.to_string());
-                    self.flushed.notify_all();
-                    return Err(e);
-                }
+                state.durable_lsn = state.durable_lsn.max(target);
+                state.syncs += 1;
             }
             self.flushed.notify_all();
         }
     }
 
-    /// Writes `bytes` (records through `last`) to `segment`, syncs if
-    /// asked, and starts a new segment once this one is full.
-    fn write(&self, mut segment: Segment, bytes: &[u8], sync: bool, last: u64) -> Result<Segment> {
+    /// Records a failed write or sync: this caller gets `e` itself,
+    /// everyone after it that the log is read-only.
+    fn fail(&self, mut state: MutexGuard<'_, State>, e: Error) -> Error {
+        state.failed = Some(e.to_string());
+        state.syncing = false;
+        drop(state);
+        self.flushed.notify_all();
+        e
+    }
+
+    /// Writes `bytes` (records through `last`) to `segment`; once it is
+    /// full, syncs it and starts a new one (`true`: everything through
+    /// `last` is durable).
+    fn write(&self, mut segment: Segment, bytes: &[u8], last: u64) -> Result<(Segment, bool)> {
         let failed = |e: std::io::Error| io_error(&segment.path, &e);
         if !bytes.is_empty() {
             segment.file.write(bytes).map_err(failed)?;
             segment.bytes += bytes.len() as u64;
         }
         // A full segment must be durable before records go elsewhere.
-        let full = segment.bytes >= SEGMENT_BYTES;
-        if sync || full {
+        if segment.bytes >= SEGMENT_BYTES {
             segment.file.sync().map_err(failed)?;
+            return Ok((self.new_segment(last + 1)?, true));
         }
-        if full { self.new_segment(last + 1) } else { Ok(segment) }
+        Ok((segment, false))
     }
 
     /// A new, empty segment whose first record will be `first_lsn`, its
