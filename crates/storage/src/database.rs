@@ -79,30 +79,30 @@ impl Database {
 
     /// True for a database backed by a data directory.
     pub fn is_durable(&self) -> bool {
-        self.inner.durable.get().is_some()
+        self.durable().is_some()
     }
 
     /// The data directory, for a durable database.
     pub fn data_dir(&self) -> Option<&Path> {
-        self.inner.durable.get().map(Durable::dir)
+        self.durable().map(Durable::dir)
     }
 
     /// What the write-ahead log has done since the database was opened
     /// (`None` in memory).
     pub fn log_stats(&self) -> Option<LogStats> {
-        self.inner.durable.get().and_then(|d| d.wal.stats().ok())
+        self.durable().and_then(|d| d.wal.stats().ok())
     }
 
     /// What opening the data directory found (`None` in memory).
     pub fn recovery(&self) -> Option<&RecoveryReport> {
-        self.inner.durable.get().map(Durable::report)
+        self.durable().map(Durable::report)
     }
 
     /// Writes a checkpoint: every table's current state, so that reopening
     /// reads it instead of replaying the log, which is then cut back. A
     /// no-op in memory. A failure makes the database read-only.
     pub fn checkpoint(&self) -> Result<()> {
-        match self.inner.durable.get() {
+        match self.durable() {
             Some(durable) => store::checkpoint(self, durable),
             None => Ok(()),
         }
@@ -138,10 +138,7 @@ impl Database {
             return Err(Error::TableExists(name.into()));
         }
         let table = Table::new(name.into(), schema, options, self.inner.rebuilds.clone());
-        let lsn = match self.durable() {
-            Some(durable) => Some(self.log_creation(durable, &table, false)?),
-            None => None,
-        };
+        let lsn = self.log_creation(&table, false)?;
         tables.insert(name.into(), table.clone());
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
         drop(tables);
@@ -149,9 +146,11 @@ impl Database {
         Ok(table)
     }
 
-    /// Logs the creation of `table` with what its fill captured, and
-    /// switches it to the log. Called with the catalog lock held.
-    fn log_creation(&self, durable: &Durable, table: &Table, replace: bool) -> Result<u64> {
+    /// For a durable database, logs the creation of `table` with what its
+    /// fill captured and switches it to the log; the LSN to commit. Called
+    /// with the catalog lock held.
+    fn log_creation(&self, table: &Table, replace: bool) -> Result<Option<u64>> {
+        let Some(durable) = self.durable() else { return Ok(None) };
         let mut writer = table.inner.writer.lock().map_err(|_| poisoned())?;
         let fill = match std::mem::take(&mut writer.log) {
             TableLog::Capture(records) => records,
@@ -167,7 +166,7 @@ impl Database {
         let lsn = durable.append(&record)?;
         writer.log = TableLog::Wal(durable.wal.clone());
         writer.uid = lsn;
-        Ok(lsn)
+        Ok(Some(lsn))
     }
 
     /// Waits until the change logged at `lsn` is durable.
@@ -217,10 +216,7 @@ impl Database {
             Some(old) => Some(old.inner.writer.lock().map_err(|_| poisoned())?),
             None => None,
         };
-        let lsn = match self.durable() {
-            Some(durable) => Some(self.log_creation(durable, &table, replace)?),
-            None => None,
-        };
+        let lsn = self.log_creation(&table, replace)?;
         if let Some(old) = &old {
             old.inner.dropped.store(true, Ordering::Release);
         }

@@ -216,21 +216,11 @@ pub(crate) fn replay_rebuild(
     if delta_len > cur.delta_len {
         return Err(mismatch(format!("it has {} delta rows, not {delta_len}", cur.delta_len)));
     }
-    let rows = cur.data.main.rows() + delta_len;
-    let deletes = if deleted.is_empty() {
-        None
-    } else {
-        let mut bits = BooleanBufferBuilder::new(cur.data.capacity);
-        bits.append_n(cur.data.capacity, false);
-        for &id in deleted {
-            let id = id as usize;
-            if id >= rows || !cur.deletes.as_ref().is_some_and(|d| d.contains(id as u32)) {
-                return Err(mismatch(format!("record {id} is not a deleted row of it")));
-            }
-            bits.set_bit(id, true);
-        }
-        Some(DeleteSet::new(bits.finish(), deleted.len()))
-    };
+    let not_deleted = |id: u32| mismatch(format!("record {id} is not a deleted row of it"));
+    if let Some(&id) = deleted.iter().find(|&&id| !cur.deletes.as_ref().is_some_and(|d| d.contains(id))) {
+        return Err(not_deleted(id));
+    }
+    let deletes = DeleteSet::from_ids(cur.data.capacity, cur.data.main.rows() + delta_len, deleted).map_err(not_deleted)?;
     let snap = ShardState { data: Arc::clone(&cur.data), delta_len, deletes };
     let main = build_main(table, &snap)?;
     publish(table, &snap, main)
@@ -274,9 +264,7 @@ fn publish(table: &TableInner, snap: &ShardState, main: Main) -> Result<()> {
     let deletes = carry_deletes(snap, cur, new_rows)?;
     let live = new_rows + carried - deletes.as_ref().map_or(0, DeleteSet::count);
     if writer.log.is_on() {
-        let deleted = snap.deletes.as_ref().map_or_else(Vec::new, |d| {
-            d.bits().slice(0, snap.rows()).set_indices().map(|id| id as u32).collect()
-        });
+        let deleted = snap.deletes.as_ref().map_or_else(Vec::new, |d| d.ids(snap.rows()));
         writer.log.write(LogRecord::Rebuild {
             table: table.name.clone(),
             shard: data.id.0,

@@ -116,6 +116,29 @@ impl DeleteSet {
         }
     }
 
+    /// The set holding `ids` in a shard of `capacity` records of which
+    /// `rows` exist (`None` when `ids` is empty); on an id past `rows` or
+    /// given twice, that id.
+    pub(crate) fn from_ids(capacity: usize, rows: usize, ids: &[RecId]) -> Result<Option<Self>, RecId> {
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let mut bits = BooleanBufferBuilder::new(capacity);
+        bits.append_n(capacity, false);
+        for &id in ids {
+            if id as usize >= rows || bits.get_bit(id as usize) {
+                return Err(id);
+            }
+            bits.set_bit(id as usize, true);
+        }
+        Ok(Some(Self::new(bits.finish(), ids.len())))
+    }
+
+    /// The deleted ids below `rows`, ascending.
+    pub(crate) fn ids(&self, rows: usize) -> Vec<RecId> {
+        self.bits.slice(0, rows).set_indices().map(|id| id as RecId).collect()
+    }
+
     /// A builder holding this set's bits, for copy-on-write updates.
     pub(crate) fn to_builder(&self) -> BooleanBufferBuilder {
         let mut b = BooleanBufferBuilder::new(self.bits.len());

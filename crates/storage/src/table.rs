@@ -468,16 +468,14 @@ impl<'t> Transaction<'t> {
                 .collect::<Result<Vec<_>>>()?;
             keys.add(&self.table.name, &self.table.schema, &arrays, 1)?;
         }
-        if self.log.is_some() {
+        if let Some(log) = &mut self.log {
             // Log the row as stored (one-row batch read back from the delta).
             let columns = (0..schema.len())
                 .map(|c| shard.data.delta.column(c).decode(at + 1, Rows::Ids(&[at as RecId])))
                 .collect::<Result<Vec<_>>>()?;
             let batch = RecordBatch::try_new(Arc::clone(schema.arrow()), columns)
                 .map_err(|e| Error::Internal(format!("logging a row: {e}")))?;
-            if let Some(log) = &mut self.log {
-                log.appends.push(batch);
-            }
+            log.appends.push(batch);
         }
         self.work.shards.get_mut(idx).delta_len += 1;
         self.appended.push(idx);
@@ -613,7 +611,7 @@ impl<'t> Transaction<'t> {
             Some(log) if !log.is_empty() => self.writer.log.write(log.into_record(&self.table.name))?,
             _ => None,
         };
-        let wal = lsn.and_then(|_| self.writer.log.wal().cloned());
+        let durable = lsn.zip(self.writer.log.wal().cloned());
         let mut touched = std::mem::take(&mut self.appended);
         for (pos, (mut bits, newly)) in std::mem::take(&mut self.deletes) {
             if newly == 0 {
@@ -630,7 +628,7 @@ impl<'t> Transaction<'t> {
         for &pos in &touched {
             let shard = self.work.shards.get(pos);
             shard.data.delta.commit(shard.delta_len);
-            if self.needs_rebuild(shard) {
+            if needs_rebuild(&self.table.options, shard) {
                 to_rebuild.push(Arc::clone(&shard.data));
             }
         }
@@ -641,14 +639,10 @@ impl<'t> Transaction<'t> {
                 self.table.rebuilds.schedule(&self.table.self_ref, &data);
             }
         }
-        match (wal, lsn) {
-            (Some(wal), Some(lsn)) => wal.commit(lsn),
-            _ => Ok(()),
+        match durable {
+            Some((lsn, wal)) => wal.commit(lsn),
+            None => Ok(()),
         }
-    }
-
-    fn needs_rebuild(&self, shard: &ShardState) -> bool {
-        needs_rebuild(&self.table.options, shard)
     }
 }
 

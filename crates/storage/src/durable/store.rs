@@ -31,14 +31,13 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
-use arrow_buffer::BooleanBufferBuilder;
 use arrow_schema::SchemaRef;
 
 use super::checkpoint::{decode_main, encode_main};
 use super::io::{StorageIo, write_atomically};
 use super::lock::DirLock;
 use super::record::{LogRecord, Reader, from_ipc, ipc, put_bytes, put_ids, put_options, put_str, put_u64};
-use super::wal::{SyncMode, Wal};
+use super::wal::{SyncMode, Wal, io_error};
 use crate::database::{Database, DbInner};
 use crate::delta::Delta;
 use crate::error::{Error, Result};
@@ -127,10 +126,6 @@ impl Durable {
     }
 }
 
-fn io_error(path: &Path, e: &std::io::Error) -> Error {
-    Error::Io { path: path.display().to_string(), message: e.to_string() }
-}
-
 fn lock_error<T>(_: T) -> Error {
     Error::Internal("a thread panicked while holding a lock of the data directory".into())
 }
@@ -167,9 +162,8 @@ struct ShardEntry {
     id: u64,
     version: u64,
     capacity: u64,
+    /// Main rows, in the file [`shard_file`] names (none when 0).
     main_rows: u64,
-    /// Empty when the shard has no main rows.
-    main_file: String,
     /// The delta rows as one Arrow IPC stream; empty when there are none.
     delta: Vec<u8>,
     deleted: Vec<u32>,
@@ -180,7 +174,7 @@ struct ShardEntry {
 ///   body: lsn u64, tables u64, per table:
 ///         name, uid u64, schema (IPC), options, next shard id u64, shards u64,
 ///         per shard: id, version, capacity, main rows (u64 each),
-///                    main file name, delta rows (IPC), deleted ids
+///                    delta rows (IPC), deleted ids
 /// ```
 fn encode_catalog(catalog: &CatalogFile) -> Result<Vec<u8>> {
     let mut body = Vec::new();
@@ -197,7 +191,6 @@ fn encode_catalog(catalog: &CatalogFile) -> Result<Vec<u8>> {
             for v in [s.id, s.version, s.capacity, s.main_rows] {
                 put_u64(&mut body, v);
             }
-            put_str(&mut body, &s.main_file);
             put_bytes(&mut body, &s.delta);
             put_ids(&mut body, &s.deleted);
         }
@@ -246,10 +239,9 @@ fn decode_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String
             let mut shards = Vec::with_capacity(n);
             for _ in 0..n {
                 let (id, version, capacity, main_rows) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-                let main_file = r.str()?;
                 let delta = r.bytes()?.to_vec();
                 let deleted = r.ids()?;
-                shards.push(ShardEntry { id, version, capacity, main_rows, main_file, delta, deleted });
+                shards.push(ShardEntry { id, version, capacity, main_rows, delta, deleted });
             }
             Ok::<_, String>(TableEntry { name, uid, schema, options, next_shard_id, shards })
         })()
@@ -406,10 +398,8 @@ fn load_table(
         let main = if main_rows == 0 {
             Main::empty(schema.len())
         } else {
-            if s.main_file != shard_file(entry.uid, ShardId(s.id), s.version) {
-                return Err(bad(format!("shard {} names the file '{}'", s.id, s.main_file)));
-            }
-            let path = shards_dir.join(&s.main_file);
+            let name = shard_file(entry.uid, ShardId(s.id), s.version);
+            let path = shards_dir.join(&name);
             let bytes = io.read(&path).map_err(|e| io_error(&path, &e))?;
             let main = decode_main(&bytes, &schema).map_err(|e| Error::Corrupt {
                 path: path.display().to_string(),
@@ -419,7 +409,7 @@ fn load_table(
             if main.rows() != main_rows {
                 return Err(bad(format!("shard {} has {} rows in its file, not {main_rows}", s.id, main.rows())));
             }
-            files.insert(s.main_file);
+            files.insert(name);
             main
         };
         let delta = Delta::new(&schema, capacity - main_rows);
@@ -437,19 +427,8 @@ fn load_table(
         }
         delta.commit(delta_len);
         let rows = main_rows + delta_len;
-        let deletes = if s.deleted.is_empty() {
-            None
-        } else {
-            let mut bits = BooleanBufferBuilder::new(capacity);
-            bits.append_n(capacity, false);
-            for &id in &s.deleted {
-                if id as usize >= rows || bits.get_bit(id as usize) {
-                    return Err(bad(format!("shard {} deletes record {id} twice or past its {rows} rows", s.id)));
-                }
-                bits.set_bit(id as usize, true);
-            }
-            Some(DeleteSet::new(bits.finish(), s.deleted.len()))
-        };
+        let deletes = DeleteSet::from_ids(capacity, rows, &s.deleted)
+            .map_err(|id| bad(format!("shard {} deletes record {id} twice or past its {rows} rows", s.id)))?;
         let data = ShardData::new(ShardId(s.id), s.version, capacity, main, delta);
         shards.push(ShardState { data: Arc::new(data), delta_len, deletes });
     }
@@ -523,7 +502,6 @@ fn replay_on(table: &Table, record: &LogRecord) -> Result<()> {
 
 /// One table as the checkpoint's cut saw it.
 struct Cut {
-    name: String,
     table: Table,
     state: Arc<TableState>,
     next_shard_id: u64,
@@ -559,14 +537,13 @@ fn write_checkpoint(db: &Database, durable: &Durable, done: &mut MutexGuard<'_, 
         for shard in cut.state.shards.iter() {
             let data = &shard.data;
             let main_rows = data.main.rows();
-            let main_file = if main_rows == 0 { String::new() } else { shard_file(cut.uid, data.id, data.version) };
-            if main_rows > 0 && !done.files.contains(&main_file) && !files.contains(&main_file) {
-                let path = shards_dir.join(&main_file);
-                write_file(io, &path, &encode_main(&data.main))?;
-                wrote = true;
-            }
             if main_rows > 0 {
-                files.insert(main_file.clone());
+                let name = shard_file(cut.uid, data.id, data.version);
+                if !done.files.contains(&name) && !files.contains(&name) {
+                    write_file(io, &shards_dir.join(&name), &encode_main(&data.main))?;
+                    wrote = true;
+                }
+                files.insert(name);
             }
             let delta = if shard.delta_len == 0 {
                 Vec::new()
@@ -577,21 +554,18 @@ fn write_checkpoint(db: &Database, durable: &Durable, done: &mut MutexGuard<'_, 
                     .collect::<Result<Vec<_>>>()?;
                 ipc(schema, &[RecordBatch::try_new(Arc::clone(schema), columns)?])?
             };
-            let deleted = shard.deletes.as_ref().map_or_else(Vec::new, |d| {
-                d.bits().slice(0, shard.rows()).set_indices().map(|id| id as u32).collect()
-            });
+            let deleted = shard.deletes.as_ref().map_or_else(Vec::new, |d| d.ids(shard.rows()));
             shards.push(ShardEntry {
                 id: data.id.0,
                 version: data.version,
                 capacity: data.capacity as u64,
                 main_rows: main_rows as u64,
-                main_file,
                 delta,
                 deleted,
             });
         }
         catalog.tables.push(TableEntry {
-            name: cut.name.clone(),
+            name: cut.table.name().to_string(),
             uid: cut.uid,
             schema: Arc::clone(cut.table.arrow_schema()),
             options: cut.table.options().clone(),
@@ -624,13 +598,12 @@ fn write_checkpoint(db: &Database, durable: &Durable, done: &mut MutexGuard<'_, 
 /// can log.
 fn cut(db: &Database, durable: &Durable) -> Result<(u64, u64, Vec<Cut>)> {
     let catalog = db.inner.tables.read().map_err(lock_error)?;
-    let tables: Vec<(String, Table)> = catalog.iter().map(|(n, t)| (n.clone(), t.clone())).collect();
+    let tables: Vec<Table> = catalog.values().cloned().collect();
     let mut guards = Vec::with_capacity(tables.len());
     let mut cuts = Vec::with_capacity(tables.len());
-    for (name, table) in &tables {
+    for table in &tables {
         let writer = table.inner.writer.lock().map_err(lock_error)?;
         cuts.push(Cut {
-            name: name.clone(),
             table: table.clone(),
             state: table.inner.state.load_full(),
             next_shard_id: writer.next_shard_id,

@@ -63,7 +63,7 @@ pub struct LogContents {
     pub torn: Option<(PathBuf, u64, u64)>,
 }
 
-fn io_error(path: &Path, e: &std::io::Error) -> Error {
+pub(super) fn io_error(path: &Path, e: &std::io::Error) -> Error {
     Error::Io { path: path.display().to_string(), message: e.to_string() }
 }
 
