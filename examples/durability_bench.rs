@@ -11,11 +11,15 @@
 //! 4) concurrent writers each appending every fourth batch; the clock
 //! stops when the last append is acknowledged (background rebuilds
 //! continue). Each figure is the median of `--runs` runs, each into a
-//! fresh table (and data directory). Reopen times are measured once on
+//! fresh table (and data directory); the runs go round the modes, after
+//! a warm-up round. Reopen times are measured once on
 //! the 2M-row table written with `sync=always`: replaying its log (every
 //! append and every background rebuild), then, after a checkpoint,
 //! loading the checkpoint with an empty log. Data directories go under
 //! `--dir` (default: the system temp directory) and are removed after.
+//!
+//! `--modes memory,off,batch,always` runs only the ingests named (the
+//! ratio column is against the first one run).
 //!
 //! Prints a markdown table and, as its last line, a JSON object of the
 //! figures.
@@ -54,7 +58,7 @@ impl Mode {
             Mode::Memory => Database::new(),
             Mode::Durable(sync) => {
                 let _ = std::fs::remove_dir_all(dir);
-                Database::open(dir, DurableOptions { sync, checkpoint_bytes: 0 })?
+                Database::open(dir, DurableOptions { sync, checkpoint_bytes: 0, ..DurableOptions::default() })?
             }
         })
     }
@@ -96,31 +100,41 @@ fn main() -> Result<(), BoxError> {
     let bytes: usize = batches.iter().map(RecordBatch::get_array_memory_size).sum();
     eprintln!("seed table: {rows} rows, {:.0} MB as Arrow", bytes as f64 / 1e6);
 
+    let only = flags.iter().find(|(n, _)| n == "modes").map(|(_, v)| v.split(',').map(str::to_owned).collect::<Vec<_>>());
     let modes = [
-        (Mode::Memory, 1),
-        (Mode::Memory, writers),
-        (Mode::Durable(SyncMode::Off), 1),
-        (Mode::Durable(SyncMode::Batch(Duration::from_millis(100))), 1),
-        (Mode::Durable(SyncMode::Always), 1),
-        (Mode::Durable(SyncMode::Always), writers),
+        ("memory", Mode::Memory, 1),
+        ("memory", Mode::Memory, writers),
+        ("off", Mode::Durable(SyncMode::Off), 1),
+        ("batch", Mode::Durable(SyncMode::Batch(Duration::from_millis(100))), 1),
+        ("always", Mode::Durable(SyncMode::Always), 1),
+        ("always", Mode::Durable(SyncMode::Always), writers),
     ];
-    let mut results = Vec::new();
-    for (mode, w) in modes {
-        let dir = root.join("ingest");
-        let mut times = Vec::new();
-        let mut syncs = 0;
-        for _ in 0..=runs {
+    let modes: Vec<_> =
+        modes.into_iter().filter(|(name, ..)| only.as_ref().is_none_or(|o| o.iter().any(|m| m == name))).collect();
+    // Runs go round the modes (a warm-up round first), so that every mode
+    // meets the machine in the same states: side by side, not one after
+    // the other.
+    let mut times = vec![Vec::new(); modes.len()];
+    let mut syncs = vec![0; modes.len()];
+    for round in 0..=runs {
+        for (i, (_, mode, w)) in modes.iter().enumerate() {
+            let dir = root.join("ingest");
             let db = mode.open(&dir)?;
-            times.push(ingest(&db, &batches, w)?.as_secs_f64());
-            syncs = db.log_stats().map_or(0, |s| s.syncs);
+            let took = ingest(&db, &batches, *w)?.as_secs_f64();
+            syncs[i] = db.log_stats().map_or(0, |s| s.syncs);
             db.wait_for_background_rebuilds();
+            if round > 0 {
+                times[i].push(took);
+            }
         }
-        times.remove(0); // warm-up
+    }
+    let mut results = Vec::new();
+    for (((_, mode, w), times), syncs) in modes.iter().zip(times).zip(syncs) {
         let secs = median(times);
-        results.push((mode.label(), w, secs, rows as f64 / secs, syncs));
+        results.push((mode.label(), *w, secs, rows as f64 / secs, syncs));
         eprintln!("{} × {w}: {:.0} ms", mode.label(), secs * 1e3);
     }
-    let memory = results[0].3;
+    let memory = results.first().map_or(f64::NAN, |r| r.3);
 
     // Reopen: the log alone, then a checkpoint alone.
     let dir = root.join("reopen");
@@ -128,7 +142,7 @@ fn main() -> Result<(), BoxError> {
     ingest(&db, &batches, 1)?;
     db.wait_for_background_rebuilds();
     drop(db);
-    let durable = DurableOptions { sync: SyncMode::Always, checkpoint_bytes: 0 };
+    let durable = DurableOptions { sync: SyncMode::Always, checkpoint_bytes: 0, ..DurableOptions::default() };
     let log_bytes: u64 = std::fs::read_dir(dir.join("wal"))?.map(|e| e.map_or(0, |e| e.metadata().map_or(0, |m| m.len()))).sum();
     let start = Instant::now();
     let db = Database::open(&dir, durable)?;

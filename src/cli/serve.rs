@@ -132,7 +132,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
             SyncArg::Batch => SyncMode::Batch(Duration::from_millis(args.sync_interval_ms.max(1))),
             SyncArg::Off => SyncMode::Off,
         };
-        let durable = DurableOptions { sync, checkpoint_bytes: args.checkpoint_bytes as u64 };
+        let durable = DurableOptions { sync, checkpoint_bytes: args.checkpoint_bytes as u64, ..DurableOptions::default() };
         let db = Database::open(&args.data_dir, durable).map_err(|e| format!("opening {}: {e}", args.data_dir.display()))?;
         if let Some(r) = db.recovery() {
             info!(

@@ -107,7 +107,8 @@ fn options(rng: &mut StdRng) -> TableOptions {
 }
 
 fn durable(sync: SyncMode) -> DurableOptions {
-    DurableOptions { sync, checkpoint_bytes: 0 }
+    // Small segments: many are prepared, used, rolled and removed.
+    DurableOptions { sync, checkpoint_bytes: 0, log_segment_bytes: 64 << 10 }
 }
 
 /// One random change to `db`, mirrored in `model`.

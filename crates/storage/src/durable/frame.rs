@@ -9,17 +9,21 @@
 //! ```
 //!
 //! The header checks itself, so a damaged length is told apart from a
-//! frame cut short by a crash. [`scan`] reads frames up to the last
-//! complete one and classifies what follows:
+//! frame cut short by a crash. Log files are prepared full of zeros and
+//! written over, so a file's *data* ends at its last non-zero byte.
+//! [`scan`] reads frames up to the last complete one and classifies what
+//! follows:
 //!
-//! * nothing: a clean end;
+//! * nothing, or nothing but zeros: a clean end (the zeros are room
+//!   never written);
 //! * a **torn tail** — the last write never completed: fewer bytes than a
-//!   header, a valid header whose payload runs past the end, a last frame
-//!   whose checksum fails, or nothing but zeros (a file extended but never
-//!   written). Recovery drops it and reports it;
-//! * anything else — a bad checksum with data after it, a damaged header —
-//!   is **corruption**, reported with its offset; recovery
-//!   refuses to go on rather than drop or misapply data.
+//!   header, a header whose bytes end the data, a valid header whose
+//!   payload runs past the end of the file, or a last frame whose checksum
+//!   fails and after which only zeros follow. Recovery drops it and
+//!   reports it;
+//! * anything else — a bad checksum with data after it, a damaged header
+//!   with data after it — is **corruption**, reported with its offset;
+//!   recovery refuses to go on rather than drop or misapply data.
 
 /// Bytes of a frame header.
 pub const HEADER: usize = 13;
@@ -58,10 +62,20 @@ pub struct Frame<'a> {
 /// How the frames of a file end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
-    /// The last frame ends the file.
-    Clean,
-    /// An incomplete last write starts at `offset`; `bytes` follow it.
+    /// The last frame ends at `offset`; only zeros (if anything) follow.
+    Clean { offset: u64 },
+    /// An incomplete last write starts at `offset`; `bytes` of data
+    /// (up to the last non-zero byte) follow it.
     Torn { offset: u64, bytes: u64 },
+}
+
+impl End {
+    /// Where the complete frames end: where writing can go on.
+    pub fn offset(self) -> u64 {
+        match self {
+            End::Clean { offset } | End::Torn { offset, .. } => offset,
+        }
+    }
 }
 
 /// A frame that cannot be a torn tail: the file is damaged at `offset`.
@@ -77,30 +91,36 @@ pub fn scan(bytes: &[u8]) -> Result<(Vec<Frame<'_>>, End), Corrupt> {
     let mut at = 0usize;
     while at < bytes.len() {
         let rest = &bytes[at..];
-        let torn = End::Torn { offset: at as u64, bytes: rest.len() as u64 };
-        if rest.len() < HEADER || rest.iter().all(|&b| b == 0) {
-            return Ok((frames, torn));
+        // Where the data after `at` ends (only asked once a frame fails).
+        let data = || rest.iter().rposition(|&b| b != 0).map_or(0, |last| last + 1);
+        let torn = || End::Torn { offset: at as u64, bytes: data() as u64 };
+        if rest.len() < HEADER {
+            return Ok((frames, if data() == 0 { End::Clean { offset: at as u64 } } else { torn() }));
         }
         let word = |i: usize| u32::from_le_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]);
         let (len, head_crc, crc) = (word(0), word(4), word(8));
         if crc32c::crc32c(&rest[..4]) != head_crc || len as usize > MAX_PAYLOAD {
-            return Err(Corrupt { offset: at as u64, reason: "damaged frame header" });
+            return match data() {
+                0 => Ok((frames, End::Clean { offset: at as u64 })),
+                n if n <= HEADER => Ok((frames, torn())),
+                _ => Err(Corrupt { offset: at as u64, reason: "damaged frame header" }),
+            };
         }
         let end = HEADER + len as usize;
         if end > rest.len() {
-            return Ok((frames, torn));
+            return Ok((frames, torn()));
         }
         let (kind, payload) = (rest[12], &rest[HEADER..end]);
         if crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload) != crc {
-            if end == rest.len() {
-                return Ok((frames, torn));
+            if data() <= end {
+                return Ok((frames, torn()));
             }
             return Err(Corrupt { offset: at as u64, reason: "frame checksum mismatch" });
         }
         frames.push(Frame { kind, payload, offset: at as u64 });
         at += end;
     }
-    Ok((frames, End::Clean))
+    Ok((frames, End::Clean { offset: at as u64 }))
 }
 
 #[cfg(test)]
@@ -125,13 +145,13 @@ mod tests {
     fn round_trip() {
         let (bytes, starts) = log(&[(1, b"alpha"), (2, b""), (3, &[7; 1000])]);
         let (frames, end) = scan(&bytes).unwrap();
-        assert_eq!(end, End::Clean);
+        assert_eq!(end, End::Clean { offset: bytes.len() as u64 });
         assert_eq!(kinds(&frames), [1, 2, 3]);
         assert_eq!(frames[0].payload, b"alpha");
         assert_eq!(frames[1].payload, b"");
         assert_eq!(frames[2].payload, &[7; 1000]);
         assert_eq!(frames.iter().map(|f| f.offset as usize).collect::<Vec<_>>(), starts);
-        assert_eq!(scan(&[]).unwrap(), (vec![], End::Clean));
+        assert_eq!(scan(&[]).unwrap(), (vec![], End::Clean { offset: 0 }));
     }
 
     #[test]
@@ -140,19 +160,53 @@ mod tests {
         for cut in starts[1] + 1..bytes.len() {
             let (frames, end) = scan(&bytes[..cut]).unwrap();
             assert_eq!(kinds(&frames), [1], "cut at {cut}");
-            assert_eq!(end, End::Torn { offset: starts[1] as u64, bytes: (cut - starts[1]) as u64 });
+            // The bytes reported are those up to the last non-zero one.
+            let data = bytes[..cut].iter().rposition(|&b| b != 0).unwrap() + 1;
+            assert_eq!(end, End::Torn { offset: starts[1] as u64, bytes: (data - starts[1]) as u64 });
         }
     }
 
     #[test]
-    fn zeros_after_the_last_frame_are_a_torn_tail() {
+    fn zeros_after_the_last_frame_are_room_never_written() {
         let (mut bytes, starts) = log(&[(1, b"first")]);
         let clean = bytes.len();
-        bytes.resize(clean + 4096, 0);
-        let (frames, end) = scan(&bytes).unwrap();
-        assert_eq!(kinds(&frames), [1]);
-        assert_eq!(end, End::Torn { offset: clean as u64, bytes: 4096 });
+        for zeros in [1, HEADER - 1, HEADER, 4096] {
+            bytes.resize(clean + zeros, 0);
+            let (frames, end) = scan(&bytes).unwrap();
+            assert_eq!(kinds(&frames), [1]);
+            assert_eq!(end, End::Clean { offset: clean as u64 }, "{zeros} zeros");
+        }
+        assert_eq!(scan(&[0; 100]).unwrap(), (vec![], End::Clean { offset: 0 }));
         assert_eq!(starts, [0]);
+    }
+
+    #[test]
+    fn every_cut_of_the_last_frame_written_over_zeros_is_a_torn_tail() {
+        // A prepared file: the last frame's write reached the disk only in part.
+        let (bytes, starts) = log(&[(1, b"first"), (2, b"second frame, \0\0 with zeros \0 inside")]);
+        for cut in starts[1] + 1..bytes.len() {
+            let mut prepared = bytes[..cut].to_vec();
+            prepared.resize(bytes.len() + 512, 0);
+            let (frames, end) = scan(&prepared).unwrap();
+            assert_eq!(kinds(&frames), [1], "cut at {cut}");
+            let data = bytes[..cut].iter().rposition(|&b| b != 0).unwrap() + 1;
+            assert_eq!(end, End::Torn { offset: starts[1] as u64, bytes: (data - starts[1]) as u64 }, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn data_after_a_failed_frame_is_corruption_even_among_zeros() {
+        let (bytes, starts) = log(&[(1, b"first"), (2, b"second"), (3, b"third")]);
+        let mut prepared = bytes.clone();
+        prepared.resize(bytes.len() + 512, 0);
+        // The second frame's payload damaged: the third follows it.
+        prepared[starts[1] + HEADER] ^= 1;
+        assert_eq!(scan(&prepared).unwrap_err().offset, starts[1] as u64);
+        // The second frame's header zeroed (lost), the third written.
+        let mut lost = bytes.clone();
+        lost[starts[1]..starts[1] + HEADER].fill(0);
+        lost.resize(bytes.len() + 512, 0);
+        assert_eq!(scan(&lost).unwrap_err().offset, starts[1] as u64);
     }
 
     #[test]

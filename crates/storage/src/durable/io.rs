@@ -1,13 +1,15 @@
 //! The file operations of the durability layer, behind a trait so tests
 //! can crash the "machine" and fail the "disk" ([`SimulatedIo`]).
 //!
-//! What [`SimulatedIo`] models is what a crash may keep: a file's bytes up
-//! to its last [`AppendFile::sync`], and a directory's entries (files
-//! created, renamed or removed) as of its last [`StorageIo::sync_dir`].
+//! What [`SimulatedIo`] models is what a crash may keep: a file's bytes
+//! as of its last [`AppendFile::sync`] (plus, optionally, the first bytes
+//! of what was written after it: a write cut short), and a directory's
+//! entries (files created, renamed or removed) as of its last
+//! [`StorageIo::sync_dir`].
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -21,6 +23,9 @@ pub trait StorageIo: Send + Sync + std::fmt::Debug {
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// `path` opened for appending (created empty if missing).
     fn append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>>;
+    /// The existing file `path` opened for writing at `offset`: writes
+    /// replace what is there (and extend the file past its end).
+    fn open_at(&self, path: &Path, offset: u64) -> io::Result<Box<dyn AppendFile>>;
     /// Renames `from` to `to`, replacing `to`.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes the file `path`.
@@ -29,12 +34,18 @@ pub trait StorageIo: Send + Sync + std::fmt::Debug {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
 }
 
-/// A file being appended to.
+/// A file being written in order, from where it was opened.
 pub trait AppendFile: Send + std::fmt::Debug {
-    /// Appends `bytes`.
+    /// Writes `bytes` at the current position and moves past them.
     fn write(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// Makes every byte written so far durable.
     fn sync(&mut self) -> io::Result<()>;
+    /// Starts writing what was written so far to the disk, without
+    /// waiting for it: a later [`AppendFile::sync`] finds less to do. (A
+    /// hint; it promises nothing about durability.)
+    fn start_writeback(&mut self) -> io::Result<()> {
+        Ok(())
+    }
     /// A second handle on the same file (to sync it while this one writes).
     fn try_clone(&self) -> io::Result<Box<dyn AppendFile>>;
 }
@@ -57,6 +68,40 @@ pub fn write_atomically(io: &dyn StorageIo, dir: &Path, name: &str, bytes: &[u8]
     io.sync_dir(dir)
 }
 
+/// Creates the file `path` holding `len` zero bytes, written (not a
+/// sparse hole) and synced, through a temporary file renamed into place:
+/// `path` exists only once it is whole. Writing over it later neither
+/// allocates pages nor disk blocks, nor changes the file's size, so
+/// those writes and their syncs are cheaper than appends. `cancel` is
+/// checked between chunks; a cancelled preparation leaves no `path`.
+pub fn create_zeroed(io: &dyn StorageIo, path: &Path, len: u64, cancel: &dyn Fn() -> bool) -> io::Result<bool> {
+    const CHUNK: usize = 1 << 20;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    match io.remove(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut file = io.append(&tmp)?;
+    let zeros = vec![0; CHUNK.min(len as usize)];
+    let mut left = len;
+    while left > 0 {
+        if cancel() {
+            drop(file);
+            io.remove(&tmp)?;
+            return Ok(false);
+        }
+        let n = left.min(CHUNK as u64) as usize;
+        file.write(&zeros[..n])?;
+        left -= n as u64;
+    }
+    file.sync()?;
+    drop(file);
+    io.rename(&tmp, path)?;
+    Ok(true)
+}
+
 /// The real file system.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct FileSystem;
@@ -71,6 +116,15 @@ impl AppendFile for RealFile {
 
     fn sync(&mut self) -> io::Result<()> {
         self.0.sync_data()
+    }
+
+    #[cfg(target_os = "linux")]
+    fn start_writeback(&mut self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid open descriptor; offset 0 and length 0 mean the
+        // whole file; the call only schedules writeback of dirty pages.
+        let done = unsafe { libc::sync_file_range(self.0.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+        if done == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
     }
 
     fn try_clone(&self) -> io::Result<Box<dyn AppendFile>> {
@@ -101,6 +155,12 @@ impl StorageIo for FileSystem {
 
     fn append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
         Ok(Box::new(RealFile(OpenOptions::new().create(true).append(true).open(path)?)))
+    }
+
+    fn open_at(&self, path: &Path, offset: u64) -> io::Result<Box<dyn AppendFile>> {
+        let mut file = OpenOptions::new().write(true).open(path)?;
+        file.seek(SeekFrom::Start(offset))?;
+        Ok(Box::new(RealFile(file)))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -139,6 +199,8 @@ struct SimState {
 struct SimFile {
     state: Arc<Mutex<SimState>>,
     id: usize,
+    /// Where the next write goes.
+    at: usize,
 }
 
 fn lock(state: &Mutex<SimState>) -> io::Result<std::sync::MutexGuard<'_, SimState>> {
@@ -155,7 +217,13 @@ impl AppendFile for SimFile {
         if state.fail_writes {
             return Err(io::Error::other("simulated write failure"));
         }
-        state.files[self.id].0.extend_from_slice(bytes);
+        let file = &mut state.files[self.id].0;
+        let end = self.at + bytes.len();
+        if file.len() < end {
+            file.resize(end, 0);
+        }
+        file[self.at..end].copy_from_slice(bytes);
+        self.at = end;
         Ok(())
     }
 
@@ -170,24 +238,26 @@ impl AppendFile for SimFile {
     }
 
     fn try_clone(&self) -> io::Result<Box<dyn AppendFile>> {
-        Ok(Box::new(SimFile { state: Arc::clone(&self.state), id: self.id }))
+        Ok(Box::new(SimFile { state: Arc::clone(&self.state), id: self.id, at: self.at }))
     }
 }
 
 impl SimulatedIo {
     /// A power loss: every file goes back to its last sync, every
-    /// directory to its last sync. `torn` bytes of each file's unsynced
-    /// tail survive (a write cut short).
+    /// directory to its last sync. Of what each file had written since,
+    /// `torn` bytes from the first one changed survive (a write cut short).
     pub fn crash(&self, torn: usize) {
         let Ok(mut state) = self.state.lock() else { return };
         for (now, synced) in &mut state.files {
-            let keep = (synced.len() + torn).min(now.len());
-            if now.len() >= synced.len() && now[..synced.len()] == synced[..] {
-                now.truncate(keep);
-            } else {
-                now.clone_from(synced);
+            let first = now.iter().zip(synced.iter()).position(|(a, b)| a != b).unwrap_or(synced.len().min(now.len()));
+            let kept = &now[first..(first + torn).min(now.len())];
+            let mut after = synced.clone();
+            if after.len() < first + kept.len() {
+                after.resize(first + kept.len(), 0);
             }
-            synced.clone_from(now);
+            after[first..first + kept.len()].copy_from_slice(kept);
+            now.clone_from(&after);
+            *synced = after;
         }
         state.names = state.durable_names.clone();
     }
@@ -265,7 +335,14 @@ impl StorageIo for SimulatedIo {
                 id
             }
         };
-        Ok(Box::new(SimFile { state: Arc::clone(&self.state), id }))
+        let at = state.files[id].0.len();
+        Ok(Box::new(SimFile { state: Arc::clone(&self.state), id, at }))
+    }
+
+    fn open_at(&self, path: &Path, offset: u64) -> io::Result<Box<dyn AppendFile>> {
+        let state = lock(&self.state)?;
+        let id = *state.names.get(path).ok_or_else(|| not_found(path))?;
+        Ok(Box::new(SimFile { state: Arc::clone(&self.state), id, at: offset as usize }))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -347,6 +424,47 @@ mod tests {
         io.crash(2);
         assert_eq!(io.read(&dir.join("log")).unwrap(), b"abcde");
         assert_eq!(io.list(dir).unwrap(), ["log"], "a file whose directory was never synced is gone");
+    }
+
+    #[test]
+    fn writing_over_a_zeroed_file_and_tearing_it() {
+        let io = SimulatedIo::default();
+        let dir = Path::new("/data");
+        io.create_dir_all(dir).unwrap();
+        let path = dir.join("segment");
+        assert!(create_zeroed(&io, &path, 16, &|| false).unwrap());
+        assert_eq!(io.list(dir).unwrap(), ["segment"], "the temporary file is renamed into place");
+        io.sync_dir(dir).unwrap();
+        let mut file = io.open_at(&path, 0).unwrap();
+        file.write(b"abcd").unwrap();
+        file.sync().unwrap();
+        file.write(b"efgh").unwrap();
+        assert_eq!(io.read(&path).unwrap(), b"abcdefgh\0\0\0\0\0\0\0\0");
+        io.crash(2);
+        assert_eq!(io.read(&path).unwrap(), b"abcdef\0\0\0\0\0\0\0\0\0\0", "the unsynced write is cut short");
+        // Writing past the end extends the file.
+        let mut file = io.open_at(&path, 14).unwrap();
+        file.write(b"wxyz").unwrap();
+        assert_eq!(io.read(&path).unwrap().len(), 18);
+        // A cancelled preparation leaves nothing behind.
+        assert!(!create_zeroed(&io, &dir.join("other"), 1 << 22, &|| true).unwrap());
+        assert_eq!(io.list(dir).unwrap(), ["segment"]);
+    }
+
+    #[test]
+    fn zeroed_file_on_the_real_file_system() {
+        let dir = std::env::temp_dir().join(format!("quiverdb-io-zeroed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("segment");
+        assert!(create_zeroed(&FileSystem, &path, 3 << 20, &|| false).unwrap());
+        let mut file = FileSystem.open_at(&path, 5).unwrap();
+        file.write(b"xyz").unwrap();
+        drop(file);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len(), 3 << 20, "writing over it keeps its size");
+        assert_eq!(&bytes[..10], b"\0\0\0\0\0xyz\0\0");
+        assert!(bytes[8..].iter().all(|&b| b == 0));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -37,7 +37,7 @@ use super::checkpoint::{decode_main, encode_main};
 use super::io::{StorageIo, write_atomically};
 use super::lock::DirLock;
 use super::record::{LogRecord, Reader, from_ipc, ipc, put_bytes, put_ids, put_options, put_str, put_u64};
-use super::wal::{SyncMode, Wal, io_error};
+use super::wal::{SEGMENT_BYTES, SyncMode, Wal, io_error};
 use crate::database::{Database, DbInner};
 use crate::delta::Delta;
 use crate::error::{Error, Result};
@@ -67,11 +67,16 @@ pub struct DurableOptions {
     /// checkpoints off (then only [`Database::checkpoint`] and
     /// [`Database::close`] make them).
     pub checkpoint_bytes: u64,
+    /// A new log segment starts once the current one holds this many
+    /// bytes (default 64 MiB, at least 4 KiB). Segments are prepared
+    /// (written full of zeros) ahead of use, so an open data directory
+    /// holds up to two segments' worth of log files even when idle.
+    pub log_segment_bytes: u64,
 }
 
 impl Default for DurableOptions {
     fn default() -> Self {
-        Self { sync: SyncMode::Always, checkpoint_bytes: 256 << 20 }
+        Self { sync: SyncMode::Always, checkpoint_bytes: 256 << 20, log_segment_bytes: SEGMENT_BYTES }
     }
 }
 
@@ -289,7 +294,7 @@ pub(crate) fn open(
     }
 
     let wal_dir = dir.join(WAL);
-    let (wal, contents) = Wal::open(Arc::clone(&io), &wal_dir, options.sync)?;
+    let (wal, contents) = Wal::open(Arc::clone(&io), &wal_dir, options.sync, options.log_segment_bytes)?;
     if let Some(lock) = lock {
         wal.hold(lock);
     }
