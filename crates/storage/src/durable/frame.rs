@@ -85,6 +85,20 @@ pub struct Corrupt {
     pub reason: &'static str,
 }
 
+/// The length of `bytes` without its trailing zeros. (Pages at a time:
+/// the zeros after a segment's last record can be most of a file.)
+fn data_end(bytes: &[u8]) -> usize {
+    const PAGE: usize = 4096;
+    let full = bytes.len() / PAGE * PAGE;
+    let tail = &bytes[full..];
+    if let Some(last) = tail.iter().rposition(|&b| b != 0) {
+        return full + last + 1;
+    }
+    // Or-ing a page (no early exit per byte) vectorizes.
+    let page = bytes[..full].chunks_exact(PAGE).rposition(|p| p.iter().fold(0, |acc, &b| acc | b) != 0);
+    page.map_or(0, |p| p * PAGE + bytes[p * PAGE..(p + 1) * PAGE].iter().rposition(|&b| b != 0).map_or(0, |l| l + 1))
+}
+
 /// Reads the frames of `bytes` (a whole file) in order.
 pub fn scan(bytes: &[u8]) -> Result<(Vec<Frame<'_>>, End), Corrupt> {
     let mut frames = Vec::new();
@@ -92,7 +106,7 @@ pub fn scan(bytes: &[u8]) -> Result<(Vec<Frame<'_>>, End), Corrupt> {
     while at < bytes.len() {
         let rest = &bytes[at..];
         // Where the data after `at` ends (only asked once a frame fails).
-        let data = || rest.iter().rposition(|&b| b != 0).map_or(0, |last| last + 1);
+        let data = || data_end(rest);
         let torn = || End::Torn { offset: at as u64, bytes: data() as u64 };
         if rest.len() < HEADER {
             return Ok((frames, if data() == 0 { End::Clean { offset: at as u64 } } else { torn() }));
@@ -163,6 +177,18 @@ mod tests {
             // The bytes reported are those up to the last non-zero one.
             let data = bytes[..cut].iter().rposition(|&b| b != 0).unwrap() + 1;
             assert_eq!(end, End::Torn { offset: starts[1] as u64, bytes: (data - starts[1]) as u64 });
+        }
+    }
+
+    #[test]
+    fn data_ends_at_the_last_non_zero_byte() {
+        for len in [0usize, 1, 4095, 4096, 4097, 3 * 4096 + 5] {
+            for last in (0..len).step_by(997).chain(len.checked_sub(1)) {
+                let mut bytes = vec![0; len];
+                bytes[last] = 9;
+                assert_eq!(data_end(&bytes), last + 1, "byte {last} of {len}");
+            }
+            assert_eq!(data_end(&vec![0; len]), 0);
         }
     }
 
