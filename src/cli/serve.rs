@@ -53,8 +53,8 @@ pub(crate) struct ServeArgs {
     /// When a write is durable before it is acknowledged: `always` (synced
     /// to disk; concurrent writers share syncs), `batch` (synced every
     /// --sync-interval: a power loss can lose that much, a crash of the
-    /// process nothing), `off` (never synced: a power loss can lose
-    /// anything the OS had not written back).
+    /// process nothing), `off` (synced only when a log segment is full:
+    /// a power loss can lose anything the OS had not written back).
     #[arg(long, value_enum, default_value_t = SyncArg::Always)]
     sync: SyncArg,
     /// Sync interval of `--sync batch`, in milliseconds.

@@ -57,8 +57,8 @@ pub enum SyncMode {
     /// a power loss can lose the commits of the last interval (a process
     /// crash loses nothing, the operating system holds the writes).
     Batch(Duration),
-    /// Written at commit, never synced: a power loss can lose anything
-    /// the operating system had not written back yet.
+    /// Written at commit, synced only when a segment is full: a power
+    /// loss can lose anything the operating system had not written back.
     Off,
 }
 
