@@ -106,10 +106,31 @@ impl Drop for Server {
     }
 }
 
-fn data_dir(name: &str) -> PathBuf {
+/// A test's data directory (emptied first), removed when the test passes
+/// (its log segments alone take 64 MiB or more); kept for a look when it
+/// fails. Declared before the servers using it, so dropped after them.
+struct DataDir(PathBuf);
+
+impl std::ops::Deref for DataDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn data_dir(name: &str) -> DataDir {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("durable_server").join(name);
     let _ = std::fs::remove_dir_all(&dir);
-    dir
+    DataDir(dir)
 }
 
 fn batch(ids: std::ops::Range<i64>) -> RecordBatch {
@@ -229,7 +250,7 @@ fn a_second_server_on_the_same_directory_is_refused() {
     let first = Server::start(&dir, &[]);
     let out = Command::new(env!("CARGO_BIN_EXE_quiverdb"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&dir)
+        .arg(&*dir)
         .output()
         .unwrap();
     assert!(!out.status.success());
