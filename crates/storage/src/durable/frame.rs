@@ -87,7 +87,7 @@ pub struct Corrupt {
 
 /// The length of `bytes` without its trailing zeros. (Pages at a time:
 /// the zeros after a segment's last record can be most of a file.)
-fn data_end(bytes: &[u8]) -> usize {
+pub fn data_end(bytes: &[u8]) -> usize {
     const PAGE: usize = 4096;
     let full = bytes.len() / PAGE * PAGE;
     let tail = &bytes[full..];
@@ -97,6 +97,28 @@ fn data_end(bytes: &[u8]) -> usize {
     // Or-ing a page (no early exit per byte) vectorizes.
     let page = bytes[..full].chunks_exact(PAGE).rposition(|p| p.iter().fold(0, |acc, &b| acc | b) != 0);
     page.map_or(0, |p| p * PAGE + bytes[p * PAGE..(p + 1) * PAGE].iter().rposition(|&b| b != 0).map_or(0, |l| l + 1))
+}
+
+/// The bytes of a file up to where [`scan`] must see them, given its
+/// data (`bytes`, up to its last non-zero byte) and its length: a frame
+/// whose data ends in zeros gets them back, up to the end of the frame
+/// (or of the file). Then [`scan`] of the result reads what it would
+/// read of the whole file.
+pub fn restore_zeros(bytes: &mut Vec<u8>, file_len: u64) {
+    let mut at = 0usize;
+    while at + HEADER <= bytes.len() {
+        let rest = &bytes[at..];
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+        let head_crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+        if crc32c::crc32c(&rest[..4]) != head_crc || len as usize > MAX_PAYLOAD {
+            return;
+        }
+        at += HEADER + len as usize;
+    }
+    let needed = (at as u64).min(file_len) as usize;
+    if needed > bytes.len() {
+        bytes.resize(needed, 0);
+    }
 }
 
 /// Reads the frames of `bytes` (a whole file) in order.
@@ -189,6 +211,24 @@ mod tests {
                 assert_eq!(data_end(&bytes), last + 1, "byte {last} of {len}");
             }
             assert_eq!(data_end(&vec![0; len]), 0);
+        }
+    }
+
+    #[test]
+    fn a_file_read_without_its_trailing_zeros_scans_the_same() {
+        // Frames whose payloads end in zeros, in a file with room after them.
+        let records: [(u8, &[u8]); 4] = [(1, b"a\0"), (2, &[0; 5000]), (3, b"b\0\0\0"), (4, &[0; 20])];
+        let (bytes, starts) = log(&records);
+        for extra in [0, 1, 4096] {
+            for cut in (starts[1]..=bytes.len()).step_by(7).chain([bytes.len()]) {
+                let mut whole = bytes[..cut].to_vec();
+                whole.resize(bytes.len() + extra, 0);
+                let mut data = whole[..data_end(&whole)].to_vec();
+                restore_zeros(&mut data, whole.len() as u64);
+                let (full, end) = scan(&whole).unwrap();
+                let (read, read_end) = scan(&data).unwrap();
+                assert_eq!((read, read_end), (full, end), "cut at {cut}, {extra} zeros after");
+            }
         }
     }
 

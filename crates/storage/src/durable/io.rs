@@ -21,6 +21,15 @@ pub trait StorageIo: Send + Sync + std::fmt::Debug {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// The whole content of `path`.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// The content of `path` up to its last non-zero byte, and the file's
+    /// length (the rest is zeros): a prepared log segment is mostly zeros
+    /// never written, which need not be held in memory.
+    fn read_data(&self, path: &Path) -> io::Result<(Vec<u8>, u64)> {
+        let mut bytes = self.read(path)?;
+        let len = bytes.len() as u64;
+        bytes.truncate(crate::durable::frame::data_end(&bytes));
+        Ok((bytes, len))
+    }
     /// `path` opened for appending (created empty if missing).
     fn append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>>;
     /// The existing file `path` opened for writing at `offset`: writes
@@ -151,6 +160,36 @@ impl StorageIo for FileSystem {
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         std::fs::read(path)
+    }
+
+    fn read_data(&self, path: &Path) -> io::Result<(Vec<u8>, u64)> {
+        use std::io::Read;
+        const CHUNK: usize = 1 << 20;
+        let mut file = File::open(path)?;
+        let mut bytes = Vec::new();
+        let mut chunk = vec![0; CHUNK];
+        // Zeros read but not kept yet: kept only if data follows them.
+        let mut zeros = 0usize;
+        let mut len = 0u64;
+        loop {
+            let n = match file.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            len += n as u64;
+            let data = crate::durable::frame::data_end(&chunk[..n]);
+            if data == 0 {
+                zeros += n;
+                continue;
+            }
+            bytes.resize(bytes.len() + zeros, 0);
+            bytes.extend_from_slice(&chunk[..n]);
+            zeros = n - data;
+            bytes.truncate(bytes.len() - zeros);
+        }
+        Ok((bytes, len))
     }
 
     fn append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
@@ -464,6 +503,33 @@ mod tests {
         assert_eq!(bytes.len(), 3 << 20, "writing over it keeps its size");
         assert_eq!(&bytes[..10], b"\0\0\0\0\0xyz\0\0");
         assert!(bytes[8..].iter().all(|&b| b == 0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reading_the_data_of_a_file_leaves_out_its_trailing_zeros() {
+        let dir = std::env::temp_dir().join(format!("quiverdb-io-data-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("segment");
+        let mut content = vec![0u8; (3 << 20) + 77];
+        // Zeros inside the data (a whole chunk of them) are kept.
+        content[10] = 1;
+        content[(2 << 20) + 5] = 2;
+        for (name, io) in [("real", &FileSystem as &dyn StorageIo), ("simulated", &SimulatedIo::default())] {
+            io.create_dir_all(&dir).unwrap();
+            let mut file = io.append(&path).unwrap();
+            file.write(&content).unwrap();
+            drop(file);
+            let (data, len) = io.read_data(&path).unwrap();
+            assert_eq!(len, content.len() as u64, "{name}");
+            assert_eq!(data, content[..(2 << 20) + 6], "{name}");
+            io.remove(&path).unwrap();
+            let mut empty = io.append(&path).unwrap();
+            empty.write(&[0; 5000]).unwrap();
+            drop(empty);
+            assert_eq!(io.read_data(&path).unwrap(), (Vec::new(), 5000), "{name}");
+            io.remove(&path).unwrap();
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

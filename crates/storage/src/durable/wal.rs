@@ -123,7 +123,8 @@ pub fn read_log(io: &dyn StorageIo, dir: &Path) -> Result<LogContents> {
         {
             return Err(corrupt(0, format!("segment starts at record {first}, expected {expected}")));
         }
-        let bytes = io.read(path).map_err(|e| io_error(path, &e))?;
+        let (mut bytes, len) = io.read_data(path).map_err(|e| io_error(path, &e))?;
+        frame::restore_zeros(&mut bytes, len);
         let (frames, end) = frame::scan(&bytes).map_err(|c| corrupt(c.offset, c.reason.to_string()))?;
         if let End::Torn { offset, bytes } = end {
             if i + 1 != segments.len() {
