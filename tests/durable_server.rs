@@ -10,6 +10,9 @@
 #![cfg(all(feature = "cli", unix))]
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/ingest.rs"]
+mod ingest;
+
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -24,7 +27,7 @@ use arrow_array::types::Int64Type;
 use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
 use arrow_flight::error::FlightError;
 use arrow_flight::sql::client::FlightSqlServiceClient;
-use arrow_flight::sql::{CommandStatementIngest, TableDefinitionOptions, TableExistsOption, TableNotExistOption};
+use arrow_flight::sql::{CommandStatementIngest, TableExistsOption, TableNotExistOption};
 use arrow_schema::{DataType, Field, Schema};
 use futures::{TryStreamExt, stream};
 use rand::rngs::StdRng;
@@ -143,22 +146,10 @@ fn batch(ids: std::ops::Range<i64>) -> RecordBatch {
 }
 
 fn ingest_command(table: &str, create: bool) -> CommandStatementIngest {
-    let (if_not_exist, if_exists) = if create {
-        (TableNotExistOption::Create, TableExistsOption::Fail)
+    if create {
+        ingest::ingest_command(table, TableNotExistOption::Create, TableExistsOption::Fail)
     } else {
-        (TableNotExistOption::Fail, TableExistsOption::Append)
-    };
-    CommandStatementIngest {
-        table_definition_options: Some(TableDefinitionOptions {
-            if_not_exist: if_not_exist as i32,
-            if_exists: if_exists as i32,
-        }),
-        table: table.into(),
-        schema: None,
-        catalog: None,
-        temporary: false,
-        transaction_id: None,
-        options: Default::default(),
+        ingest::ingest_command(table, TableNotExistOption::Fail, TableExistsOption::Append)
     }
 }
 

@@ -15,6 +15,9 @@
 //! messages (tickets and descriptors that a normal client never sends) are
 //! encoded by [`any_bytes`].
 
+#[path = "common/ingest.rs"]
+mod ingest;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +32,7 @@ use arrow_flight::error::FlightError;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{
     CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetTables, CommandGetXdbcTypeInfo,
-    CommandStatementIngest, ProstMessageExt, SqlInfo, TableDefinitionOptions, TableExistsOption,
+    CommandStatementIngest, ProstMessageExt, SqlInfo, TableExistsOption,
     TableNotExistOption, TicketStatementQuery, XdbcDataType,
 };
 use arrow_flight::{Action, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, IpcMessage, Ticket};
@@ -43,6 +46,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
+
+use ingest::ingest_command;
 
 type Client = FlightSqlServiceClient<Channel>;
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -263,22 +268,6 @@ fn proto_field(number: u8, bytes: &[u8]) -> Vec<u8> {
 /// An encoded `google.protobuf.Any { type_url, value }`.
 fn any_bytes(type_url: &str, value: &[u8]) -> Vec<u8> {
     [proto_field(1, type_url.as_bytes()), proto_field(2, value)].concat()
-}
-
-/// A `CommandStatementIngest` into `public.table`.
-fn ingest_command(table: &str, if_not_exist: TableNotExistOption, if_exists: TableExistsOption) -> CommandStatementIngest {
-    CommandStatementIngest {
-        table_definition_options: Some(TableDefinitionOptions {
-            if_not_exist: if_not_exist as i32,
-            if_exists: if_exists as i32,
-        }),
-        table: table.into(),
-        schema: None,
-        catalog: None,
-        temporary: false,
-        transaction_id: None,
-        options: Default::default(),
-    }
 }
 
 /// Ingests `batches` with `command`; the row count the server reports.
