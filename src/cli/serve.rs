@@ -159,6 +159,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     let code = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("binding {}: {e}", args.listen))?;
         let addr = listener.local_addr()?;
+        // Handlers first: a signal right after the line below must stop the server gracefully.
+        let shutdown = shutdown_signal();
         info!(
             "quiverdb serving Flight SQL on {addr} (auth: {}, TLS: {}, max message {} bytes, memory limit {})",
             options.auth.describe(),
@@ -166,7 +168,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
             options.max_message_bytes,
             options.session.memory_limit.map_or("none".to_string(), |m| format!("{m} bytes")),
         );
-        serve(served, listener, options, shutdown_signal()).await?;
+        serve(served, listener, options, shutdown).await?;
         Ok::<_, CliError>(ExitCode::SUCCESS)
     })?;
     drop(runtime);
@@ -179,27 +181,39 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     Ok(code)
 }
 
-/// Completes on SIGINT (Ctrl-C) or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
+/// Completes on SIGINT (Ctrl-C) or SIGTERM. The handlers are installed
+/// when this is called (inside the runtime), not when it is first polled.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    let (ctrl_c, term) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let wait = |kind| {
+            let installed = signal(kind);
+            async move {
+                match installed {
+                    Ok(mut s) => {
+                        s.recv().await;
+                    }
+                    Err(_) => std::future::pending::<()>().await,
+                }
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
+        };
+        (wait(SignalKind::interrupt()), wait(SignalKind::terminate()))
     };
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => info!("SIGINT: finishing requests in flight, then stopping"),
-        () = term => info!("SIGTERM: finishing requests in flight, then stopping"),
+    let (ctrl_c, term) = (
+        async {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        },
+        std::future::pending::<()>(),
+    );
+    async move {
+        tokio::select! {
+            () = ctrl_c => info!("SIGINT: finishing requests in flight, then stopping"),
+            () = term => info!("SIGTERM: finishing requests in flight, then stopping"),
+        }
     }
 }
 
