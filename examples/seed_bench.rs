@@ -17,6 +17,8 @@
 //! "quiverdb_exec_ms", "memtable_exec_ms", "exec_ratio", "plan_ms",
 //! "same_answer"}` with `exec_ratio = memtable_exec_ms / quiverdb_exec_ms`
 //! and `plan_ms` quiverdb's planning time. `--partitions 0` runs 1 and 2.
+//! `--query Q4` runs one query; `--engine quiverdb` (or `memtable`) runs
+//! one side only, for profiling (no ratio, no answer check).
 
 #[path = "common/seed.rs"]
 mod seed;
@@ -155,6 +157,13 @@ async fn main() -> Result<(), BoxError> {
         p => vec![p],
     };
     let only = flags.iter().find(|(n, _)| n == "query").map(|(_, v)| v.clone());
+    let engine = flags.iter().find(|(n, _)| n == "engine").map_or("both", |(_, v)| v.as_str());
+    let (run_quiver, run_memtable) = match engine {
+        "both" => (true, true),
+        "quiverdb" => (true, false),
+        "memtable" => (false, true),
+        other => return Err(format!("--engine {other}: expected both, quiverdb or memtable").into()),
+    };
 
     let batches = seed::batches(rows_n);
     // quiverdb: the seed table with `name` as Utf8View, rebuilt into main.
@@ -175,9 +184,9 @@ async fn main() -> Result<(), BoxError> {
             if only.as_deref().is_some_and(|o| o != q.name) {
                 continue;
             }
-            let (qp, qe, qa) = measure(&quiver, &q.sql, runs).await?;
-            let (mp, me, ma) = measure(&memtable, &q.sql, runs).await?;
-            let same = same_answer(q.check, &qa, &ma)?;
+            let (qp, qe, qa) = if run_quiver { measure(&quiver, &q.sql, runs).await? } else { (f64::NAN, f64::NAN, Vec::new()) };
+            let (mp, me, ma) = if run_memtable { measure(&memtable, &q.sql, runs).await? } else { (f64::NAN, f64::NAN, Vec::new()) };
+            let same = !(run_quiver && run_memtable) || same_answer(q.check, &qa, &ma)?;
             results.push(Row { query: q.name, partitions: p, quiverdb_plan: qp, quiverdb_exec: qe, memtable_plan: mp, memtable_exec: me, same });
         }
     }
