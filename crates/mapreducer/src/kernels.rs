@@ -85,10 +85,42 @@ pub fn bitset_mask(values: &[u64; LANES], n: usize, lo: u64, bitset: &[u64]) -> 
     bitset_mask_impl(values, n, lo, bitset)
 }
 
+/// AVX2: four lanes per step. The word of each lane's bit is gathered
+/// (lanes outside the bitset read word 0 and are masked off), shifted by
+/// the bit's position and tested; `movemask` collects the four results.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn bitset_mask_avx2(values: &[u64; LANES], n: usize, lo: u64, bitset: &[u64]) -> Bits {
-    bitset_mask_impl(values, n, lo, bitset)
+    use std::arch::x86_64::*;
+    let nbits = bitset.len() as u64 * 64;
+    let sign = _mm256_set1_epi64x(i64::MIN);
+    let lo_v = _mm256_set1_epi64x(lo as i64);
+    // `o < nbits` unsigned is `nbits ^ sign > o ^ sign` signed.
+    let limit_s = _mm256_set1_epi64x((nbits ^ (1 << 63)) as i64);
+    let low6 = _mm256_set1_epi64x(63);
+    let base = bitset.as_ptr().cast::<i64>();
+    let mut out = [0u64; WORDS];
+    let p = values.as_ptr();
+    for (w, word) in out.iter_mut().enumerate() {
+        let mut bits = 0u64;
+        for q in 0..16 {
+            // SAFETY: w < 16 and q < 16, so lanes w*64 + q*4 .. +4 lie within
+            // the 1,024 values; `loadu` has no alignment requirement.
+            let v = unsafe { _mm256_loadu_si256(p.add(w * 64 + q * 4).cast()) };
+            let o = _mm256_sub_epi64(v, lo_v);
+            let inside = _mm256_cmpgt_epi64(limit_s, _mm256_xor_si256(o, sign));
+            let idx = _mm256_and_si256(_mm256_srli_epi64::<6>(o), inside);
+            // SAFETY: every index is below `bitset.len()` (lanes outside
+            // the bitset were zeroed above, and the bitset is not empty).
+            let words = unsafe { _mm256_i64gather_epi64::<8>(base, idx) };
+            let bit = _mm256_srlv_epi64(words, _mm256_and_si256(o, low6));
+            let hit = _mm256_and_si256(_mm256_slli_epi64::<63>(bit), inside);
+            let m = _mm256_movemask_pd(_mm256_castsi256_pd(hit)) as u64;
+            bits |= m << (q * 4);
+        }
+        *word = bits;
+    }
+    Bits(out).and(&Bits::first(n))
 }
 
 #[inline(always)]
@@ -212,5 +244,28 @@ mod tests {
         assert_eq!(sum_small(&v, 10, 900), v[10..900].iter().sum::<u64>());
         let expected: u64 = v.iter().enumerate().filter(|(i, _)| m.get(*i)).map(|(_, x)| x).sum();
         assert_eq!(masked_sum_small(&v, &m), expected);
+    }
+
+    #[test]
+    fn bitset_mask_edges() {
+        let specials = [0, 1, u64::MAX, 1 << 63, (1 << 63) - 1, 99, 100, 101, 163, 164, 227, 228, 229, 5000];
+        let mut v = [0u64; LANES];
+        for (i, x) in v.iter_mut().enumerate() {
+            *x = if i % 3 == 0 { specials[i % specials.len()] } else { (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56 };
+        }
+        for (lo, words) in [(100u64, 2usize), (0, 1), (u64::MAX - 10, 1), (1 << 63, 3), (37, 4)] {
+            let bitset: Vec<u64> = (0..words as u64).map(|w| 0xA5A5_5A5A_F00F_0FF0u64.rotate_left(w as u32 * 7) | 1 | (1 << 63)).collect();
+            let nbits = words as u64 * 64;
+            for n in [LANES, 1000, 1] {
+                let m = bitset_mask(&v, n, lo, &bitset);
+                assert_eq!(m, bitset_mask_impl(&v, n, lo, &bitset), "lo {lo} words {words} n {n}");
+                for (i, &x) in v.iter().enumerate() {
+                    let o = x.wrapping_sub(lo);
+                    let expected = i < n && o < nbits && (bitset[(o / 64) as usize] >> (o % 64)) & 1 == 1;
+                    assert_eq!(m.get(i), expected, "value {x} lo {lo} words {words} lane {i}");
+                }
+            }
+        }
+        assert_eq!(bitset_mask(&v, LANES, 0, &[]), Bits::EMPTY);
     }
 }

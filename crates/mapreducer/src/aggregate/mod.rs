@@ -28,6 +28,7 @@ use arrow_array::ArrayRef;
 use arrow_schema::DataType;
 use quiverdb_storage::TableSchema;
 use quiverdb_storage::main::Encoding;
+use quiverdb_storage::main::strings::StrDict;
 
 use self::groups::{float_group_bits, BytesMap, Groups, HashMapKeys, IntMap, KeyMap, KeyValue, MAX_KEYS};
 use self::state::{MinMaxDomain, StateColumn, StateKind, SumDomain};
@@ -384,14 +385,42 @@ enum KeyInput {
 }
 
 /// Dictionary code → key id of one shard's dictionary, for one
-/// accumulator: valid only for that accumulator (`token`) and that
-/// dictionary (`dict`, its bytes' address; reset when a kernel moves to
-/// another shard).
+/// accumulator: valid only for that accumulator (`token`) and a
+/// dictionary of exactly these values (`offsets`, `bytes`). Shards built
+/// from similar data often have equal dictionaries; the next shard's is
+/// compared with the copy (a few KiB, once per shard) and, when equal,
+/// keeps the ids instead of hashing every value again. `dict` (the bytes'
+/// address) skips even the comparison within one shard; it is reset when
+/// the kernel moves to another shard.
 #[derive(Debug, Default)]
 struct DictCache {
     token: u64,
     dict: usize,
+    offsets: Vec<u32>,
+    bytes: Vec<u8>,
     ids: Vec<u32>,
+}
+
+impl DictCache {
+    /// Makes the cache valid for `dict` under accumulator `token`.
+    fn bind(&mut self, dict: &StrDict, token: u64) {
+        let address = dict.dict_bytes().as_ptr() as usize;
+        if self.token == token && self.dict == address {
+            return;
+        }
+        let same = self.token == token && self.offsets == dict.dict_offsets() && self.bytes == dict.dict_bytes().as_slice();
+        self.dict = address;
+        if same {
+            return;
+        }
+        self.token = token;
+        self.offsets.clear();
+        self.offsets.extend_from_slice(dict.dict_offsets());
+        self.bytes.clear();
+        self.bytes.extend_from_slice(dict.dict_bytes());
+        self.ids.clear();
+        self.ids.resize(dict.dict_len(), u32::MAX);
+    }
 }
 
 /// The [`Kernel`] of an aggregation over one shard.
@@ -570,27 +599,38 @@ fn bytes_key_ids(
             let col = src.main().expect("main block of a shard with main rows");
             match col.encoding() {
                 Encoding::StrDict(dict) => {
-                    let dict_id = dict.dict_bytes().as_ptr() as usize;
-                    if cache.token != token || cache.dict != dict_id || cache.ids.len() != dict.dict_len() {
-                        cache.token = token;
-                        cache.dict = dict_id;
-                        cache.ids.clear();
-                        cache.ids.resize(dict.dict_len(), u32::MAX);
-                    }
+                    cache.bind(dict, token);
                     gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
                     let codes = &scratch.keys;
-                    let mut id_of = |code: u64| {
-                        let code = code as usize;
-                        let mut id = cache.ids[code];
-                        if id == u32::MAX {
-                            id = map.id(dict.dict_value(code));
-                            cache.ids[code] = id;
-                        }
-                        id
-                    };
+                    // A plain lookup per lane first (no branch, so it
+                    // vectorises); codes seen for the first time are
+                    // given ids in a second pass over the few misses.
+                    let known = cache.ids.as_slice();
+                    let mut misses = false;
                     match valid.dense_len() {
-                        Some(n) => ids[..n].iter_mut().zip(&codes[..n]).for_each(|(id, &code)| *id = id_of(code)),
-                        None => valid.for_each_one(|l| ids[l] = id_of(codes[l])),
+                        Some(n) => {
+                            for (id, &code) in ids[..n].iter_mut().zip(&codes[..n]) {
+                                *id = known[code as usize];
+                                misses |= *id == u32::MAX;
+                            }
+                        }
+                        None => valid.for_each_one(|l| {
+                            ids[l] = known[codes[l] as usize];
+                            misses |= ids[l] == u32::MAX;
+                        }),
+                    }
+                    if misses {
+                        valid.for_each_one(|l| {
+                            if ids[l] == u32::MAX {
+                                let code = codes[l] as usize;
+                                let mut id = cache.ids[code];
+                                if id == u32::MAX {
+                                    id = map.id(dict.dict_value(code));
+                                    cache.ids[code] = id;
+                                }
+                                ids[l] = id;
+                            }
+                        });
                     }
                 }
                 _ => {
@@ -615,10 +655,11 @@ impl Kernel for AggregateKernel {
     type Acc = AggregateAcc;
 
     fn open(&mut self, _cols: &ShardColumns<'_>) -> Result<()> {
-        // Caches of another shard's dictionaries are meaningless here.
+        // Another shard's dictionary may sit at the address of the last
+        // one: compare contents from here on.
         for key in &mut self.keys {
             if let KeyInput::Bytes { cache, .. } = key {
-                *cache = DictCache::default();
+                cache.dict = 0;
             }
         }
         Ok(())
