@@ -310,7 +310,53 @@ impl CompiledExpr {
     }
 }
 
+impl CompiledExpr {
+    /// The one column this expression reads, when it reads exactly one,
+    /// is more than that column alone, and stays in the signed integer
+    /// domain throughout: then [`CompiledExpr::eval_one`] gives, for one
+    /// value of the column, exactly what [`CompiledExpr::eval`] gives its
+    /// lane (the same operations, the same errors).
+    pub(crate) fn integer_function_of(&self) -> Option<usize> {
+        fn walk(n: &Node, col: &mut Option<usize>) -> bool {
+            if n.domain != Domain::I64 {
+                return false;
+            }
+            match &n.kind {
+                NodeKind::Column(c) => col.replace(*c).is_none_or(|prev| prev == *c),
+                NodeKind::Literal(_) => true,
+                NodeKind::Arith { left, right, .. } => walk(left, col) && walk(right, col),
+                NodeKind::Cast(child) => walk(child, col),
+            }
+        }
+        if matches!(self.root.kind, NodeKind::Column(_)) {
+            return None;
+        }
+        let mut col = None;
+        if walk(&self.root, &mut col) { col } else { None }
+    }
+
+    /// Evaluates the expression for one row whose column (see
+    /// [`CompiledExpr::integer_function_of`]) holds `v`.
+    pub(crate) fn eval_one(&self, v: Option<Num>) -> Result<Option<Num>> {
+        self.root.eval_one(v)
+    }
+}
+
 impl Node {
+    fn eval_one(&self, v: Option<Num>) -> Result<Option<Num>> {
+        match &self.kind {
+            NodeKind::Column(_) => Ok(v),
+            NodeKind::Literal(l) => Ok(*l),
+            NodeKind::Arith { op, left, right } => {
+                scalar_arith(*op, left.eval_one(v)?, right.eval_one(v)?, self.width, &self.data_type)
+            }
+            NodeKind::Cast(child) => match child.eval_one(v)? {
+                None => Ok(None),
+                Some(n) => Ok(Some(cast_one(n, &child.data_type, &self.data_type)?)),
+            },
+        }
+    }
+
     fn compile(expr: &MapExpr, schema: &TableSchema) -> Result<Self> {
         let data_type = expr.data_type(schema)?;
         let domain = Domain::of(&data_type)

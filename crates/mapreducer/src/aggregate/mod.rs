@@ -30,7 +30,7 @@ use quiverdb_storage::TableSchema;
 use quiverdb_storage::main::Encoding;
 use quiverdb_storage::main::strings::StrDict;
 
-use self::groups::{float_group_bits, BytesMap, Groups, HashMapKeys, IntMap, KeyMap, KeyValue, MAX_KEYS};
+use self::groups::{float_group_bits, BytesMap, Groups, HashMapKeys, IntMap, KeyId, KeyMap, KeyValue, MAX_KEYS};
 use self::state::{MinMaxDomain, StateColumn, StateKind, SumDomain};
 use crate::columns::{ColumnSource, Scratch, ShardColumns, gather_keys};
 use crate::error::{Error, Result};
@@ -381,7 +381,39 @@ pub(super) enum Input {
 #[derive(Debug)]
 enum KeyInput {
     Num(CompiledExpr),
+    /// An integer function of one integer column (`category % 100`):
+    /// evaluated once per distinct column value, see [`KeyMemo`].
+    Memo { column: CompiledExpr, expr: CompiledExpr, memo: KeyMemo },
     Bytes { col: usize, cache: DictCache },
+}
+
+/// Column value → key id of `f(value)` for a group key `f(column)`, in a
+/// direct-mapped window of column values, for one accumulator (`token`).
+/// A row costs a window lookup instead of evaluating `f`; `f` runs once
+/// per distinct value (on first sight), so its results and errors are
+/// those of evaluating it on every row. Values outside the window are
+/// evaluated one by one; a kernel that meets many of them (a column with
+/// a wide range) goes back to evaluating `f` as a vector.
+#[derive(Debug, Default)]
+struct KeyMemo {
+    token: u64,
+    base: Option<i64>,
+    slots: Vec<u32>,
+    off: bool,
+}
+
+impl KeyMemo {
+    /// Lanes of a block outside the window beyond which memoising stops.
+    const MAX_OUTSIDE: usize = LANES / 8;
+
+    fn bind(&mut self, token: u64) {
+        if self.token != token || self.slots.is_empty() {
+            self.token = token;
+            self.base = None;
+            self.slots.clear();
+            self.slots.resize(groups::DENSE_WINDOW, u32::MAX);
+        }
+    }
 }
 
 /// Dictionary code → key id of one shard's dictionary, for one
@@ -457,7 +489,17 @@ impl AggregateKernel {
             .zip(&spec.key_types)
             .map(|(k, t)| {
                 Ok(match (Domain::of(t), k.as_column()) {
-                    (Some(_), _) => KeyInput::Num(CompiledExpr::compile(k, schema)?),
+                    (Some(_), _) => {
+                        let expr = CompiledExpr::compile(k, schema)?;
+                        match expr.integer_function_of() {
+                            Some(c) => KeyInput::Memo {
+                                column: CompiledExpr::compile(&MapExpr::col(c), schema)?,
+                                expr,
+                                memo: KeyMemo::default(),
+                            },
+                            None => KeyInput::Num(expr),
+                        }
+                    }
                     (None, Some(col)) => KeyInput::Bytes { col, cache: DictCache::default() },
                     (None, None) => return Err(Error::Unsupported(format!("group key {k}"))),
                 })
@@ -502,7 +544,10 @@ impl AggregateKernel {
             let ids = if single { &mut self.gids } else { &mut self.key_ids[k] };
             let map = &mut acc.groups.keys[k];
             match key {
-                KeyInput::Num(expr) => match expr.eval(cols, side, sel, scratch)? {
+                KeyInput::Memo { column, expr, memo } if !memo.off => {
+                    memo_key_ids(column, expr, memo, map, token, cols, side, sel, &active, ids, scratch)?;
+                }
+                KeyInput::Num(expr) | KeyInput::Memo { expr, .. } => match expr.eval(cols, side, sel, scratch)? {
                     Operand::Scalar(v) => {
                         let id = match v {
                             None => map.null(),
@@ -568,6 +613,104 @@ fn num_key(n: Num) -> KeyValue<'static> {
         Num::F64(x) => KeyValue::F64(x),
         Num::I128(x) => KeyValue::I128(x),
     }
+}
+
+/// Key ids of a memoised integer key `expr` = f(`column`) (see [`KeyMemo`]).
+#[allow(clippy::too_many_arguments)]
+fn memo_key_ids(
+    column: &mut CompiledExpr,
+    expr: &CompiledExpr,
+    memo: &mut KeyMemo,
+    map: &mut KeyMap,
+    token: u64,
+    cols: &ShardColumns<'_>,
+    side: Side,
+    sel: Sel<'_>,
+    active: &Bits,
+    ids: &mut [u32; LANES],
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let id_of = |map: &mut KeyMap, v: Option<Num>| -> Result<KeyId> {
+        match expr.eval_one(v)? {
+            None => Ok(map.null()),
+            Some(n) => map.id_of(&num_key(n)),
+        }
+    };
+    memo.bind(token);
+    let v = match column.eval(cols, side, sel, scratch)? {
+        Operand::Scalar(v) => {
+            let id = id_of(map, v)?;
+            active.for_each_one(|l| ids[l] = id);
+            return Ok(());
+        }
+        Operand::Vector(v) => v,
+    };
+    let Values::I64(x) = &v.values else {
+        return Err(Error::Internal("memoised group key over a non-integer column".into()));
+    };
+    let valid = v.valid(active);
+    let nulls = active.and_not(&valid);
+    if !nulls.is_empty() {
+        let id = id_of(map, None)?;
+        nulls.for_each_one(|l| ids[l] = id);
+    }
+    let Some(first) = valid.first_one() else { return Ok(()) };
+    let base = *memo.base.get_or_insert_with(|| {
+        let mut min = x[first];
+        valid.for_each_one(|l| min = min.min(x[l]));
+        min
+    });
+    let slots = memo.slots.as_slice();
+    let lookup = |v: i64| {
+        let slot = v.wrapping_sub(base) as u64 as usize;
+        if slot < slots.len() { slots[slot] } else { u32::MAX }
+    };
+    let mut misses = false;
+    match valid.dense_len() {
+        Some(n) => {
+            for (o, &v) in ids[..n].iter_mut().zip(&x[..n]) {
+                *o = lookup(v);
+                misses |= *o == u32::MAX;
+            }
+        }
+        None => valid.for_each_one(|l| {
+            ids[l] = lookup(x[l]);
+            misses |= ids[l] == u32::MAX;
+        }),
+    }
+    if misses {
+        let mut outside = 0;
+        let mut err = None;
+        valid.for_each_one(|l| {
+            if ids[l] != u32::MAX || err.is_some() {
+                return;
+            }
+            let slot = x[l].wrapping_sub(base) as u64 as usize;
+            if let Some(&known) = memo.slots.get(slot)
+                && known != u32::MAX
+            {
+                ids[l] = known;
+                return;
+            }
+            match id_of(map, Some(Num::I64(x[l]))) {
+                Ok(id) => {
+                    ids[l] = id;
+                    match memo.slots.get_mut(slot) {
+                        Some(s) => *s = id,
+                        None => outside += 1,
+                    }
+                }
+                Err(e) => err = Some(e),
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if outside > KeyMemo::MAX_OUTSIDE {
+            memo.off = true;
+        }
+    }
+    Ok(())
 }
 
 /// Key ids of a bytes column: dictionary codes through the shard's cache,
