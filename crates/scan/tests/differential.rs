@@ -2123,7 +2123,7 @@ fn memoised_integer_group_keys() {
     for rebuild in [false, true] {
         let (_db, t) = small_table(rows.clone(), rebuild);
         let key = ar(lit(Scalar::Int(100), Ty::I64), ArithOp::Div, ar(col(A), ArithOp::Sub, lit(Scalar::Int(40), Ty::I64)));
-        expect_error("GROUP BY 100 / (a - 40)", run_aggregate(&t.snapshot(), None, &[key.clone()], &[Aggregate::count_star()], &ScanOptions::default()));
+        expect_error("GROUP BY 100 / (a - 40)", run_aggregate(&t.snapshot(), None, std::slice::from_ref(&key), &[Aggregate::count_star()], &ScanOptions::default()));
         // Without the row where a = 40, no error.
         delete_where(&t, Some(&Predicate::cmp(col(A), CmpOp::Eq, Scalar::Int(40))), &ScanOptions::default()).expect("delete");
         let out = run_aggregate(&t.snapshot(), None, &[key], &[Aggregate::count_star()], &ScanOptions::default());

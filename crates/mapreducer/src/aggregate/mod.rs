@@ -383,7 +383,7 @@ enum KeyInput {
     Num(CompiledExpr),
     /// An integer function of one integer column (`category % 100`):
     /// evaluated once per distinct column value, see [`KeyMemo`].
-    Memo { column: CompiledExpr, expr: CompiledExpr, memo: KeyMemo },
+    Memo { column: Box<CompiledExpr>, expr: CompiledExpr, memo: KeyMemo },
     Bytes { col: usize, cache: DictCache },
 }
 
@@ -493,7 +493,7 @@ impl AggregateKernel {
                         let expr = CompiledExpr::compile(k, schema)?;
                         match expr.integer_function_of() {
                             Some(c) => KeyInput::Memo {
-                                column: CompiledExpr::compile(&MapExpr::col(c), schema)?,
+                                column: Box::new(CompiledExpr::compile(&MapExpr::col(c), schema)?),
                                 expr,
                                 memo: KeyMemo::default(),
                             },
