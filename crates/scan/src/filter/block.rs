@@ -4,11 +4,11 @@
 //! run; delta chunks compare keys of their native values.
 
 use arrow_buffer::ArrowNativeType;
-use quiverdb_mapreducer::{Bits, LANES, Scratch};
+use quiverdb_mapreducer::{Bits, LANES, Scratch, kernels};
 use quiverdb_storage::main::KeyEncoding;
 use quiverdb_storage::types::{KeyNative, PhysicalType};
 
-use super::leaf::KeyTest;
+use super::leaf::{KeySet, KeyTest};
 
 /// Keys of main block `block` that pass `test`, read from the encoding.
 pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyTest, codes: Option<&KeyTest>, scratch: &mut Scratch) -> Bits {
@@ -36,6 +36,12 @@ pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyT
                     }
                     bp.decode_block_deltas(block, keys);
                     shifted.mask(keys, len)
+                }
+                KeyTest::Set(KeySet { dense: Some((lo, words)), .. }) => {
+                    // The bitset's first key shifted by the reference, as
+                    // for ranges: `delta - (lo - reference)` is `key - lo`.
+                    bp.decode_block_deltas(block, keys);
+                    kernels::bitset_mask(keys, len, lo.wrapping_sub(frame.reference), words)
                 }
                 _ => {
                     bp.decode_block(block, keys);
