@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::predicate::Predicate;
 use crate::unordered::{Budget, Flow, Selection, select};
 use crate::{ScanOptions, parallel};
-use crate::filter::ShardFilter;
+use crate::filter::{PreparedFilter, ShardFilter};
 
 /// Rows per batch of an UPDATE's new row versions.
 const UPDATE_BATCH_ROWS: usize = 8192;
@@ -27,9 +27,10 @@ pub fn matching_records(snapshot: &TableSnapshot, filter: Option<&Predicate>, op
     }
     let shards = options.shard_positions(snapshot);
     let budget = Budget::new(options.limit);
+    let prepared = filter.map(|p| PreparedFilter::new(p, snapshot.schema())).transpose()?;
     let per_shard = parallel::map_collect(options.threads, &shards, |&i| {
         let shard = snapshot.shard(i);
-        let mut compiled = filter.map(|p| ShardFilter::compile(shard, p)).transpose()?;
+        let mut compiled = prepared.as_ref().map(|p| ShardFilter::new(shard, p)).transpose()?;
         let mut ids: Vec<RecId> = Vec::new();
         let mut buf = [0 as RecId; quiverdb_mapreducer::LANES];
         select(shard, compiled.as_mut(), options.id_buffer(), |_| false, |sel| {

@@ -28,7 +28,7 @@ use quiverdb_storage::types::KeyNative;
 use quiverdb_storage::{ShardSnapshot, TableSnapshot};
 
 use crate::error::{Error, Result};
-use crate::filter::ShardFilter;
+use crate::filter::{PreparedFilter, ShardFilter};
 use crate::predicate::Predicate;
 use crate::unordered::{Flow, Selection, select};
 use crate::{ScanOptions, parallel};
@@ -281,14 +281,14 @@ fn seed_bound(snapshot: &TableSnapshot, shards: &[usize], key: &SortKey, k: usiz
 fn top_k_numeric(
     shard_pos: usize,
     shard: ShardSnapshot<'_>,
-    filter: Option<&Predicate>,
+    filter: Option<&PreparedFilter>,
     key: &SortKey,
     k: usize,
     bound: &SharedBound,
     id_buffer: usize,
 ) -> Result<Candidates> {
     let mut eval = KeyEval::open(shard, std::slice::from_ref(key))?;
-    let mut compiled = filter.map(|p| ShardFilter::compile(shard, p)).transpose()?;
+    let mut compiled = filter.map(|p| ShardFilter::new(shard, p)).transpose()?;
     // Max-heap of the best k: its top is the worst kept. Shared by the
     // block pruner and the row loop, which never run at the same time.
     let heap: std::cell::RefCell<BinaryHeap<(Norm, RecId)>> = std::cell::RefCell::new(BinaryHeap::with_capacity(k + 1));
@@ -452,13 +452,13 @@ fn split_blocks(
 fn sorted_candidates(
     shard_pos: usize,
     shard: ShardSnapshot<'_>,
-    filter: Option<&Predicate>,
+    filter: Option<&PreparedFilter>,
     keys: &[SortKey],
     k: Option<usize>,
     id_buffer: usize,
 ) -> Result<Candidates> {
     let mut eval = KeyEval::open(shard, keys)?;
-    let mut compiled = filter.map(|p| ShardFilter::compile(shard, p)).transpose()?;
+    let mut compiled = filter.map(|p| ShardFilter::new(shard, p)).transpose()?;
     let mut ids: Vec<RecId> = Vec::new();
     let mut columns: Vec<KeyColumn> = keys
         .iter()
@@ -593,11 +593,12 @@ where
         seed_bound(snapshot, &shards, &sort[0], k, &bound);
     }
     let id_buffer = options.id_buffer();
+    let prepared = filter.map(|p| PreparedFilter::new(p, snapshot.schema())).transpose()?;
     let per_shard = parallel::map_collect(options.threads, &shards, |&i| {
         let shard = snapshot.shard(i);
         match k {
-            Some(k) if numeric_single => top_k_numeric(i, shard, filter, &sort[0], k, &bound, id_buffer),
-            _ => sorted_candidates(i, shard, filter, sort, k, id_buffer),
+            Some(k) if numeric_single => top_k_numeric(i, shard, prepared.as_ref(), &sort[0], k, &bound, id_buffer),
+            _ => sorted_candidates(i, shard, prepared.as_ref(), sort, k, id_buffer),
         }
     })?;
     merge(snapshot, per_shard, sort, offset, limit, id_buffer, kernel, init)

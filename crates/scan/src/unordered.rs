@@ -26,7 +26,7 @@ use quiverdb_mapreducer::{BlockSelection, Bits, Kernel, LANES, MapReducer, RecId
 use quiverdb_storage::{ShardSnapshot, TableSnapshot};
 
 use crate::error::Result;
-use crate::filter::ShardFilter;
+use crate::filter::{PreparedFilter, ShardFilter};
 use crate::predicate::Predicate;
 use crate::{ScanOptions, parallel};
 
@@ -208,14 +208,14 @@ impl Budget {
 /// open one).
 pub(crate) fn scan_shard<R: MapReducer>(
     shard: ShardSnapshot<'_>,
-    filter: Option<&Predicate>,
+    filter: Option<&PreparedFilter>,
     id_buffer: usize,
     open: impl FnOnce() -> Result<R>,
     acc: R::Acc,
     budget: &Budget,
 ) -> Result<(R::Acc, Option<R>)> {
     let mut compiled = match filter {
-        Some(p) => Some(ShardFilter::compile(shard, p)?),
+        Some(p) => Some(ShardFilter::new(shard, p)?),
         None => None,
     };
     let mut open = Some(open);
@@ -274,6 +274,8 @@ where
     if shards.is_empty() {
         return Ok(init());
     }
+    let prepared = filter.map(|p| PreparedFilter::new(p, snapshot.schema())).transpose()?;
+    let filter = prepared.as_ref();
     let budget = Budget::new(options.limit);
     let id_buffer = options.id_buffer();
     // Each worker keeps its kernel and scratch buffers across shards.
@@ -308,7 +310,7 @@ where
 /// ignored; the kernel and its buffers are reused from shard to shard.
 pub struct ScanCursor<K: Kernel, F> {
     snapshot: TableSnapshot,
-    filter: Option<Predicate>,
+    filter: Option<PreparedFilter>,
     shards: std::vec::IntoIter<usize>,
     budget: Budget,
     id_buffer: usize,
@@ -330,6 +332,7 @@ where
             p.validate(snapshot.schema())?;
         }
         let shards = options.shard_positions(&snapshot).into_iter();
+        let filter = filter.map(|p| PreparedFilter::new(&p, snapshot.schema())).transpose()?;
         Ok(Self {
             snapshot,
             filter,

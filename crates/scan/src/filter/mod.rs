@@ -83,12 +83,10 @@ pub(crate) struct ShardFilter<'a> {
 }
 
 impl<'a> ShardFilter<'a> {
-    /// Compiles `pred` for `shard`.
-    pub(crate) fn compile(shard: ShardSnapshot<'a>, pred: &Predicate) -> Result<Self> {
-        let mut columns = Vec::new();
-        pred.columns(&mut columns);
-        let cols = ShardColumns::open(shard, columns)?;
-        let root = compile_node(pred, shard.schema(), &cols)?;
+    /// `pred` (prepared once per scan) for `shard`.
+    pub(crate) fn new(shard: ShardSnapshot<'a>, pred: &PreparedFilter) -> Result<Self> {
+        let cols = ShardColumns::open(shard, pred.columns.iter().copied())?;
+        let root = instantiate(&pred.root, shard.schema(), &cols)?;
         Ok(Self { cols, root, scratch: None })
     }
 
@@ -114,26 +112,92 @@ impl<'a> ShardFilter<'a> {
     }
 }
 
-fn compile_node(p: &Predicate, schema: &TableSchema, cols: &ShardColumns<'_>) -> Result<Node> {
-    let not = |n: Node| Node::Not(Box::new(n));
+/// A predicate compiled for a table's schema, before any shard: its
+/// literals turned into key tests once per scan (an IN-list of 900 values
+/// is converted, sorted and made a bitset once, not once per shard).
+/// [`ShardFilter::new`] adds what depends on a shard's encodings.
+#[derive(Debug)]
+pub(crate) struct PreparedFilter {
+    columns: Vec<usize>,
+    root: Prep,
+}
+
+/// A [`Node`] without its shard-dependent parts (dictionary code tests,
+/// expression vectors).
+#[derive(Debug)]
+enum Prep {
+    Const(Option<bool>),
+    Keys { col: usize, physical: PhysicalType, test: KeyTest },
+    Bytes { col: usize, test: ByteTest },
+    IsNull { col: usize },
+    Expr { expr: MapExpr, test: OrdTest },
+    ExprIsNull(MapExpr),
+    And(Vec<Prep>),
+    Or(Vec<Prep>),
+    Not(Box<Prep>),
+}
+
+impl PreparedFilter {
+    /// Compiles `pred` for tables of `schema`.
+    pub(crate) fn new(pred: &Predicate, schema: &TableSchema) -> Result<Self> {
+        let mut columns = Vec::new();
+        pred.columns(&mut columns);
+        Ok(Self { columns, root: prepare_node(pred, schema)? })
+    }
+}
+
+/// The shard's node of a prepared one: tests copied, dictionary codes
+/// tests made for the shard's encodings, expressions given vectors.
+fn instantiate(p: &Prep, schema: &TableSchema, cols: &ShardColumns<'_>) -> Result<Node> {
+    let all = |v: &[Prep]| v.iter().map(|p| instantiate(p, schema, cols)).collect::<Result<Vec<_>>>();
     Ok(match p {
-        Predicate::Const(b) => Node::Const(Some(*b)),
-        Predicate::Unknown => Node::Const(None),
-        Predicate::And(v) => Node::And(v.iter().map(|p| compile_node(p, schema, cols)).collect::<Result<_>>()?),
-        Predicate::Or(v) => Node::Or(v.iter().map(|p| compile_node(p, schema, cols)).collect::<Result<_>>()?),
-        Predicate::Not(p) => not(compile_node(p, schema, cols)?),
+        Prep::Const(c) => Node::Const(*c),
+        Prep::Keys { col, physical, test } => {
+            let codes = match cols.column(*col).main().map(|m| m.encoding()) {
+                Some(Encoding::Keys(KeyEncoding::Dict(d))) => Some(dict_codes(test, d.values())),
+                _ => None,
+            };
+            Node::Keys { col: *col, physical: *physical, test: test.clone(), codes }
+        }
+        Prep::Bytes { col, test } => {
+            let codes = match cols.column(*col).main().map(|m| m.encoding()) {
+                Some(Encoding::StrDict(d)) => Some(test.codes(d)),
+                _ => None,
+            };
+            Node::Bytes { col: *col, test: test.clone(), codes }
+        }
+        Prep::IsNull { col } => Node::IsNull { col: *col },
+        Prep::Expr { expr, test } => Node::Expr { expr: CompiledExpr::compile(expr, schema)?, test: test.clone() },
+        Prep::ExprIsNull(expr) => Node::ExprIsNull(CompiledExpr::compile(expr, schema)?),
+        Prep::And(v) => Node::And(all(v)?),
+        Prep::Or(v) => Node::Or(all(v)?),
+        Prep::Not(p) => Node::Not(Box::new(instantiate(p, schema, cols)?)),
+    })
+}
+
+fn prepare_node(p: &Predicate, schema: &TableSchema) -> Result<Prep> {
+    let not = |n: Prep| Prep::Not(Box::new(n));
+    Ok(match p {
+        Predicate::Const(b) => Prep::Const(Some(*b)),
+        Predicate::Unknown => Prep::Const(None),
+        Predicate::And(v) => Prep::And(v.iter().map(|p| prepare_node(p, schema)).collect::<Result<_>>()?),
+        Predicate::Or(v) => Prep::Or(v.iter().map(|p| prepare_node(p, schema)).collect::<Result<_>>()?),
+        Predicate::Not(p) => not(prepare_node(p, schema)?),
         Predicate::IsNull(e) | Predicate::IsNotNull(e) => {
             let node = match e.as_column() {
-                Some(col) => Node::IsNull { col },
-                None => Node::ExprIsNull(CompiledExpr::compile(e, schema)?),
+                Some(col) => Prep::IsNull { col },
+                None => {
+                    CompiledExpr::compile(e, schema)?; // type-checks it
+                    Prep::ExprIsNull(e.clone())
+                }
             };
             if matches!(p, Predicate::IsNotNull(_)) { not(node) } else { node }
         }
         Predicate::Compare { expr, op, value } => {
             if value.is_null() {
-                return Ok(Node::Const(None));
+                return Ok(Prep::Const(None));
             }
-            let node = leaf(expr, schema, cols, |ctx| match ctx {
+            let node = leaf(expr, schema, |ctx| match ctx {
                 Ctx::Ord(p, d) => literal_range(p, d, *op, value).map(|r| Test::Ord(OrdTest::Range(r))),
                 Ctx::Bytes => value.as_bytes().map(|b| {
                     let v = (b.to_vec(), true);
@@ -156,11 +220,11 @@ fn compile_node(p: &Predicate, schema: &TableSchema, cols: &ShardColumns<'_>) ->
                 Predicate::cmp(expr.clone(), CmpOp::GtEq, low.clone()),
                 Predicate::cmp(expr.clone(), CmpOp::LtEq, high.clone()),
             ]);
-            let node = compile_node(&both, schema, cols)?;
+            let node = prepare_node(&both, schema)?;
             if *negated { not(node) } else { node }
         }
         Predicate::Between { expr, low, high, negated } => {
-            let node = leaf(expr, schema, cols, |ctx| match ctx {
+            let node = leaf(expr, schema, |ctx| match ctx {
                 Ctx::Ord(p, d) => Some(Test::Ord(OrdTest::Range(OrdRange {
                     lo: literal_range(p, d, CmpOp::GtEq, low)?.lo,
                     hi: literal_range(p, d, CmpOp::LtEq, high)?.hi,
@@ -174,7 +238,7 @@ fn compile_node(p: &Predicate, schema: &TableSchema, cols: &ShardColumns<'_>) ->
         }
         Predicate::InList { expr, values, negated } => {
             let null_in_list = values.iter().any(Scalar::is_null);
-            let node = leaf(expr, schema, cols, |ctx| match ctx {
+            let node = leaf(expr, schema, |ctx| match ctx {
                 Ctx::Ord(p, d) => {
                     let mut v = Vec::with_capacity(values.len());
                     for value in values.iter().filter(|v| !v.is_null()) {
@@ -202,7 +266,7 @@ fn compile_node(p: &Predicate, schema: &TableSchema, cols: &ShardColumns<'_>) ->
             if *negated { not(node) } else { node }
         }
         Predicate::LikePrefix { expr, prefix, negated } => {
-            let node = leaf(expr, schema, cols, |ctx| match ctx {
+            let node = leaf(expr, schema, |ctx| match ctx {
                 Ctx::Bytes => Some(Test::Bytes(ByteTest::Prefix(prefix.clone()))),
                 Ctx::Ord(..) => None,
             })?;
@@ -227,19 +291,14 @@ enum Test {
 fn leaf(
     expr: &MapExpr,
     schema: &TableSchema,
-    cols: &ShardColumns<'_>,
     make: impl Fn(Ctx) -> Option<Test>,
-) -> Result<Node> {
+) -> Result<Prep> {
     let t = expr.data_type(schema).map_err(Error::MapReduce)?;
     let invalid = || Error::InvalidPredicate(format!("a literal of the wrong type for {expr} ({t})"));
     match (Domain::of(&t), expr.as_column()) {
         (None, Some(col)) => {
             let Some(Test::Bytes(test)) = make(Ctx::Bytes) else { return Err(invalid()) };
-            let codes = match cols.column(col).main().map(|m| m.encoding()) {
-                Some(Encoding::StrDict(d)) => Some(test.codes(d)),
-                _ => None,
-            };
-            Ok(Node::Bytes { col, test, codes })
+            Ok(Prep::Bytes { col, test })
         }
         (None, None) => Err(Error::Unsupported(format!("a predicate on computed {t}"))),
         (Some(domain), Some(col)) if schema.physical(col) != PhysicalType::Decimal128 => {
@@ -253,11 +312,7 @@ fn leaf(
                     KeyTest::set(keys, null_in_list)
                 }
             };
-            let codes = match cols.column(col).main().map(|m| m.encoding()) {
-                Some(Encoding::Keys(KeyEncoding::Dict(d))) => Some(dict_codes(&test, d.values())),
-                _ => None,
-            };
-            Ok(Node::Keys { col, physical, test, codes })
+            Ok(Prep::Keys { col, physical, test })
         }
         (Some(domain), _) => {
             let physical = match Domain::of(&t) {
@@ -268,7 +323,8 @@ fn leaf(
             let Some(Test::Ord(test)) = make(Ctx::Ord(physical, domain)) else { return Err(invalid()) };
             // Computed Float32 values are f64 in their vector: compare by f64 keys.
             let test = if physical == PhysicalType::Float32 { widen_f32_test(test) } else { test };
-            Ok(Node::Expr { expr: CompiledExpr::compile(expr, schema)?, test })
+            CompiledExpr::compile(expr, schema)?; // type-checks it
+            Ok(Prep::Expr { expr: expr.clone(), test })
         }
     }
 }
