@@ -29,8 +29,7 @@ pub fn range_mask(values: &[u64; LANES], n: usize, lo: u64, span: u64) -> Bits {
 }
 
 /// AVX2: four lanes per step: `(v - lo) ^ sign > span ^ sign` is the
-/// unsigned `v - lo > span` (AVX2 compares only signed 64-bit lanes), and
-/// `movemask` turns the four results into four bits.
+/// unsigned `v - lo > span` (AVX2 compares only signed 64-bit lanes).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn range_mask_avx2(values: &[u64; LANES], n: usize, lo: u64, span: u64) -> Bits {
@@ -38,6 +37,23 @@ unsafe fn range_mask_avx2(values: &[u64; LANES], n: usize, lo: u64, span: u64) -
     let sign = _mm256_set1_epi64x(i64::MIN);
     let lo_v = _mm256_set1_epi64x(lo as i64);
     let span_s = _mm256_set1_epi64x((span ^ (1 << 63)) as i64);
+    let ones = _mm256_set1_epi64x(-1);
+    let hit = |v| _mm256_xor_si256(_mm256_cmpgt_epi64(_mm256_xor_si256(_mm256_sub_epi64(v, lo_v), sign), span_s), ones);
+    // SAFETY: AVX2 is available (this function requires it).
+    unsafe { mask_by_4(values, n, hit) }
+}
+
+/// The bitmap of lanes `0..n` for which `hit` (given four lanes, AVX2)
+/// sets the lane's sign bit; `movemask` turns four results into four bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn mask_by_4(
+    values: &[u64; LANES],
+    n: usize,
+    hit: impl Fn(std::arch::x86_64::__m256i) -> std::arch::x86_64::__m256i,
+) -> Bits {
+    use std::arch::x86_64::*;
     let mut out = [0u64; WORDS];
     let p = values.as_ptr();
     for (w, word) in out.iter_mut().enumerate() {
@@ -46,10 +62,8 @@ unsafe fn range_mask_avx2(values: &[u64; LANES], n: usize, lo: u64, span: u64) -
             // SAFETY: w < 16 and q < 16, so lanes w*64 + q*4 .. +4 lie within
             // the 1,024 values; `loadu` has no alignment requirement.
             let v = unsafe { _mm256_loadu_si256(p.add(w * 64 + q * 4).cast()) };
-            let d = _mm256_xor_si256(_mm256_sub_epi64(v, lo_v), sign);
-            let outside = _mm256_cmpgt_epi64(d, span_s);
-            let m = _mm256_movemask_pd(_mm256_castsi256_pd(outside)) as u64;
-            bits |= (m ^ 0xF) << (q * 4);
+            let m = _mm256_movemask_pd(_mm256_castsi256_pd(hit(v))) as u64;
+            bits |= m << (q * 4);
         }
         *word = bits;
     }
@@ -87,7 +101,7 @@ pub fn bitset_mask(values: &[u64; LANES], n: usize, lo: u64, bitset: &[u64]) -> 
 
 /// AVX2: four lanes per step. The word of each lane's bit is gathered
 /// (lanes outside the bitset read word 0 and are masked off), shifted by
-/// the bit's position and tested; `movemask` collects the four results.
+/// the bit's position and tested.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn bitset_mask_avx2(values: &[u64; LANES], n: usize, lo: u64, bitset: &[u64]) -> Bits {
@@ -99,28 +113,18 @@ unsafe fn bitset_mask_avx2(values: &[u64; LANES], n: usize, lo: u64, bitset: &[u
     let limit_s = _mm256_set1_epi64x((nbits ^ (1 << 63)) as i64);
     let low6 = _mm256_set1_epi64x(63);
     let base = bitset.as_ptr().cast::<i64>();
-    let mut out = [0u64; WORDS];
-    let p = values.as_ptr();
-    for (w, word) in out.iter_mut().enumerate() {
-        let mut bits = 0u64;
-        for q in 0..16 {
-            // SAFETY: w < 16 and q < 16, so lanes w*64 + q*4 .. +4 lie within
-            // the 1,024 values; `loadu` has no alignment requirement.
-            let v = unsafe { _mm256_loadu_si256(p.add(w * 64 + q * 4).cast()) };
-            let o = _mm256_sub_epi64(v, lo_v);
-            let inside = _mm256_cmpgt_epi64(limit_s, _mm256_xor_si256(o, sign));
-            let idx = _mm256_and_si256(_mm256_srli_epi64::<6>(o), inside);
-            // SAFETY: every index is below `bitset.len()` (lanes outside
-            // the bitset were zeroed above, and the bitset is not empty).
-            let words = unsafe { _mm256_i64gather_epi64::<8>(base, idx) };
-            let bit = _mm256_srlv_epi64(words, _mm256_and_si256(o, low6));
-            let hit = _mm256_and_si256(_mm256_slli_epi64::<63>(bit), inside);
-            let m = _mm256_movemask_pd(_mm256_castsi256_pd(hit)) as u64;
-            bits |= m << (q * 4);
-        }
-        *word = bits;
-    }
-    Bits(out).and(&Bits::first(n))
+    let hit = |v| {
+        let o = _mm256_sub_epi64(v, lo_v);
+        let inside = _mm256_cmpgt_epi64(limit_s, _mm256_xor_si256(o, sign));
+        let idx = _mm256_and_si256(_mm256_srli_epi64::<6>(o), inside);
+        // SAFETY: every index is below `bitset.len()` (lanes outside the
+        // bitset were zeroed above, and the bitset is not empty).
+        let words = unsafe { _mm256_i64gather_epi64::<8>(base, idx) };
+        let bit = _mm256_srlv_epi64(words, _mm256_and_si256(o, low6));
+        _mm256_and_si256(_mm256_slli_epi64::<63>(bit), inside)
+    };
+    // SAFETY: AVX2 is available (this function requires it).
+    unsafe { mask_by_4(values, n, hit) }
 }
 
 #[inline(always)]

@@ -106,20 +106,7 @@ impl IntMap {
         }
         let base = self.base;
         let window = self.window.as_slice();
-        let mut misses = false;
-        match lanes.dense_len() {
-            Some(n) => {
-                for (o, &v) in out[..n].iter_mut().zip(&x[..n]) {
-                    *o = lookup(window, base, v);
-                    misses |= *o == UNASSIGNED;
-                }
-            }
-            None => lanes.for_each_one(|l| {
-                out[l] = lookup(window, base, x[l]);
-                misses |= out[l] == UNASSIGNED;
-            }),
-        }
-        if misses {
+        if lookup_lanes(x, lanes, out, |v| lookup(window, base, v)) {
             lanes.for_each_one(|l| {
                 if out[l] == UNASSIGNED {
                     out[l] = self.assign(x[l]);
@@ -187,6 +174,32 @@ impl BytesMap {
         let (s, n) = self.spans[id as usize];
         &self.arena[s..s + n]
     }
+}
+
+/// `out[l] = lookup(x[l])` for the lanes `lanes`, in one tight pass (no
+/// branch, so a dense run vectorises); true if some lane got
+/// [`UNASSIGNED`], for the caller's second, rare pass.
+#[inline(always)]
+pub(crate) fn lookup_lanes<T: Copy>(
+    x: &[T; crate::vector::LANES],
+    lanes: &crate::vector::Bits,
+    out: &mut [u32; crate::vector::LANES],
+    lookup: impl Fn(T) -> u32,
+) -> bool {
+    let mut misses = false;
+    match lanes.dense_len() {
+        Some(n) => {
+            for (o, &v) in out[..n].iter_mut().zip(&x[..n]) {
+                *o = lookup(v);
+                misses |= *o == UNASSIGNED;
+            }
+        }
+        None => lanes.for_each_one(|l| {
+            out[l] = lookup(x[l]);
+            misses |= out[l] == UNASSIGNED;
+        }),
+    }
+    misses
 }
 
 /// Reserves a values slot for the null key on first use, so that ids stay

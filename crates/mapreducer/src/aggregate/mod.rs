@@ -665,20 +665,7 @@ fn memo_key_ids(
         let slot = v.wrapping_sub(base) as u64 as usize;
         if slot < slots.len() { slots[slot] } else { u32::MAX }
     };
-    let mut misses = false;
-    match valid.dense_len() {
-        Some(n) => {
-            for (o, &v) in ids[..n].iter_mut().zip(&x[..n]) {
-                *o = lookup(v);
-                misses |= *o == u32::MAX;
-            }
-        }
-        None => valid.for_each_one(|l| {
-            ids[l] = lookup(x[l]);
-            misses |= ids[l] == u32::MAX;
-        }),
-    }
-    if misses {
+    if groups::lookup_lanes(x, &valid, ids, lookup) {
         let mut outside = 0;
         let mut err = None;
         valid.for_each_one(|l| {
@@ -749,20 +736,7 @@ fn bytes_key_ids(
                     // vectorises); codes seen for the first time are
                     // given ids in a second pass over the few misses.
                     let known = cache.ids.as_slice();
-                    let mut misses = false;
-                    match valid.dense_len() {
-                        Some(n) => {
-                            for (id, &code) in ids[..n].iter_mut().zip(&codes[..n]) {
-                                *id = known[code as usize];
-                                misses |= *id == u32::MAX;
-                            }
-                        }
-                        None => valid.for_each_one(|l| {
-                            ids[l] = known[codes[l] as usize];
-                            misses |= ids[l] == u32::MAX;
-                        }),
-                    }
-                    if misses {
+                    if groups::lookup_lanes(codes, &valid, ids, |code| known[code as usize]) {
                         valid.for_each_one(|l| {
                             if ids[l] == u32::MAX {
                                 let code = codes[l] as usize;
