@@ -1,7 +1,10 @@
-//! Phase 1 of a scan: a predicate compiled against one shard's encodings.
+//! Phase 1 of a scan: a predicate compiled against one shard's encodings,
+//! in two steps: [`PreparedFilter::new`] once per scan (literals to key
+//! tests, IN-lists sorted and made bitsets), [`ShardFilter::new`] per shard
+//! (dictionary code tests, expression vectors).
 //!
 //! ```text
-//!   Predicate ──compile(shard)──▶ Node tree
+//!   Predicate ──prepare(schema)──▶ Prep tree ──instantiate(shard)──▶ Node tree
 //!     numeric column vs literal ─▶ key range / key set   (keys order like values)
 //!         bit-packed: compare deltas with [lo-ref, hi-ref], no decode to values
 //!         dictionary: key range → code range, IN → code bitset (once per shard)

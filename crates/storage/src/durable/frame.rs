@@ -107,18 +107,22 @@ pub fn data_end(bytes: &[u8]) -> usize {
 pub fn restore_zeros(bytes: &mut Vec<u8>, file_len: u64) {
     let mut at = 0usize;
     while at + HEADER <= bytes.len() {
-        let rest = &bytes[at..];
-        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
-        let head_crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-        if crc32c::crc32c(&rest[..4]) != head_crc || len as usize > MAX_PAYLOAD {
-            return;
-        }
-        at += HEADER + len as usize;
+        let Some(len) = declared_len(&bytes[at..]) else { return };
+        at += HEADER + len;
     }
     let needed = (at as u64).min(file_len) as usize;
     if needed > bytes.len() {
         bytes.resize(needed, 0);
     }
+}
+
+/// The payload length declared by the frame header at the start of `rest`
+/// (at least [`HEADER`] bytes), if the length's own checksum holds and the
+/// length is allowed.
+fn declared_len(rest: &[u8]) -> Option<usize> {
+    let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+    let head_crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+    (crc32c::crc32c(&rest[..4]) == head_crc && len as usize <= MAX_PAYLOAD).then_some(len as usize)
 }
 
 /// Reads the frames of `bytes` (a whole file) in order.
@@ -133,16 +137,15 @@ pub fn scan(bytes: &[u8]) -> Result<(Vec<Frame<'_>>, End), Corrupt> {
         if rest.len() < HEADER {
             return Ok((frames, if data() == 0 { End::Clean { offset: at as u64 } } else { torn() }));
         }
-        let word = |i: usize| u32::from_le_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]);
-        let (len, head_crc, crc) = (word(0), word(4), word(8));
-        if crc32c::crc32c(&rest[..4]) != head_crc || len as usize > MAX_PAYLOAD {
+        let Some(len) = declared_len(rest) else {
             return match data() {
                 0 => Ok((frames, End::Clean { offset: at as u64 })),
                 n if n <= HEADER => Ok((frames, torn())),
                 _ => Err(Corrupt { offset: at as u64, reason: "damaged frame header" }),
             };
-        }
-        let end = HEADER + len as usize;
+        };
+        let crc = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        let end = HEADER + len;
         if end > rest.len() {
             return Ok((frames, torn()));
         }
