@@ -2091,6 +2091,11 @@ fn memoised_integer_group_keys() {
     let wide: Vec<Row> = (1..=5000).map(|i| row_ae(i, Some(i.wrapping_mul(1_000_003) % 1_000_000_007), Some(i as u64))).collect();
     // Mostly in the window, with a few far-away values.
     let mixed: Vec<Row> = (1..=5000).map(|i| row_ae(i, Some(if i % 97 == 0 { i * 1_000_000 } else { i % 50 }), Some(i as u64))).collect();
+    // Values, met twice over, that start above the lowest: the window has
+    // to move down (falling), or, wider than it, cannot hold them all
+    // (rising).
+    let falling: Vec<Row> = (1..=5000).map(|i| row_ae(i, Some(5000 - i % 2500), Some(i as u64))).collect();
+    let rising: Vec<Row> = (1..=5000).map(|i| row_ae(i, Some(i % 2500 * 5), Some(i as u64))).collect();
     let keys_sets = [
         vec![ar(col(A), ArithOp::Rem, lit(Scalar::Int(7), Ty::I64))],
         vec![ar(ar(col(A), ArithOp::Div, lit(Scalar::Int(3), Ty::I64)), ArithOp::Add, lit(Scalar::Int(1), Ty::I64))],
@@ -2098,7 +2103,7 @@ fn memoised_integer_group_keys() {
     ];
     let aggs = [Aggregate::count_star(), Aggregate::new(AggFunc::Sum, col(A)), Aggregate::new(AggFunc::Min, col(B))];
     let mut failures = Vec::new();
-    for (name, rows) in [("narrow", &narrow), ("wide", &wide), ("mixed", &mixed)] {
+    for (name, rows) in [("narrow", &narrow), ("wide", &wide), ("mixed", &mixed), ("falling", &falling), ("rising", &rising)] {
         for rebuild in [false, true] {
             let (_db, t) = small_table(rows.clone(), rebuild);
             // Delete every 5th row: deleted rows are neither grouped nor evaluated.

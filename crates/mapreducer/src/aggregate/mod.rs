@@ -391,13 +391,20 @@ enum KeyInput {
 /// direct-mapped window of column values, for one accumulator (`token`).
 /// A row costs a window lookup instead of evaluating `f`; `f` runs once
 /// per distinct value (on first sight), so its results and errors are
-/// those of evaluating it on every row. Values outside the window are
-/// evaluated one by one; a kernel that meets many of them (a column with
-/// a wide range) goes back to evaluating `f` as a vector.
+/// those of evaluating it on every row. The window starts at the least
+/// value of the first block and moves to take in a value below (or
+/// above) it whenever everything it holds and that value fit in it
+/// together, so the order in which values come does not matter. Values
+/// that do not fit are evaluated one by one; a kernel that meets many of
+/// them (a column with a wide range) goes back to evaluating `f` as a
+/// vector.
 #[derive(Debug, Default)]
 struct KeyMemo {
     token: u64,
     base: Option<i64>,
+    /// The least and greatest values with a filled slot (none: `lo > hi`).
+    lo: i64,
+    hi: i64,
     slots: Vec<u32>,
     off: bool,
 }
@@ -410,9 +417,45 @@ impl KeyMemo {
         if self.token != token || self.slots.is_empty() {
             self.token = token;
             self.base = None;
+            (self.lo, self.hi) = (i64::MAX, i64::MIN);
             self.slots.clear();
             self.slots.resize(groups::DENSE_WINDOW, u32::MAX);
         }
+    }
+
+    /// The slot of `v`: in the window as it is, or after moving the window
+    /// (its filled slots with it) to start at the least of `v` and the
+    /// filled values, if they and `v` then fit; `None` if they do not.
+    fn slot_for(&mut self, v: i64) -> Option<usize> {
+        let base = *self.base.get_or_insert(v);
+        let len = self.slots.len();
+        let at = i128::from(v) - i128::from(base);
+        if (0..len as i128).contains(&at) {
+            return Some(at as usize);
+        }
+        let (lo, hi) = (self.lo.min(v), self.hi.max(v));
+        if i128::from(hi) - i128::from(lo) >= len as i128 {
+            return None;
+        }
+        // Every filled slot lies in [lo, hi], inside the new window.
+        let shift = i128::from(base) - i128::from(lo);
+        let by = shift.unsigned_abs().min(len as u128) as usize;
+        if shift > 0 {
+            self.slots.copy_within(..len - by, by);
+            self.slots[..by].fill(u32::MAX);
+        } else {
+            self.slots.copy_within(by.., 0);
+            self.slots[len - by..].fill(u32::MAX);
+        }
+        self.base = Some(lo);
+        Some((i128::from(v) - i128::from(lo)) as usize)
+    }
+
+    /// Records `id` as the key id of `v`, whose slot is `slot`.
+    fn fill(&mut self, slot: usize, v: i64, id: u32) {
+        self.slots[slot] = id;
+        self.lo = self.lo.min(v);
+        self.hi = self.hi.max(v);
     }
 }
 
@@ -672,18 +715,18 @@ fn memo_key_ids(
             if ids[l] != u32::MAX || err.is_some() {
                 return;
             }
-            let slot = x[l].wrapping_sub(base) as u64 as usize;
-            if let Some(&known) = memo.slots.get(slot)
-                && known != u32::MAX
+            let slot = memo.slot_for(x[l]);
+            if let Some(s) = slot
+                && memo.slots[s] != u32::MAX
             {
-                ids[l] = known;
+                ids[l] = memo.slots[s];
                 return;
             }
             match id_of(map, Some(Num::I64(x[l]))) {
                 Ok(id) => {
                     ids[l] = id;
-                    match memo.slots.get_mut(slot) {
-                        Some(s) => *s = id,
+                    match slot {
+                        Some(s) => memo.fill(s, x[l], id),
                         None => outside += 1,
                     }
                 }
