@@ -392,12 +392,11 @@ enum KeyInput {
 /// A row costs a window lookup instead of evaluating `f`; `f` runs once
 /// per distinct value (on first sight), so its results and errors are
 /// those of evaluating it on every row. The window starts at the least
-/// value of the first block and moves to take in a value below (or
-/// above) it whenever everything it holds and that value fit in it
-/// together, so the order in which values come does not matter. Values
-/// that do not fit are evaluated one by one; a kernel that meets many of
-/// them (a column with a wide range) goes back to evaluating `f` as a
-/// vector.
+/// value of the first block and moves down to take in a lower value
+/// whenever everything it holds and that value fit in it together, so
+/// the order in which values come does not matter. Values that do not
+/// fit are evaluated one by one; a kernel that meets many of them (a
+/// column with a wide range) goes back to evaluating `f` as a vector.
 #[derive(Debug, Default)]
 struct KeyMemo {
     token: u64,
