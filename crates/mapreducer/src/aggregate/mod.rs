@@ -401,8 +401,8 @@ enum KeyInput {
 struct KeyMemo {
     token: u64,
     base: Option<i64>,
-    /// The least and greatest values with a filled slot (none: `lo > hi`).
-    lo: i64,
+    /// The greatest value with a filled slot (`i64::MIN`: none). The
+    /// least is `base`: the window starts at it.
     hi: i64,
     slots: Vec<u32>,
     off: bool,
@@ -416,15 +416,17 @@ impl KeyMemo {
         if self.token != token || self.slots.is_empty() {
             self.token = token;
             self.base = None;
-            (self.lo, self.hi) = (i64::MAX, i64::MIN);
+            self.hi = i64::MIN;
             self.slots.clear();
             self.slots.resize(groups::DENSE_WINDOW, u32::MAX);
         }
     }
 
-    /// The slot of `v`: in the window as it is, or after moving the window
-    /// (its filled slots with it) to start at the least of `v` and the
-    /// filled values, if they and `v` then fit; `None` if they do not.
+    /// The slot of `v`: in the window as it is, or, for a value below
+    /// it, after moving the window (its filled slots with it) down to
+    /// start at `v`, if the greatest filled value still fits; `None` if
+    /// `v` does not fit. (The window starts at the least filled value, so
+    /// a value above it never fits by moving.)
     fn slot_for(&mut self, v: i64) -> Option<usize> {
         let base = *self.base.get_or_insert(v);
         let len = self.slots.len();
@@ -432,28 +434,19 @@ impl KeyMemo {
         if (0..len as i128).contains(&at) {
             return Some(at as usize);
         }
-        let (lo, hi) = (self.lo.min(v), self.hi.max(v));
-        if i128::from(hi) - i128::from(lo) >= len as i128 {
+        if at > 0 || i128::from(self.hi) - i128::from(v) >= len as i128 {
             return None;
         }
-        // Every filled slot lies in [lo, hi], inside the new window.
-        let shift = i128::from(base) - i128::from(lo);
-        let by = shift.unsigned_abs().min(len as u128) as usize;
-        if shift > 0 {
-            self.slots.copy_within(..len - by, by);
-            self.slots[..by].fill(u32::MAX);
-        } else {
-            self.slots.copy_within(by.., 0);
-            self.slots[len - by..].fill(u32::MAX);
-        }
-        self.base = Some(lo);
-        Some((i128::from(v) - i128::from(lo)) as usize)
+        let by = at.unsigned_abs().min(len as u128) as usize;
+        self.slots.copy_within(..len - by, by);
+        self.slots[..by].fill(u32::MAX);
+        self.base = Some(v);
+        Some(0)
     }
 
     /// Records `id` as the key id of `v`, whose slot is `slot`.
     fn fill(&mut self, slot: usize, v: i64, id: u32) {
         self.slots[slot] = id;
-        self.lo = self.lo.min(v);
         self.hi = self.hi.max(v);
     }
 }
