@@ -576,6 +576,39 @@ async fn repeated_queries_follow_data_and_catalog_changes() -> TestResult {
     Ok(())
 }
 
+/// The service keeps a query's optimized plan between runs when the
+/// optimizer's output cannot change: the rows and statistics a run reads
+/// are still its own, and stable functions are still evaluated per run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn repeated_queries_read_fresh_rows_and_fresh_time() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE r (a BIGINT NOT NULL)").await?;
+    update(&mut client, "INSERT INTO r VALUES (1), (2)").await?;
+    let queries = [
+        ("SELECT COUNT(*) FROM r", [2, 4]),
+        ("SELECT MAX(a) FROM r", [2, 9]),
+        ("SELECT SUM(a) FROM r WHERE a > 1", [2, 14]),
+    ];
+    let scalar = |batch: RecordBatch| batch.column(0).as_primitive::<Int64Type>().value(0);
+    for (sql, [before, _]) in queries {
+        for _ in 0..2 {
+            assert_eq!(scalar(query(&mut client, sql).await?), before, "{sql}");
+        }
+    }
+    update(&mut client, "INSERT INTO r VALUES (3), (9)").await?;
+    for (sql, [_, after]) in queries {
+        assert_eq!(scalar(query(&mut client, sql).await?), after, "{sql}");
+    }
+
+    let sql = "SELECT CAST(now() AS BIGINT)";
+    let first = scalar(query(&mut client, sql).await?);
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let second = scalar(query(&mut client, sql).await?);
+    assert!(second > first, "now() is evaluated per run: {first} then {second}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn execute_update_reports_affected_rows() -> TestResult {
     let server = TestServer::open().await;

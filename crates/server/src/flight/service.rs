@@ -27,7 +27,8 @@ use datafusion::catalog::SchemaProvider;
 use datafusion::catalog::information_schema::InformationSchemaProvider;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::error::DataFusionError;
-use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::execute_stream;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SQLOptions, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
@@ -87,9 +88,14 @@ impl QuiverFlightSql {
     /// when they can). Statements that would change the shared session
     /// (`SET`, transactions) are refused.
     async fn plan(&self, sql: &str) -> Result<LogicalPlan, Status> {
+        Ok(self.plan_versioned(sql).await?.0)
+    }
+
+    /// [`Self::plan`], with the catalog version the plan was made at.
+    async fn plan_versioned(&self, sql: &str) -> Result<(LogicalPlan, u64), Status> {
         let version = self.schema.catalog_version();
         if let Some(plan) = self.plans.get(sql, version) {
-            return Ok(plan);
+            return Ok((plan, version));
         }
         let state = self.ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
@@ -100,7 +106,7 @@ impl QuiverFlightSql {
         if is_query(&plan) {
             self.plans.insert(sql, version, &plan);
         }
-        Ok(plan)
+        Ok((plan, version))
     }
 
     /// `plan` once per row of `params` (or once, if there are none), with
@@ -193,24 +199,47 @@ impl QuiverFlightSql {
             Handle::Query { sql } => (sql, None),
             Handle::Prepared { sql, params } => (sql, params),
         };
-        let plan = self.plan(&sql).await?;
+        let (plan, version) = self.plan_versioned(&sql).await?;
         if !is_query(&plan) {
             return Err(Status::invalid_argument(
                 "this ticket names a statement that changes data; run it through GetFlightInfo or an update",
             ));
         }
         let schema = client_schema(plan.schema().as_arrow());
-        let plans = Self::bind(plan, params.as_ref())?;
-        let mut streams = Vec::with_capacity(plans.len());
-        for plan in plans {
-            let df = self.ctx.execute_logical_plan(plan).await.map_err(df_status)?;
-            streams.push(df.execute_stream().await.map_err(df_status)?);
-        }
+        let streams = match params {
+            None => vec![self.execute_query(&sql, version, plan).await?],
+            Some(params) => {
+                let mut streams = Vec::with_capacity(params.num_rows());
+                for plan in Self::bind(plan, Some(&params))? {
+                    let df = self.ctx.execute_logical_plan(plan).await.map_err(df_status)?;
+                    streams.push(df.execute_stream().await.map_err(df_status)?);
+                }
+                streams
+            }
+        };
         let out = Arc::clone(&schema);
         let batches = stream::iter(streams)
             .flatten()
             .map(move |batch| to_client_schema(batch.map_err(|e| FlightError::from_external_error(Box::new(e)))?, &out));
         Ok(self.encode(schema, batches.boxed()))
+    }
+
+    /// Runs `plan`, the plan of query text `sql` (with no parameters) made
+    /// at catalog `version`, taking its optimized form from the plan cache
+    /// when a run has kept one (see [`super::plans`]). The physical plan is
+    /// made anew each time: it holds the snapshot of the rows the query reads.
+    async fn execute_query(&self, sql: &str, version: u64, plan: LogicalPlan) -> Result<SendableRecordBatchStream, Status> {
+        let state = self.ctx.state();
+        let optimized = match self.plans.optimized(sql, version) {
+            Some(optimized) => optimized,
+            None => {
+                let optimized = state.optimize(&plan).map_err(df_status)?;
+                self.plans.set_optimized(sql, version, &optimized);
+                optimized
+            }
+        };
+        let physical = state.query_planner().create_physical_plan(&optimized, &state).await.map_err(df_status)?;
+        execute_stream(physical, Arc::new(TaskContext::from(&state))).map_err(df_status)
     }
 
     /// Encodes a batch stream as Flight data, batch by batch.
