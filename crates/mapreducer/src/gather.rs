@@ -112,13 +112,31 @@ impl GatherSpec {
 
     /// An empty accumulator.
     pub fn new_acc(self: &Arc<Self>) -> GatherAcc {
+        self.new_acc_for(usize::MAX)
+    }
+
+    /// An empty accumulator that will be given at most `max_rows` rows (a
+    /// bound, such as the live rows of the shards it scans): its column
+    /// builders take room for that many rather than for a full batch, so a
+    /// small or wide result does not reserve a batch's worth per column.
+    /// More rows are still gathered correctly, at the cost of growing.
+    pub fn new_acc_for(self: &Arc<Self>, max_rows: usize) -> GatherAcc {
+        let room = self.batch_room(max_rows);
         GatherAcc {
-            builders: self.schema.fields().iter().map(|f| ColumnBuilder::new(f.data_type(), self.batch_size)).collect(),
+            builders: self.schema.fields().iter().map(|f| ColumnBuilder::new(f.data_type(), room)).collect(),
             spec: Arc::clone(self),
             rows: 0,
+            left: max_rows,
             batches: Vec::new(),
             error: None,
         }
+    }
+
+    /// Rows of room a batch's builders take when at most `left` rows are
+    /// still to come: a batch may overshoot its target by less than one
+    /// block.
+    fn batch_room(&self, left: usize) -> usize {
+        (self.batch_size + LANES).min(left)
     }
 }
 
@@ -128,6 +146,8 @@ pub struct GatherAcc {
     spec: Arc<GatherSpec>,
     builders: Vec<ColumnBuilder>,
     rows: usize,
+    /// At most this many more rows are expected (see [`GatherSpec::new_acc_for`]).
+    left: usize,
     batches: Vec<RecordBatch>,
     error: Option<Error>,
 }
@@ -169,6 +189,7 @@ impl GatherAcc {
         if self.error.is_some() {
             return self;
         }
+        self.left = self.left.saturating_add(b.left);
         if let Err(e) = self.flush(self.spec.batch_size).and_then(|_| b.flush(0)) {
             self.error = Some(e);
             return self;
@@ -178,16 +199,17 @@ impl GatherAcc {
     }
 
     /// Turns the pending rows into a batch, leaving builders with room for
-    /// `next_rows` more.
+    /// a batch of `next_rows` more (0: nothing follows).
     fn flush(&mut self, next_rows: usize) -> Result<()> {
         if self.rows == 0 {
             return Ok(());
         }
+        let room = if next_rows == 0 { 0 } else { (next_rows + LANES).min(self.left) };
         let columns = self
             .builders
             .iter_mut()
             .zip(self.spec.schema.fields())
-            .map(|(b, f)| b.finish(f.data_type(), next_rows))
+            .map(|(b, f)| b.finish(f.data_type(), room))
             .collect::<Result<Vec<_>>>()?;
         let options = RecordBatchOptions::new().with_row_count(Some(self.rows));
         self.batches.push(RecordBatch::try_new_with_options(Arc::clone(&self.spec.schema), columns, &options)?);
@@ -211,10 +233,8 @@ enum ColumnBuilder {
 }
 
 impl ColumnBuilder {
-    /// A builder with room for `rows` rows (a batch may overshoot its
-    /// target by less than one block).
+    /// A builder with room for `rows` rows.
     fn new(data_type: &DataType, rows: usize) -> Self {
-        let rows = rows + LANES;
         let valid = BooleanBufferBuilder::new(rows);
         match Domain::of(data_type) {
             Some(Domain::I64) => ColumnBuilder::I64(Vec::with_capacity(rows), valid),
@@ -481,6 +501,7 @@ impl GatherKernel {
             rv.append_n(count, true);
         }
         acc.rows += lanes.count();
+        acc.left = acc.left.saturating_sub(lanes.count());
         if acc.rows >= self.spec.batch_size {
             acc.flush(self.spec.batch_size)?;
         }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use arrow_array::{Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use quiverdb_mapreducer::{
-    AggFunc, Aggregate, AggregateKernel, AggregateSpec, Kernel, LANES, MapExpr, MapReducer, RecId, Scratch, Sel,
-    ShardColumns, ShardMapReducer,
+    AggFunc, Aggregate, AggregateKernel, AggregateSpec, GatherAcc, GatherKernel, GatherSpec, Kernel, LANES, MapExpr,
+    MapReducer, RecId, Scratch, Sel, ShardColumns, ShardMapReducer,
 };
 use quiverdb_storage::{Database, Table, TableOptions};
 use rand::rngs::StdRng;
@@ -145,4 +145,29 @@ fn interleaved_sums_match() {
     let count = out.values[1].as_any().downcast_ref::<Int64Array>().expect("Int64").value(0);
     assert_eq!(sum, ids.iter().map(|&i| i as i64 * 10).sum::<i64>());
     assert_eq!(count, 2000);
+}
+
+/// A gather accumulator's row bound only sizes its builders: whether the
+/// bound is exact, too small or absent, the same rows come out in the
+/// same batches.
+#[test]
+fn gather_row_bounds_do_not_change_the_batches() {
+    let (_db, table) = shard_table();
+    let snap = table.snapshot();
+    let spec = Arc::new(GatherSpec::columns(snap.schema(), None, 1000).expect("spec"));
+    let ids: Vec<RecId> = (0..5500).collect();
+    let gather = |acc: GatherAcc| {
+        let mut r = ShardMapReducer::open(snap.shard(0), GatherKernel::new(Arc::clone(&spec)).expect("kernel")).expect("open");
+        let mut acc = acc;
+        for chunk in ids.chunks(700) {
+            acc = r.stream(acc, chunk);
+        }
+        acc.finish().expect("finish")
+    };
+    let want = gather(spec.new_acc());
+    let values: Vec<i64> = want.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().expect("Int64").values().to_vec()).collect();
+    assert_eq!(values, (0..5500).map(|i| i * 10).collect::<Vec<_>>());
+    for bound in [0, 1, 999, 1000, 2047, 5500, 100_000] {
+        assert_eq!(gather(spec.new_acc_for(bound)), want, "bound {bound}");
+    }
 }

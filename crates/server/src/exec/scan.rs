@@ -146,7 +146,10 @@ impl ExecutionPlan for QuiverScanExec {
         let mut left = self.limit.unwrap_or(usize::MAX);
         let options = source.options(Some(&shards), scan_limit, 1);
         let kernel = move || GatherKernel::new(Arc::clone(&spec));
-        let acc = self.spec.new_acc();
+        // The partition's live rows bound what it gathers: a small result
+        // reserves no more than it holds.
+        let live: usize = shards.iter().map(|&s| source.snapshot.shard(s).live_rows()).sum();
+        let acc = self.spec.new_acc_for(scan_limit.map_or(live, |l| l.min(live)));
         let mut cursor = Some(ScanCursor::new(source.snapshot, source.filter, &options, kernel, acc).map_err(Error::from)?);
         // One shard per step: its batches go out before the next is read.
         Ok(stepped_stream(Arc::clone(&schema), move |queue| {
