@@ -301,7 +301,7 @@ impl ColumnBuilder {
                             None => lanes.for_each_one(|l| $dst.push($src[l])),
                         }
                         if vec.has_nulls {
-                            lanes.for_each_one(|l| $valid.append(vec.validity.get(l)));
+                            append_validity($valid, &vec.validity, lanes, dense);
                         } else {
                             $valid.append_n(lanes.count(), true);
                         }
@@ -509,6 +509,21 @@ impl GatherKernel {
     }
 }
 
+/// Appends the validity bits of `lanes` to `out`: the bitmap's words at
+/// once when the lanes are `0..n` (`dense`), lane by lane otherwise.
+fn append_validity(out: &mut BooleanBufferBuilder, validity: &Bits, lanes: &Bits, dense: Option<usize>) {
+    match dense {
+        Some(n) => {
+            let mut bytes = [0u8; LANES / 8];
+            for (b, w) in bytes.chunks_exact_mut(8).zip(validity.0) {
+                b.copy_from_slice(&w.to_le_bytes());
+            }
+            out.append_packed_range(0..n, &bytes);
+        }
+        None => lanes.for_each_one(|l| out.append(validity.get(l))),
+    }
+}
+
 /// Appends the `lanes` of a bytes column to `builder`.
 fn push_bytes_column(
     builder: &mut ColumnBuilder,
@@ -556,7 +571,7 @@ fn push_bytes_column(
                 }
                 match &validity {
                     None => vb.append_n(lanes.count(), true),
-                    Some(_) => lanes.for_each_one(|l| vb.append(valid(l))),
+                    Some(v) => append_validity(vb, v, lanes, lanes.dense_len()),
                 }
                 return;
             }
@@ -579,7 +594,7 @@ fn push_bytes_column(
                 }
                 match &validity {
                     None => vb.append_n(lanes.count(), true),
-                    Some(_) => lanes.for_each_one(|l| vb.append(valid(l))),
+                    Some(v) => append_validity(vb, v, lanes, lanes.dense_len()),
                 }
                 return;
             }

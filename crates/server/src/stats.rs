@@ -164,10 +164,14 @@ fn delta_stats(shard: &ShardSnapshot<'_>, c: usize, physical: PhysicalType, rang
     let mut words = [0u64; 16];
     for chunk in 0..reader.num_chunks() {
         let rows = reader.chunk_len(chunk);
-        let validity = col.validity(chunk, &mut words).then_some(&words);
+        let mut validity = col.validity(chunk, &mut words).then_some(&words);
         if let Some(bits) = validity {
             let valid: usize = (0..rows).step_by(64).map(|i| (bits[i / 64] & low_bits(rows - i)).count_ones() as usize).sum();
             nulls += rows - valid;
+            if valid == rows {
+                // A nullable column's chunk with no null: read it as one.
+                validity = None;
+            }
         }
         add_delta_chunk(&col, physical, chunk, rows, validity, range);
     }
