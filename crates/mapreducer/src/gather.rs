@@ -372,10 +372,11 @@ impl ColumnBuilder {
                 let offsets_buf = if matches!(data_type, DataType::LargeUtf8 | DataType::LargeBinary) {
                     Buffer::from_vec(offsets)
                 } else {
-                    let narrow: Vec<i32> = offsets
-                        .iter()
-                        .map(|&o| i32::try_from(o).map_err(|_| Error::Unsupported("more than 2 GiB of strings in one batch; use LargeUtf8".into())))
-                        .collect::<Result<_>>()?;
+                    // Offsets only grow: the last one bounds them all.
+                    if offsets.last().is_some_and(|&o| o > i64::from(i32::MAX)) {
+                        return Err(Error::Unsupported("more than 2 GiB of strings in one batch; use LargeUtf8".into()));
+                    }
+                    let narrow: Vec<i32> = offsets.iter().map(|&o| o as i32).collect();
                     OffsetBuffer::new(ScalarBuffer::from(narrow)).into_inner().into_inner()
                 };
                 let data = ArrayDataBuilder::new(data_type.clone())
@@ -578,17 +579,33 @@ fn push_bytes_column(
             if let (Encoding::StrDict(dict), ColumnBuilder::Bytes { offsets, bytes, valid: vb }) =
                 (col.encoding(), &mut *builder)
             {
-                // Unpack the block's codes at once, then copy each value
-                // out of the dictionary.
+                // Unpack the block's codes at once, size the block's bytes,
+                // then copy each value out of the dictionary.
                 gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
                 let codes = &scratch.keys;
+                let (starts, values) = (dict.dict_offsets(), dict.dict_bytes().as_slice());
+                let span = |l: usize| {
+                    let code = codes[l] as usize;
+                    if valid(l) { starts[code] as usize..starts[code + 1] as usize } else { 0..0 }
+                };
+                let dense = lanes.dense_len();
+                let mut block_bytes = 0;
+                match dense {
+                    Some(n) => (0..n).for_each(|l| block_bytes += span(l).len()),
+                    None => lanes.for_each_one(|l| block_bytes += span(l).len()),
+                }
+                if bytes.capacity() == 0 {
+                    // A fresh batch: room for as many rows as its offsets
+                    // have, at this block's bytes per row.
+                    let rows = offsets.capacity().saturating_sub(1).max(lanes.count()).max(1);
+                    bytes.reserve(block_bytes.div_ceil(lanes.count().max(1)) * rows);
+                }
+                bytes.reserve(block_bytes);
                 let mut push = |l: usize| {
-                    if valid(l) {
-                        bytes.extend_from_slice(dict.dict_value(codes[l] as usize));
-                    }
+                    bytes.extend_from_slice(&values[span(l)]);
                     offsets.push(bytes.len() as i64);
                 };
-                match lanes.dense_len() {
+                match dense {
                     Some(n) => (0..n).for_each(&mut push),
                     None => lanes.for_each_one(push),
                 }
