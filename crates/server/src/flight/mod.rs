@@ -22,7 +22,9 @@
 //!   tokens are remembered, and they expire. The logical plans of recent
 //!   query texts are cached (bounded, dropped whenever a table or view is
 //!   created, replaced or dropped), so a query's `GetFlightInfo`, its
-//!   `DoGet` and its repetitions parse and plan the SQL once.
+//!   `DoGet` and its repetitions parse and plan the SQL once. Repetitions
+//!   of a query whose optimization cannot change (no stable or volatile
+//!   functions, variables or parameters) also skip logical optimization.
 //! - Limits: messages in both directions are bounded by
 //!   [`FlightOptions::max_message_bytes`]; the memory DataFusion operators
 //!   hold is bounded by [`SessionOptions::memory_limit`].
