@@ -124,13 +124,20 @@ impl PlanCache {
 /// start time and variables (`@@name`) to their current values. Plans
 /// that call any function that is not immutable, read a variable, take
 /// parameters, or explain (whose output records the optimizer's passes)
-/// are optimized at every execution.
+/// are optimized at every execution, and so are plans that read a view
+/// whose definition does one of these.
 pub(crate) fn optimization_is_reusable(plan: &LogicalPlan) -> bool {
     if matches!(plan, LogicalPlan::Explain(_) | LogicalPlan::Analyze(_)) {
         return false;
     }
     let mut reusable = true;
     let _ = plan.apply_with_subqueries(|node| {
+        // A view's definition is inlined during analysis: it counts too.
+        if let LogicalPlan::TableScan(scan) = node
+            && let Some(view) = scan.source.get_logical_plan()
+        {
+            reusable &= optimization_is_reusable(&view);
+        }
         node.apply_expressions(|expr| {
             expr.apply(|e| {
                 let fixed = match e {
@@ -204,6 +211,8 @@ mod tests {
     async fn reuses_optimization_only_when_it_reads_nothing_of_the_execution() {
         let ctx = datafusion::prelude::SessionContext::new();
         ctx.sql("CREATE TABLE t (a BIGINT, b VARCHAR) AS VALUES (1, 'x')").await.unwrap();
+        ctx.sql("CREATE VIEW fixed AS SELECT a * 2 AS d FROM t").await.unwrap();
+        ctx.sql("CREATE VIEW clock AS SELECT a, now() AS at FROM t").await.unwrap();
         let cases = [
             ("SELECT a + 1 AS c FROM t WHERE b = 'x' ORDER BY a LIMIT 3", true),
             ("SELECT b, SUM(a) FROM t GROUP BY b", true),
@@ -213,10 +222,22 @@ mod tests {
             ("SELECT a FROM t WHERE a > (SELECT MAX(a) FROM t WHERE random() < 0.5)", false),
             ("SELECT a FROM t WHERE a = $1", false),
             ("EXPLAIN SELECT a FROM t", false),
+            ("SELECT d FROM fixed", true),
+            ("SELECT a FROM clock", false),
+            ("SELECT * FROM t WHERE a IN (SELECT a FROM clock)", false),
         ];
         for (sql, reusable) in cases {
             let plan = ctx.state().create_logical_plan(sql).await.unwrap();
             assert_eq!(optimization_is_reusable(&plan), reusable, "{sql}");
+        }
+        // SQL inlines views as it plans; a scan with filters keeps the view
+        // whole until analysis, and its definition still counts.
+        for (view, reusable) in [("fixed", true), ("clock", false)] {
+            let source = datafusion::datasource::provider_as_source(ctx.table_provider(view).await.unwrap());
+            let filter = datafusion::prelude::col("a").gt(lit(0));
+            let plan = LogicalPlanBuilder::scan_with_filters(view, source, None, vec![filter]).unwrap().build().unwrap();
+            assert!(matches!(plan, LogicalPlan::TableScan(_)), "{view}: not inlined");
+            assert_eq!(optimization_is_reusable(&plan), reusable, "scan of {view}");
         }
     }
 
