@@ -174,7 +174,7 @@ impl GatherAcc {
     /// All rows as batches.
     pub fn finish(mut self) -> Result<Vec<RecordBatch>> {
         // Nothing follows: no room for another batch.
-        self.flush(0)?;
+        self.flush(false)?;
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -190,7 +190,7 @@ impl GatherAcc {
             return self;
         }
         self.left = self.left.saturating_add(b.left);
-        if let Err(e) = self.flush(self.spec.batch_size).and_then(|_| b.flush(0)) {
+        if let Err(e) = self.flush(true).and_then(|_| b.flush(false)) {
             self.error = Some(e);
             return self;
         }
@@ -199,12 +199,12 @@ impl GatherAcc {
     }
 
     /// Turns the pending rows into a batch, leaving builders with room for
-    /// a batch of `next_rows` more (0: nothing follows).
-    fn flush(&mut self, next_rows: usize) -> Result<()> {
+    /// another batch if `more` rows may follow.
+    fn flush(&mut self, more: bool) -> Result<()> {
         if self.rows == 0 {
             return Ok(());
         }
-        let room = if next_rows == 0 { 0 } else { (next_rows + LANES).min(self.left) };
+        let room = if more { self.spec.batch_room(self.left) } else { 0 };
         let columns = self
             .builders
             .iter_mut()
@@ -504,7 +504,7 @@ impl GatherKernel {
         acc.rows += lanes.count();
         acc.left = acc.left.saturating_sub(lanes.count());
         if acc.rows >= self.spec.batch_size {
-            acc.flush(self.spec.batch_size)?;
+            acc.flush(true)?;
         }
         Ok(())
     }
@@ -579,8 +579,8 @@ fn push_bytes_column(
             if let (Encoding::StrDict(dict), ColumnBuilder::Bytes { offsets, bytes, valid: vb }) =
                 (col.encoding(), &mut *builder)
             {
-                // Unpack the block's codes at once, size the block's bytes,
-                // then copy each value out of the dictionary.
+                // Unpack the block's codes at once, then copy each value
+                // out of the dictionary.
                 gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
                 let codes = &scratch.keys;
                 let (starts, values) = (dict.dict_offsets(), dict.dict_bytes().as_slice());
@@ -589,18 +589,15 @@ fn push_bytes_column(
                     if valid(l) { starts[code] as usize..starts[code + 1] as usize } else { 0..0 }
                 };
                 let dense = lanes.dense_len();
-                let mut block_bytes = 0;
-                match dense {
-                    Some(n) => (0..n).for_each(|l| block_bytes += span(l).len()),
-                    None => lanes.for_each_one(|l| block_bytes += span(l).len()),
-                }
                 if bytes.capacity() == 0 {
                     // A fresh batch: room for as many rows as its offsets
-                    // have, at this block's bytes per row.
+                    // have, at this block's bytes per row, rather than
+                    // growing by reallocation.
+                    let mut block_bytes = 0;
+                    lanes.for_each_one(|l| block_bytes += span(l).len());
                     let rows = offsets.capacity().saturating_sub(1).max(lanes.count()).max(1);
                     bytes.reserve(block_bytes.div_ceil(lanes.count().max(1)) * rows);
                 }
-                bytes.reserve(block_bytes);
                 let mut push = |l: usize| {
                     bytes.extend_from_slice(&values[span(l)]);
                     offsets.push(bytes.len() as i64);
@@ -611,7 +608,7 @@ fn push_bytes_column(
                 }
                 match &validity {
                     None => vb.append_n(lanes.count(), true),
-                    Some(v) => append_validity(vb, v, lanes, lanes.dense_len()),
+                    Some(v) => append_validity(vb, v, lanes, dense),
                 }
                 return;
             }

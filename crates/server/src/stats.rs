@@ -194,21 +194,15 @@ fn add_delta_chunk(col: &DeltaColumnReader<'_>, physical: PhysicalType, chunk: u
     let valid = |i: usize| validity.is_none_or(|bits| is_set(bits, i));
     fn keys<T: KeyNative>(values: &[T], rows: usize, validity: Option<&[u64; 16]>, range: &mut Range) {
         let values = &values[..rows.min(values.len())];
+        // Branch-free folds the compiler vectorizes; no value leaves lo > hi.
         let bounds = |(lo, hi): (u64, u64), k: u64| (lo.min(k), hi.max(k));
-        let (lo, hi, any) = match validity {
-            // A branch-free fold the compiler vectorizes.
-            None => {
-                let (lo, hi) = values.iter().map(|v| v.to_key()).fold((u64::MAX, u64::MIN), bounds);
-                (lo, hi, !values.is_empty())
-            }
+        let (lo, hi) = match validity {
+            None => values.iter().map(|v| v.to_key()).fold((u64::MAX, u64::MIN), bounds),
             Some(bits) => {
-                let mut valid = values.iter().enumerate().filter(|&(i, _)| is_set(bits, i)).map(|(_, v)| v.to_key()).peekable();
-                let any = valid.peek().is_some();
-                let (lo, hi) = valid.fold((u64::MAX, u64::MIN), bounds);
-                (lo, hi, any)
+                values.iter().enumerate().filter(|&(i, _)| is_set(bits, i)).map(|(_, v)| v.to_key()).fold((u64::MAX, u64::MIN), bounds)
             }
         };
-        if any {
+        if lo <= hi {
             range.add_key(lo);
             range.add_key(hi);
         }

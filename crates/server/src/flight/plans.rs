@@ -48,8 +48,9 @@ struct Entries {
 struct Cached {
     version: u64,
     plan: LogicalPlan,
-    /// `plan` optimized, once a run has made it (only for plans whose
-    /// optimization is reusable).
+    /// Whether `plan`'s optimization may be kept ([`optimization_is_reusable`]).
+    reusable: bool,
+    /// `plan` optimized, once a run has made it (only when `reusable`).
     optimized: Option<LogicalPlan>,
     used: u64,
 }
@@ -82,9 +83,7 @@ impl PlanCache {
     /// optimization is reusable.
     pub(crate) fn set_optimized(&self, sql: &str, version: u64, optimized: &LogicalPlan) {
         let Ok(mut entries) = self.inner.lock() else { return };
-        if let Some(cached) = entries.plans.get_mut(sql).filter(|c| c.version == version)
-            && optimization_is_reusable(&cached.plan)
-        {
+        if let Some(cached) = entries.plans.get_mut(sql).filter(|c| c.version == version && c.reusable) {
             cached.optimized = Some(optimized.clone());
         }
     }
@@ -95,6 +94,7 @@ impl PlanCache {
         if sql.len() > MAX_SQL_BYTES {
             return;
         }
+        let reusable = optimization_is_reusable(plan);
         let Ok(mut entries) = self.inner.lock() else { return };
         entries.tick += 1;
         let used = entries.tick;
@@ -104,7 +104,7 @@ impl PlanCache {
                 entries.plans.remove(&oldest);
             }
         }
-        entries.plans.insert(sql.to_string(), Cached { version, plan: plan.clone(), optimized: None, used });
+        entries.plans.insert(sql.to_string(), Cached { version, plan: plan.clone(), reusable, optimized: None, used });
     }
 
     #[cfg(test)]
