@@ -243,6 +243,32 @@ impl<'a> ColumnSource<'a> {
         Ok(())
     }
 
+    /// Appends rows `a..b` of main block `block` to `dst`, decoded
+    /// straight into it, when this is an integer column of the I64 domain
+    /// with no NULLs in main storage; `false` (nothing appended) otherwise.
+    /// The output path of plain column gathers: no vector in between.
+    pub fn extend_main_i64(&self, block: usize, a: usize, b: usize, scratch: &mut Scratch, dst: &mut Vec<i64>) -> bool {
+        let Some(col) = self.main else { return false };
+        let Encoding::Keys(enc) = col.encoding() else { return false };
+        if col.validity().is_some() || !is_int64_domain(self.physical) {
+            return false;
+        }
+        match enc {
+            KeyEncoding::BitPacked(bp) if b - a >= UNPACK_THRESHOLD => {
+                let reference = key_value_i64(self.physical, bp.frames()[block].reference);
+                bp.decode_block_deltas(block, &mut scratch.block);
+                dst.extend(scratch.block[a..b].iter().map(|&d| reference.wrapping_add(d as i64)));
+            }
+            _ => {
+                gather_keys(enc, block * LANES, col.len(), Sel::Range(a, b), scratch);
+                // Signed keys are stored with their sign bit flipped.
+                let flip = key_value_i64(self.physical, 0) as u64;
+                dst.extend(scratch.keys[..b - a].iter().map(|&k| (k ^ flip) as i64));
+            }
+        }
+        true
+    }
+
     /// Decodes the rows `sel` of delta chunk `chunk` into `out`.
     pub fn fetch_delta(&self, chunk: usize, sel: Sel<'_>, out: &mut NumVector) -> Result<()> {
         out.len = sel.lanes();

@@ -418,7 +418,8 @@ fn nulls(valid: &mut BooleanBufferBuilder) -> Option<NullBuffer> {
 /// How the kernel produces one output column.
 #[derive(Debug)]
 enum Source {
-    Num(Box<CompiledExpr>),
+    /// A numeric expression; `column` if it is a plain column reference.
+    Num { expr: Box<CompiledExpr>, column: Option<usize> },
     Bytes(usize),
 }
 
@@ -449,7 +450,7 @@ impl GatherKernel {
             .map(|e| {
                 let t = e.data_type(&spec.table)?;
                 Ok(match (Domain::of(&t), e.as_column()) {
-                    (Some(_), _) => Source::Num(Box::new(CompiledExpr::compile(e, &spec.table)?)),
+                    (Some(_), column) => Source::Num { expr: Box::new(CompiledExpr::compile(e, &spec.table)?), column },
                     (None, Some(c)) => Source::Bytes(c),
                     (None, None) => return Err(Error::Unsupported(format!("gather of {e}"))),
                 })
@@ -474,7 +475,16 @@ impl GatherKernel {
         let dense = sel.dense().then(|| sel.lanes());
         for ((source, builder), views) in self.sources.iter_mut().zip(&mut acc.builders).zip(&mut self.dict_views) {
             match source {
-                Source::Num(expr) => {
+                Source::Num { expr, column } => {
+                    // A whole range of a plain integer column decodes
+                    // straight into the builder.
+                    if let (Some(c), Side::Main(block), Sel::Range(a, b), ColumnBuilder::I64(dst, valid)) =
+                        (*column, side, sel, &mut *builder)
+                        && cols.column(c).extend_main_i64(block, a, b, scratch, dst)
+                    {
+                        valid.append_n(b - a, true);
+                        continue;
+                    }
                     let o = expr.eval(cols, side, sel, scratch)?;
                     builder.push_operand(o, &lanes, dense)?;
                 }
@@ -565,10 +575,10 @@ fn push_bytes_column(
                     }
                 };
                 gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
-                let codes = &scratch.keys;
+                let (codes, table) = (&scratch.keys, table.views.as_slice());
                 match lanes.dense_len() {
-                    Some(n) => views.extend(codes[..n].iter().map(|&c| table.views[c as usize])),
-                    None => lanes.for_each_one(|l| views.push(table.views[codes[l] as usize])),
+                    Some(n) => views.extend(codes[..n].iter().map(|&c| table[c as usize])),
+                    None => lanes.for_each_one(|l| views.push(table[codes[l] as usize])),
                 }
                 match &validity {
                     None => vb.append_n(lanes.count(), true),
