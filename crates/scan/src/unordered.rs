@@ -255,6 +255,32 @@ pub(crate) fn scan_shard<R: MapReducer>(
     Ok((acc, reducer))
 }
 
+/// The positions of the shards of `snapshot` that may hold a live record
+/// passing `filter`, by the zone maps of their main blocks: a shard is
+/// left out only when it has no live record, or no delta rows and no main
+/// block whose zone map allows a match. For planning: a scan over the
+/// shards left is the same scan, over less.
+pub fn candidate_shards(snapshot: &TableSnapshot, filter: &Predicate) -> Result<Vec<usize>> {
+    filter.validate(snapshot.schema())?;
+    let prepared = PreparedFilter::new(filter, snapshot.schema())?;
+    let mut out = Vec::new();
+    for i in 0..snapshot.num_shards() {
+        let shard = snapshot.shard(i);
+        if shard.live_rows() == 0 {
+            continue;
+        }
+        let blocks = shard.main().rows().div_ceil(LANES);
+        let may = shard.delta_len() > 0 || {
+            let f = ShardFilter::new(shard, &prepared)?;
+            (0..blocks).any(|b| f.zone(b).t)
+        };
+        if may {
+            out.push(i);
+        }
+    }
+    Ok(out)
+}
+
 /// The unordered scan: streams every record of `snapshot` that passes
 /// `filter` through a [`ShardMapReducer`] running a fresh `kernel()` per
 /// shard. Shards run in parallel on `options.threads` threads; each worker

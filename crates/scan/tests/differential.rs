@@ -31,7 +31,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use quiverdb_mapreducer::{
     AggFunc, Aggregate, AggregateKernel, AggregateOutput, AggregateSpec, ArithOp, GatherKernel, GatherSpec, MapExpr, Scalar,
 };
-use quiverdb_scan::{CmpOp, Predicate, ScanOptions, SortKey, delete_where, scan, scan_order, update_where};
+use quiverdb_scan::{CmpOp, Predicate, ScanOptions, SortKey, candidate_shards, delete_where, scan, scan_order, update_where};
 use quiverdb_storage::{Database, RecId, Table, TableOptions, TableSnapshot, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -1328,6 +1328,7 @@ fn random_predicates_and_reducers_match_the_reference() {
     let mut partial = 0; // filters that select some but not all rows
     let mut sizable = 0; // queries on tables of 10 rows or more
     let mut expected_errors = 0;
+    let mut pruned = 0; // filters that let planning leave shards out
     let mut cases = 0;
     for t in 0..24u64 {
         let seed = 2000 + t;
@@ -1404,6 +1405,29 @@ fn random_predicates_and_reducers_match_the_reference() {
                 });
             }
 
+            // Planning's shard pruning keeps every shard with a match: the
+            // gather over the candidate shards alone finds the same rows.
+            if let Some(p) = f {
+                let kept = candidate_shards(&snapshot, p).map_err(|e| e.to_string());
+                if kept.as_ref().is_ok_and(|k| k.len() < snapshot.num_shards()) {
+                    pruned += 1;
+                }
+                let o = full.clone().with_shards(kept.clone().unwrap_or_default());
+                let got = kept.as_ref().map_err(Clone::clone).and_then(|_| run_gather(&snapshot, f, &exprs, batch_size, &o)).map(|mut g| {
+                    g.sort();
+                    g
+                });
+                m.check(got.as_ref() == Ok(&expected), || {
+                    let detail = match &got {
+                        Err(e) => format!("quiverdb failed: {e}"),
+                        Ok(g) => diff_rows(&expected, g),
+                    };
+                    format!("{}
+  candidate shards {kept:?}
+  {detail}", ctx("gather over candidate shards", &o))
+                });
+            }
+
             // A limited unordered scan streams exactly min(limit, matches)
             // distinct matching rows.
             let limit = rng.random_range(0..=rows.len() + 3);
@@ -1429,6 +1453,7 @@ fn random_predicates_and_reducers_match_the_reference() {
     assert!(partial * 10 >= sizable * 3, "only {partial} of {sizable} filters were selective");
     assert!(cases >= 400, "{cases} cases");
     assert!(expected_errors > 0, "no case expected a SUM overflow");
+    assert!(pruned > 0, "no filter let planning leave a shard out");
 }
 
 /// The reference ORDER BY: keys compared with NULLs first or last, values

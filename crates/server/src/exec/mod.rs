@@ -52,6 +52,19 @@ impl ScanSource {
         ScanOptions { threads, limit, shards: shards.map(<[usize]>::to_vec), id_buffer: self.id_buffer }
     }
 
+    /// The shards the scan reads: with a filter and more than one
+    /// partition to fill, only those whose zone maps allow a match (a
+    /// selective scan is then not spread over partitions it would leave
+    /// empty, each a task to start); all of them otherwise.
+    pub(crate) fn shards(&self, partitions: usize) -> Vec<usize> {
+        let all = || (0..self.snapshot.num_shards()).collect();
+        match &self.filter {
+            // A filter the zone maps cannot read leaves every shard in.
+            Some(filter) if partitions > 1 => quiverdb_scan::candidate_shards(&self.snapshot, filter).unwrap_or_else(|_| all()),
+            _ => all(),
+        }
+    }
+
     /// True if the scan drops rows (so statistics are inexact).
     pub(crate) fn filtered(&self) -> bool {
         self.filter.is_some()
@@ -70,19 +83,19 @@ impl ScanSource {
     }
 }
 
-/// Splits the shards of `snapshot` into at most `partitions` contiguous,
-/// non-empty groups holding about the same number of live rows (a table
-/// without shards gets one empty group).
-pub(crate) fn shard_groups(snapshot: &TableSnapshot, partitions: usize) -> Vec<Vec<usize>> {
-    let n = snapshot.num_shards();
+/// Splits `shards` (positions in `snapshot`, ascending) into at most
+/// `partitions` contiguous, non-empty groups holding about the same number
+/// of live rows (no shards give one empty group).
+pub(crate) fn shard_groups(snapshot: &TableSnapshot, shards: &[usize], partitions: usize) -> Vec<Vec<usize>> {
+    let n = shards.len();
     if n == 0 {
         return vec![Vec::new()];
     }
     let parts = partitions.clamp(1, n);
     let mut prefix = Vec::with_capacity(n + 1);
     prefix.push(0usize);
-    for i in 0..n {
-        prefix.push(prefix[i] + snapshot.shard(i).live_rows());
+    for (i, &s) in shards.iter().enumerate() {
+        prefix.push(prefix[i] + snapshot.shard(s).live_rows());
     }
     let total = prefix[n];
     let mut groups = Vec::with_capacity(parts);
@@ -97,7 +110,7 @@ pub(crate) fn shard_groups(snapshot: &TableSnapshot, partitions: usize) -> Vec<V
             let at = prefix.partition_point(|&p| p < target).max(start + 1);
             at.min(n - (parts - k))
         };
-        groups.push((start..end).collect());
+        groups.push(shards[start..end].to_vec());
         start = end;
     }
     groups
@@ -155,8 +168,8 @@ mod tests {
             }
             let snapshot = table.snapshot();
             for parts in 1..=12 {
-                let groups = shard_groups(&snapshot, parts);
                 let n = snapshot.num_shards();
+                let groups = shard_groups(&snapshot, &(0..n).collect::<Vec<_>>(), parts);
                 assert_eq!(groups.len(), parts.clamp(1, n.max(1)), "rows {rows} parts {parts}");
                 let flat: Vec<usize> = groups.iter().flatten().copied().collect();
                 assert_eq!(flat, (0..n).collect::<Vec<_>>(), "rows {rows} parts {parts}: {groups:?}");

@@ -70,7 +70,7 @@ impl QuiverScanExec {
         let gathered: Vec<usize> = projection.iter().chain(&residual.extra).copied().collect();
         let spec = Arc::new(GatherSpec::columns(schema, Some(&gathered), batch_size)?);
         let output = Arc::new(spec.schema().project(&(0..projection.len()).collect::<Vec<_>>())?);
-        let groups = shard_groups(&source.snapshot, partitions);
+        let groups = shard_groups(&source.snapshot, &source.shards(partitions), partitions);
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(output),
             Partitioning::UnknownPartitioning(groups.len()),
