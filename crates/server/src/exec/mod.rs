@@ -155,6 +155,7 @@ mod tests {
     use quiverdb_storage::{Database, TableOptions};
 
     use super::shard_groups;
+    use crate::{SessionOptions, session_context_with};
 
     #[test]
     fn shard_groups_cover_every_shard_once() {
@@ -178,5 +179,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_filtered_scan_splits_only_the_shards_its_zone_maps_allow() {
+        let db = Database::new();
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let table = db.create_table("t", &schema, TableOptions::default().with_shard_capacity(1000)).unwrap();
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..10_000))]).unwrap();
+        table.append(&batch).unwrap();
+        table.rebuild().unwrap();
+        let ctx = session_context_with(&db, SessionOptions { target_partitions: 4, ..SessionOptions::default() });
+        // (query, partitions of its scan, rows)
+        let cases = [
+            ("SELECT v FROM t WHERE v BETWEEN 2500 AND 2600", 1, 101),
+            ("SELECT v FROM t WHERE v BETWEEN 2500 AND 3500", 2, 1001),
+            ("SELECT v FROM t WHERE v > 100000", 1, 0),
+            ("SELECT v FROM t WHERE v % 2 = 0", 4, 5000),
+            ("SELECT v FROM t", 4, 10_000),
+        ];
+        for (sql, partitions, rows) in cases {
+            let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+            let mut scans = Vec::new();
+            let mut stack = vec![Arc::clone(&plan)];
+            while let Some(p) = stack.pop() {
+                if p.as_ref().downcast_ref::<super::QuiverScanExec>().is_some() {
+                    scans.push(p.properties().partitioning.partition_count());
+                }
+                stack.extend(p.children().into_iter().cloned());
+            }
+            assert_eq!(scans, [partitions], "{sql}");
+            let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await.unwrap();
+            assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), rows, "{sql}");
+        }
+        // A shard with delta rows has no zone maps to rule it out.
+        table.append(&RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![2550]))]).unwrap()).unwrap();
+        let batches = ctx.sql("SELECT v FROM t WHERE v BETWEEN 2500 AND 2600").await.unwrap().collect().await.unwrap();
+        assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 102);
     }
 }
