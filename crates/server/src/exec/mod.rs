@@ -59,7 +59,8 @@ impl ScanSource {
     pub(crate) fn shards(&self, partitions: usize) -> Vec<usize> {
         let all = || (0..self.snapshot.num_shards()).collect();
         match &self.filter {
-            // A filter the zone maps cannot read leaves every shard in.
+            // A filter that fails to prepare keeps every shard; the scan
+            // itself reports the error.
             Some(filter) if partitions > 1 => quiverdb_scan::candidate_shards(&self.snapshot, filter).unwrap_or_else(|_| all()),
             _ => all(),
         }
