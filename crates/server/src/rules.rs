@@ -287,8 +287,7 @@ fn push_aggregate_of(
 /// The scan's shards in exactly `partitions` groups (some possibly empty),
 /// so that the aggregate's replacement keeps its partition count.
 fn groups_for(folded: &Folded<'_>, partitions: usize) -> Vec<Vec<usize>> {
-    let source = folded.scan.source();
-    let mut groups = shard_groups(&source.snapshot, &source.shards(partitions), partitions);
+    let mut groups = shard_groups(&folded.scan.source().snapshot, &folded.scan.shards(), partitions);
     groups.resize(partitions.max(1), Vec::new());
     groups
 }

@@ -99,6 +99,11 @@ impl QuiverScanExec {
     pub(crate) fn source(&self) -> &ScanSource {
         &self.source
     }
+
+    /// The shards the scan reads (see [`ScanSource::shards`]), in order.
+    pub(crate) fn shards(&self) -> Vec<usize> {
+        self.groups.concat()
+    }
 }
 
 impl DisplayAs for QuiverScanExec {
