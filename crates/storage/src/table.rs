@@ -294,9 +294,13 @@ impl Table {
         f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
         let mut txn = Transaction::begin(&self.inner)?;
-        let out = f(&mut txn)?;
-        txn.commit()?;
-        Ok(out)
+        match f(&mut txn) {
+            Ok(out) => {
+                txn.commit()?;
+                Ok(out)
+            }
+            Err(e) => Err(txn.abort(e)),
+        }
     }
 
     /// Appends a batch; returns the number of rows appended. The batch is
@@ -370,6 +374,8 @@ pub struct Transaction<'t> {
     keys: Option<PendingKeys>,
     /// What to log at commit, for a logged table.
     log: Option<PendingLog>,
+    /// The table's next shard id when the transaction began.
+    first_shard_id: u64,
 }
 
 impl<'t> Transaction<'t> {
@@ -384,7 +390,8 @@ impl<'t> Transaction<'t> {
         let work = (*base).clone();
         let keys = PendingKeys::new(&table.schema);
         let log = writer.log.is_on().then(PendingLog::default);
-        Ok(Self { table, writer, base, work, deletes: BTreeMap::new(), appended: Vec::new(), keys, log })
+        let first_shard_id = writer.next_shard_id;
+        Ok(Self { table, writer, base, work, deletes: BTreeMap::new(), appended: Vec::new(), keys, log, first_shard_id })
     }
 
     /// The table as it was when the transaction began: the snapshot that
@@ -574,6 +581,9 @@ impl<'t> Transaction<'t> {
         self.work.shards = ShardList::default();
         self.deletes.clear();
         self.appended.clear();
+        // The shards this transaction made are gone unpublished: their ids
+        // are handed out again, as the log's replay (which never sees them) will.
+        self.writer.next_shard_id = self.first_shard_id;
         if let Some(log) = &mut self.log {
             *log = PendingLog { truncate: true, ..PendingLog::default() };
         }
@@ -602,13 +612,27 @@ impl<'t> Transaction<'t> {
         Ok(())
     }
 
+    /// Ends the transaction without publishing anything; passes `e` on.
+    /// Shard ids it took are handed out again: nothing saw those shards,
+    /// and the log (whose replay must number shards as the original did)
+    /// never mentions them.
+    fn abort<E>(mut self, e: E) -> E {
+        self.writer.next_shard_id = self.first_shard_id;
+        e
+    }
+
     /// Checks the primary key, logs the transaction, publishes everything
     /// at once, and (for a logged table) waits until the log makes it as
     /// durable as its sync mode promises.
     fn commit(mut self) -> Result<()> {
-        self.check_keys()?;
+        if let Err(e) = self.check_keys() {
+            return Err(self.abort(e));
+        }
         let lsn = match self.log.take() {
-            Some(log) if !log.is_empty() => self.writer.log.write(log.into_record(&self.table.name))?,
+            Some(log) if !log.is_empty() => match self.writer.log.write(log.into_record(&self.table.name)) {
+                Ok(lsn) => lsn,
+                Err(e) => return Err(self.abort(e)),
+            },
             _ => None,
         };
         let durable = lsn.zip(self.writer.log.wal().cloned());

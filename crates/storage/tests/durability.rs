@@ -129,11 +129,33 @@ fn random_step(db: &Database, model: &mut BTreeMap<String, Vec<Row>>, rng: &mut 
             t.append(&batch(&rows)).unwrap();
             expected.extend(rows);
         }
-        30..38 => {
+        30..36 => {
             let row = random_rows(rng, next_id, 1).remove(0);
             let values = [Value::Int(row.0), row.1.as_deref().map_or(Value::Null, Value::Str), row.2.map_or(Value::Null, Value::Float)];
-            t.append_row(&values).unwrap();
+            let (before, after) = {
+                let n = rng.random_range(0..50);
+                let before = random_rows(rng, next_id, n);
+                let n = rng.random_range(0..50);
+                (before, random_rows(rng, next_id, n))
+            };
+            t.transaction(|tx| {
+                tx.append(&batch(&before))?;
+                tx.append_row(&values)?;
+                tx.append(&batch(&after))
+            })
+            .unwrap();
+            expected.extend(before);
             expected.push(row);
+            expected.extend(after);
+        }
+        36..38 => {
+            // A transaction that makes shards and then fails changes nothing.
+            let rows = { let n = rng.random_range(1..400); random_rows(rng, next_id, n) };
+            let failed = t.transaction(|tx| {
+                tx.append(&batch(&rows))?;
+                Err::<(), _>(Error::Conflict { table: name.into() })
+            });
+            assert!(matches!(failed, Err(Error::Conflict { .. })));
         }
         38..55 => {
             let (m, r) = (rng.random_range(2..7), rng.random_range(0..2));
@@ -477,4 +499,53 @@ fn a_data_directory_is_locked_to_one_open_database() {
     assert_eq!(rows(&db.table("t").unwrap()), [(1, Some("x".into()), Some(0.5)), (2, None, None)]);
     drop(db);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Shard ids are part of what the log refers to (a delete names its
+/// shard): replay must hand out the same ids as the original, also when a
+/// transaction made shards it then truncated, or failed after making one.
+#[test]
+fn shards_made_by_truncated_or_failed_transactions_do_not_shift_replayed_ids() {
+    let io = SimulatedIo::default();
+    let dir = Path::new("/data");
+    let open = || Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+    let db = open();
+    let opts = TableOptions::default().with_shard_capacity(4).with_background_rebuild(false);
+    let t = db.create_table("t", &schema(), opts).unwrap();
+    let mut next_id = 0;
+    let mut rng = StdRng::seed_from_u64(7);
+    let first = random_rows(&mut rng, &mut next_id, 6);
+    let kept = random_rows(&mut rng, &mut next_id, 6);
+    // Makes two shards, truncates them away, and makes two more.
+    t.transaction(|tx| {
+        tx.append(&batch(&first))?;
+        tx.truncate();
+        tx.append(&batch(&kept))
+    })
+    .unwrap();
+    // Makes a shard, then fails: nothing of it is published.
+    let failed = t.transaction(|tx| {
+        tx.append(&batch(&random_rows(&mut rng, &mut next_id, 3)))?;
+        Err::<(), _>(Error::Conflict { table: "t".into() })
+    });
+    assert!(matches!(failed, Err(Error::Conflict { .. })));
+    let more = random_rows(&mut rng, &mut next_id, 5);
+    t.append(&batch(&more)).unwrap();
+    // Deletes name every shard.
+    let snap = t.snapshot();
+    let ids: Vec<ShardId> = snap.shards().map(|s| s.id()).collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    t.transaction(|tx| {
+        let snap = tx.snapshot();
+        tx.delete_selection(&snap, &select(&snap, |id| id % 2 == 0))
+    })
+    .unwrap();
+    let expected: Vec<Row> = kept.into_iter().chain(more).filter(|r| r.0 % 2 != 0).collect();
+    assert_eq!(rows(&t), expected);
+    let before = digest(&db);
+    quiesce(db);
+    let db = open();
+    assert_eq!(digest(&db), before);
+    let reopened: Vec<ShardId> = db.table("t").unwrap().snapshot().shards().map(|s| s.id()).collect();
+    assert_eq!(reopened, ids);
 }
