@@ -1,66 +1,35 @@
 //! Key tests evaluated on one block, reading the encoding directly:
 //! bit-packed blocks compare deltas against the range shifted by the
-//! block's reference, dictionaries compare codes, run-end tests once per
-//! run; delta chunks compare keys of their native values.
+//! block's reference (a range while unpacking), dictionaries compare
+//! codes the same way, run-end tests once per run; delta chunks compare
+//! keys of their native values.
 
 use arrow_buffer::ArrowNativeType;
 use quiverdb_mapreducer::{Bits, LANES, Scratch, kernels};
 use quiverdb_storage::main::KeyEncoding;
+use quiverdb_storage::main::bitpacked::BitPacked;
 use quiverdb_storage::types::{KeyNative, PhysicalType};
 
 use super::leaf::{KeySet, KeyTest};
 
 /// Keys of main block `block` that pass `test`, read from the encoding.
 pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyTest, codes: Option<&KeyTest>, scratch: &mut Scratch) -> Bits {
-    let keys = scratch.keys_mut();
     match enc {
         KeyEncoding::Constant { key, .. } => {
             if test.test(*key) { Bits::first(len) } else { Bits::EMPTY }
         }
-        KeyEncoding::BitPacked(bp) => {
-            let frame = bp.frames()[block];
-            match test {
-                KeyTest::Range { lo, hi, empty: false } => {
-                    // Compare the packed deltas with the range shifted by the
-                    // block's reference: no reference is added to any value.
-                    if *hi < frame.reference {
-                        return Bits::EMPTY;
-                    }
-                    let shifted = KeyTest::Range {
-                        lo: lo.saturating_sub(frame.reference),
-                        hi: hi - frame.reference,
-                        empty: false,
-                    };
-                    if frame.width == 0 {
-                        return if shifted.test(0) { Bits::first(len) } else { Bits::EMPTY };
-                    }
-                    bp.decode_block_deltas(block, keys);
-                    shifted.mask(keys, len)
+        KeyEncoding::BitPacked(bp) => packed_block(bp, block, len, test, scratch),
+        KeyEncoding::Dict(d) => match codes {
+            Some(c) => packed_block(d.codes(), block, len, c, scratch),
+            None => {
+                let keys = scratch.keys_mut();
+                d.codes().decode_block(block, keys);
+                for k in keys.iter_mut() {
+                    *k = d.values()[*k as usize];
                 }
-                KeyTest::Set(KeySet { dense: Some((lo, words)), .. }) => {
-                    // The bitset's first key shifted by the reference, as
-                    // for ranges: `delta - (lo - reference)` is `key - lo`.
-                    bp.decode_block_deltas(block, keys);
-                    kernels::bitset_mask(keys, len, lo.wrapping_sub(frame.reference), words)
-                }
-                _ => {
-                    bp.decode_block(block, keys);
-                    test.mask(keys, len)
-                }
+                test.mask(keys, len)
             }
-        }
-        KeyEncoding::Dict(d) => {
-            d.codes().decode_block(block, keys);
-            match codes {
-                Some(c) => c.mask(keys, len),
-                None => {
-                    for k in keys.iter_mut() {
-                        *k = d.values()[*k as usize];
-                    }
-                    test.mask(keys, len)
-                }
-            }
-        }
+        },
         KeyEncoding::RunEnd(re) => {
             let start = block * LANES;
             let mut out = Bits::EMPTY;
@@ -77,7 +46,39 @@ pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyT
             out
         }
         _ => {
+            let keys = scratch.keys_mut();
             enc.decode_block(block, keys);
+            test.mask(keys, len)
+        }
+    }
+}
+
+/// Values of block `block` of `bp` (keys or dictionary codes) that pass
+/// `test`, read from the packing: the test is shifted by the block's
+/// reference and compared with the packed deltas, so no reference is
+/// added to any value, and a range is compared while unpacking.
+pub(super) fn packed_block(bp: &BitPacked, block: usize, len: usize, test: &KeyTest, scratch: &mut Scratch) -> Bits {
+    let reference = bp.frames()[block].reference;
+    match test {
+        KeyTest::Range { empty: true, .. } => Bits::EMPTY,
+        &KeyTest::Range { lo, hi, empty: false } => {
+            if hi < reference {
+                return Bits::EMPTY;
+            }
+            // lo <= hi, so the shifted bounds keep their order.
+            let (lo, hi) = (lo.saturating_sub(reference), hi - reference);
+            Bits(bp.block_delta_range_bits(block, lo, hi - lo)).and(&Bits::first(len))
+        }
+        KeyTest::Set(KeySet { dense: Some((lo, words)), .. }) => {
+            // The bitset's first key shifted by the reference, as for
+            // ranges: `delta - (lo - reference)` is `key - lo`.
+            let keys = scratch.keys_mut();
+            bp.decode_block_deltas(block, keys);
+            kernels::bitset_mask(keys, len, lo.wrapping_sub(reference), words)
+        }
+        KeyTest::Set(_) => {
+            let keys = scratch.keys_mut();
+            bp.decode_block(block, keys);
             test.mask(keys, len)
         }
     }

@@ -31,7 +31,7 @@ use quiverdb_storage::main::{Encoding, KeyEncoding};
 use quiverdb_storage::types::{KeyNative, PhysicalType};
 use quiverdb_storage::{ShardSnapshot, TableSchema};
 
-use self::block::{delta_keys, key_block};
+use self::block::{delta_keys, key_block, packed_block};
 use self::leaf::{ByteTest, KeyTest, OrdRange, OrdTest, dict_codes, literal_ordinal, literal_range, ord_to_key, ordinal, type_range, widen_f32_test, zero_span};
 use crate::error::{Error, Result};
 use crate::predicate::{CmpOp, Predicate};
@@ -418,11 +418,7 @@ fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, sel: S
                 Side::Main(block) => {
                     let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
                     let cond = match (main.encoding(), codes.as_ref()) {
-                        (Encoding::StrDict(d), Some(c)) => {
-                            let keys = scratch.keys_mut();
-                            d.codes().decode_block(block, keys);
-                            c.mask(keys, len)
-                        }
+                        (Encoding::StrDict(d), Some(c)) => packed_block(d.codes(), block, len, c, scratch),
                         _ => {
                             let start = block * LANES;
                             let mut m = Bits::EMPTY;

@@ -73,6 +73,97 @@ unsafe fn unpack_avx2(width: usize, words: &[u64], out: &mut [u64; BLOCK_SIZE]) 
     })
 }
 
+/// Widths up to which [`range_bits`] compares while unpacking (wider
+/// blocks unpack first, then compare): each width is a fully unrolled
+/// loop of its own, so the bound keeps the code small.
+const FUSED_MAX_WIDTH: usize = 32;
+
+/// The values of a block of `width`-bit values (`words` holds exactly
+/// `16 * width` words) with `value - lo <= span` (wrapping), as a bitmap in
+/// row order.
+#[inline]
+pub(crate) fn range_bits(width: usize, words: &[u64], lo: u64, span: u64) -> [u64; 16] {
+    debug_assert_eq!(words.len(), 16 * width);
+    #[cfg(target_arch = "x86_64")]
+    if (1..=FUSED_MAX_WIDTH).contains(&width) && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available (checked just above); the width is
+        // within the fused range and `words` has 16 * width words.
+        return unsafe { range_bits_avx2(width, words, lo, span) };
+    }
+    let mut values = [0u64; BLOCK_SIZE];
+    unpack(width, words, &mut values);
+    let mut bits = [0u64; 16];
+    for (i, &v) in values.iter().enumerate() {
+        bits[i / 64] |= u64::from(v.wrapping_sub(lo) <= span) << (i % 64);
+    }
+    bits
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn range_bits_avx2(width: usize, words: &[u64], lo: u64, span: u64) -> [u64; 16] {
+    assert_eq!(words.len(), 16 * width, "16 words per bit of width");
+    seq_macro::seq!(W in 1..=32 {
+        match width {
+            // SAFETY: `words` has 16 * W words (asserted above).
+            #(W => unsafe { range_bits_width::<W>(words.as_ptr(), lo, span) },)*
+            _ => unreachable!("fused widths are 1..=32"),
+        }
+    })
+}
+
+/// Fused unpack and compare of one width, four lanes per AVX2 register.
+///
+/// In the FastLanes layout, row `r` of the 16 lanes is `words[16 * (r * W
+/// / 64) + lane]` shifted right by `r * W % 64` (continued in the next
+/// word row when it straddles), and holds the values at indices
+/// `FL_ORDER[r / 8] * 16 + (r % 8) * 128 + lane`: 16 consecutive rows of
+/// the block, so each unpacked register's four results are four
+/// consecutive bits of the bitmap. `v - lo <= span` is tested as the
+/// signed `v - (lo - 2^63) <= span - 2^63` (subtracting 2^63 flips the sign
+/// bit), which AVX2 compares directly.
+///
+/// # Safety
+/// AVX2 must be available; `words` must point to `16 * W` readable words.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::identity_op, clippy::erasing_op)] // `R * W` and friends with R = 0 in the expansion
+#[inline]
+unsafe fn range_bits_width<const W: usize>(words: *const u64, lo: u64, span: u64) -> [u64; 16] {
+    use std::arch::x86_64::*;
+    const SIGN: u64 = 1 << 63;
+    let mask = _mm256_set1_epi64x(((1u64 << W) - 1) as i64);
+    let lo_v = _mm256_set1_epi64x(lo.wrapping_sub(SIGN) as i64);
+    let span_v = _mm256_set1_epi64x((span ^ SIGN) as i64);
+    // Bits of the values that fail; inverted at the end.
+    let mut miss = [0u64; 16];
+    for q in 0..4 {
+        // SAFETY (all loads below): word row `r * W / 64` (and the next
+        // one when the row straddles, so at most row W - 1) of lanes
+        // 4q..4q+4 lies within the block's 16 * W words.
+        let load = |row: usize| unsafe { _mm256_loadu_si256(words.add(row * 16 + q * 4).cast()) };
+        seq_macro::seq!(R in 0..64 {{
+            let (row, shift) = (R * W / 64, R * W % 64);
+            let mut v = load(row);
+            if shift > 0 {
+                v = _mm256_srl_epi64(v, _mm_cvtsi64_si128(shift as i64));
+            }
+            if shift + W > 64 {
+                v = _mm256_or_si256(v, _mm256_sll_epi64(load(row + 1), _mm_cvtsi64_si128((64 - shift) as i64)));
+            }
+            // Only a row ending exactly at its word's top has no bits above it.
+            if shift + W != 64 {
+                v = _mm256_and_si256(v, mask);
+            }
+            let fails = _mm256_cmpgt_epi64(_mm256_sub_epi64(v, lo_v), span_v);
+            let m = _mm256_movemask_pd(_mm256_castsi256_pd(fails)) as u64;
+            let at = fastlanes::FL_ORDER[R / 8] * 16 + (R % 8) * 128;
+            miss[at / 64] |= m << (at % 64 + q * 4);
+        }});
+    }
+    miss.map(|m| !m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,6 +181,45 @@ mod tests {
             assert_eq!(&out[..], &values[..], "width {width}");
             unpack_for(width, &packed, 5, &mut out);
             assert!(out.iter().zip(&values).all(|(o, v)| *o == v.wrapping_add(5)));
+        }
+    }
+
+    #[test]
+    fn range_bits_match_unpack_then_compare() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for width in 1..=64usize {
+            let top = if width == 64 { u64::MAX } else { (1u64 << width) - 1 };
+            let values: Vec<u64> = (0..1024).map(|_| next() & top).collect();
+            let mut packed = vec![0u64; 16 * width];
+            // SAFETY: 1,024 inputs, 16 * width outputs, values below 2^width.
+            unsafe { u64::unchecked_pack(width, &values, &mut packed) };
+            let pick = values[7];
+            // Empty, everything, one value, both ends, wrapping ranges.
+            let tests = [
+                (0, top),
+                (pick, 0),
+                (0, pick),
+                (pick, top - pick),
+                (top / 3, top / 3),
+                (top, 0),
+                (top.wrapping_add(1), 5),
+                (pick.wrapping_sub(top / 2), top),
+                (u64::MAX - 3, 10),
+                (next(), next()),
+            ];
+            for (lo, span) in tests {
+                let bits = range_bits(width, &packed, lo, span);
+                for (i, &v) in values.iter().enumerate() {
+                    let expected = v.wrapping_sub(lo) <= span;
+                    assert_eq!(bits[i / 64] >> (i % 64) & 1 == 1, expected, "width {width} lo {lo} span {span} value {i}");
+                }
+            }
         }
     }
 }
