@@ -15,7 +15,7 @@ use quiverdb_scan::scan;
 use quiverdb_storage::TableSchema;
 
 use super::stream::once_stream;
-use super::{ScanSource, leaf_plan};
+use super::{ScanSource, leaf_plan, write_shards};
 use crate::error::Error;
 
 /// What an aggregation emits.
@@ -97,7 +97,7 @@ impl DisplayAs for QuiverAggregateExec {
         };
         write!(f, "QuiverAggregateExec: mode={mode}, {}, ", self.text)?;
         self.source.fmt_as(f)?;
-        write!(f, ", shards={}", self.source.snapshot.num_shards())
+        write_shards(f, self.groups.iter().map(Vec::len).sum(), self.source.snapshot.num_shards())
     }
 }
 

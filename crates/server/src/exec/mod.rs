@@ -147,6 +147,12 @@ macro_rules! leaf_plan {
 }
 pub(crate) use leaf_plan;
 
+/// `, shards=N` for a plan reading every shard of its snapshot, `,
+/// shards=K of N` for one whose zone maps ruled some out at planning.
+fn write_shards(f: &mut std::fmt::Formatter<'_>, read: usize, total: usize) -> std::fmt::Result {
+    if read == total { write!(f, ", shards={total}") } else { write!(f, ", shards={read} of {total}") }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -191,15 +197,15 @@ mod tests {
         table.append(&batch).unwrap();
         table.rebuild().unwrap();
         let ctx = session_context_with(&db, SessionOptions { target_partitions: 4, ..SessionOptions::default() });
-        // (query, partitions of its scan, rows)
+        // (query, partitions of its scan, shards shown by EXPLAIN, rows)
         let cases = [
-            ("SELECT v FROM t WHERE v BETWEEN 2500 AND 2600", 1, 101),
-            ("SELECT v FROM t WHERE v BETWEEN 2500 AND 3500", 2, 1001),
-            ("SELECT v FROM t WHERE v > 100000", 1, 0),
-            ("SELECT v FROM t WHERE v % 2 = 0", 4, 5000),
-            ("SELECT v FROM t", 4, 10_000),
+            ("SELECT v FROM t WHERE v BETWEEN 2500 AND 2600", 1, "shards=1 of 10", 101),
+            ("SELECT v FROM t WHERE v BETWEEN 2500 AND 3500", 2, "shards=2 of 10", 1001),
+            ("SELECT v FROM t WHERE v > 100000", 1, "shards=0 of 10", 0),
+            ("SELECT v FROM t WHERE v % 2 = 0", 4, "shards=10", 5000),
+            ("SELECT v FROM t", 4, "shards=10", 10_000),
         ];
-        for (sql, partitions, rows) in cases {
+        for (sql, partitions, shown, rows) in cases {
             let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
             let mut scans = Vec::new();
             let mut stack = vec![Arc::clone(&plan)];
@@ -210,6 +216,8 @@ mod tests {
                 stack.extend(p.children().into_iter().cloned());
             }
             assert_eq!(scans, [partitions], "{sql}");
+            let text = datafusion::physical_plan::displayable(plan.as_ref()).indent(false).to_string();
+            assert!(text.contains(&format!("{shown}\n")), "{sql}: {text}");
             let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await.unwrap();
             assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), rows, "{sql}");
         }

@@ -19,7 +19,7 @@ use quiverdb_scan::ScanCursor;
 
 use super::dml::residual_mask;
 use super::stream::{Step, stepped_stream};
-use super::{ScanSource, leaf_plan, shard_groups};
+use super::{ScanSource, leaf_plan, shard_groups, write_shards};
 use crate::error::Error;
 use crate::stats::statistics;
 
@@ -121,7 +121,7 @@ impl DisplayAs for QuiverScanExec {
         if let Some(l) = self.limit {
             write!(f, ", limit={l}")?;
         }
-        write!(f, ", shards={}", self.source.snapshot.num_shards())
+        write_shards(f, self.groups.iter().map(Vec::len).sum(), self.source.snapshot.num_shards())
     }
 }
 
