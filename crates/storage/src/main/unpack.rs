@@ -137,18 +137,26 @@ fn range_bits_unfused(width: usize, words: &[u64], lo: u64, span: u64) -> [u64; 
 // values of the block, so a row's 16 results are one aligned 16-bit piece
 // of the bitmap.
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn range_bits_avx512(width: usize, words: &[u64], lo: u64, span: u64) -> [u64; 16] {
-    assert_eq!(words.len(), 16 * width, "16 words per bit of width");
-    seq_macro::seq!(W in 1..=32 {
-        match width {
-            // SAFETY: `words` has 16 * W words (asserted above).
-            #(W => unsafe { range_bits_avx512_width::<W>(words.as_ptr(), lo, span) },)*
-            _ => unreachable!("fused widths are 1..=32"),
+/// `$name(width, words, lo, span)`, compiled with `$feature`: calls
+/// `$kernel::<W>` for the block's width W (1..=32).
+macro_rules! dispatch_width {
+    ($name:ident, $feature:literal, $kernel:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feature)]
+        unsafe fn $name(width: usize, words: &[u64], lo: u64, span: u64) -> [u64; 16] {
+            assert_eq!(words.len(), 16 * width, "16 words per bit of width");
+            seq_macro::seq!(W in 1..=32 {
+                match width {
+                    // SAFETY: `words` has 16 * W words (asserted above).
+                    #(W => unsafe { $kernel::<W>(words.as_ptr(), lo, span) },)*
+                    _ => unreachable!("fused widths are 1..=32"),
+                }
+            })
         }
-    })
+    };
 }
+
+dispatch_width!(range_bits_avx512, "avx512f", range_bits_avx512_width);
 
 /// One width, eight lanes per AVX-512 register: a row is two registers,
 /// whose unsigned compares give its 16 bits.
@@ -157,7 +165,7 @@ unsafe fn range_bits_avx512(width: usize, words: &[u64], lo: u64, span: u64) -> 
 /// AVX-512F must be available; `words` must point to `16 * W` readable words.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::identity_op, clippy::erasing_op)] // `R * W` and friends with R = 0 in the expansion
+#[allow(clippy::identity_op, clippy::erasing_op, clippy::eq_op)] // `R * W`, `R / 8` with R = 0 or 8 in the expansion
 #[inline]
 unsafe fn range_bits_avx512_width<const W: usize>(words: *const u64, lo: u64, span: u64) -> [u64; 16] {
     use std::arch::x86_64::*;
@@ -165,9 +173,11 @@ unsafe fn range_bits_avx512_width<const W: usize>(words: *const u64, lo: u64, sp
     let lo_v = _mm512_set1_epi64(lo as i64);
     let span_v = _mm512_set1_epi64(span as i64);
     let mut out = [0u16; 64];
-    // SAFETY (all loads): word row `r * W / 64`, and the next one when the
-    // row straddles (so at most row W - 1), lies within the 16 * W words.
-    let load = |row: usize, half: usize| unsafe { _mm512_loadu_si512(words.add(row * 16 + half * 8).cast()) };
+    let load = |row: usize, half: usize| {
+        // SAFETY: word row `r * W / 64`, and the next one when the row
+        // straddles (so at most row W - 1), lies within the 16 * W words.
+        unsafe { _mm512_loadu_si512(words.add(row * 16 + half * 8).cast()) }
+    };
     seq_macro::seq!(R in 0..64 {{
         let (row, shift) = (R * W / 64, R * W % 64);
         if shift < W {
@@ -202,18 +212,7 @@ unsafe fn range_bits_avx512_width<const W: usize>(words: *const u64, lo: u64, sp
     unsafe { std::mem::transmute::<[u16; 64], [u64; 16]>(out) }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn range_bits_avx2(width: usize, words: &[u64], lo: u64, span: u64) -> [u64; 16] {
-    assert_eq!(words.len(), 16 * width, "16 words per bit of width");
-    seq_macro::seq!(W in 1..=32 {
-        match width {
-            // SAFETY: `words` has 16 * W words (asserted above).
-            #(W => unsafe { range_bits_avx2_width::<W>(words.as_ptr(), lo, span) },)*
-            _ => unreachable!("fused widths are 1..=32"),
-        }
-    })
-}
+dispatch_width!(range_bits_avx2, "avx2", range_bits_avx2_width);
 
 /// One width, four lanes per AVX2 register (a row's four registers are
 /// four passes over the rows, to keep the code small). `v - lo <= span` is
@@ -224,7 +223,7 @@ unsafe fn range_bits_avx2(width: usize, words: &[u64], lo: u64, span: u64) -> [u
 /// AVX2 must be available; `words` must point to `16 * W` readable words.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-#[allow(clippy::identity_op, clippy::erasing_op)] // `R * W` and friends with R = 0 in the expansion
+#[allow(clippy::identity_op, clippy::erasing_op, clippy::eq_op)] // `R * W`, `R / 8` with R = 0 or 8 in the expansion
 #[inline]
 unsafe fn range_bits_avx2_width<const W: usize>(words: *const u64, lo: u64, span: u64) -> [u64; 16] {
     use std::arch::x86_64::*;
@@ -235,9 +234,10 @@ unsafe fn range_bits_avx2_width<const W: usize>(words: *const u64, lo: u64, span
     // Bits of the values that fail; inverted at the end.
     let mut miss = [0u64; 16];
     for q in 0..4 {
-        // SAFETY (all loads): as in `range_bits_avx512_width`, for lanes
-        // 4q..4q+4.
-        let load = |row: usize| unsafe { _mm256_loadu_si256(words.add(row * 16 + q * 4).cast()) };
+        let load = |row: usize| {
+            // SAFETY: as in `range_bits_avx512_width`, for lanes 4q..4q+4.
+            unsafe { _mm256_loadu_si256(words.add(row * 16 + q * 4).cast()) }
+        };
         seq_macro::seq!(R in 0..64 {{
             let (row, shift) = (R * W / 64, R * W % 64);
             if q == 0 && shift < W {
