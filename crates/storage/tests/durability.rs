@@ -503,14 +503,15 @@ fn a_data_directory_is_locked_to_one_open_database() {
 
 /// Shard ids are part of what the log refers to (a delete names its
 /// shard): replay must hand out the same ids as the original, also when a
-/// transaction made shards it then truncated, or failed after making one.
+/// transaction made shards it then truncated, or failed (in its own code
+/// or at commit, on a duplicate key) after making one.
 #[test]
 fn shards_made_by_truncated_or_failed_transactions_do_not_shift_replayed_ids() {
     let io = SimulatedIo::default();
     let dir = Path::new("/data");
     let open = || Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
     let db = open();
-    let opts = TableOptions::default().with_shard_capacity(4).with_background_rebuild(false);
+    let opts = TableOptions::default().with_shard_capacity(4).with_background_rebuild(false).with_primary_key(["id"]);
     let t = db.create_table("t", &schema(), opts).unwrap();
     let mut next_id = 0;
     let mut rng = StdRng::seed_from_u64(7);
@@ -529,6 +530,11 @@ fn shards_made_by_truncated_or_failed_transactions_do_not_shift_replayed_ids() {
         Err::<(), _>(Error::Conflict { table: "t".into() })
     });
     assert!(matches!(failed, Err(Error::Conflict { .. })));
+    // Makes a shard, then fails at commit: a key the table holds.
+    let mut duplicate = random_rows(&mut rng, &mut next_id, 2);
+    duplicate.push(kept[0].clone());
+    let failed = t.transaction(|tx| tx.append(&batch(&duplicate)));
+    assert!(matches!(failed, Err(Error::DuplicateKey { .. })), "{failed:?}");
     let more = random_rows(&mut rng, &mut next_id, 5);
     t.append(&batch(&more)).unwrap();
     // Deletes name every shard.
