@@ -97,7 +97,7 @@ impl DisplayAs for QuiverAggregateExec {
         };
         write!(f, "QuiverAggregateExec: mode={mode}, {}, ", self.text)?;
         self.source.fmt_as(f)?;
-        write_shards(f, self.groups.iter().map(Vec::len).sum(), self.source.snapshot.num_shards())
+        write_shards(f, &self.groups, self.source.snapshot.num_shards())
     }
 }
 

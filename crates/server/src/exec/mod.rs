@@ -147,9 +147,11 @@ macro_rules! leaf_plan {
 }
 pub(crate) use leaf_plan;
 
-/// `, shards=N` for a plan reading every shard of its snapshot, `,
-/// shards=K of N` for one whose zone maps ruled some out at planning.
-fn write_shards(f: &mut std::fmt::Formatter<'_>, read: usize, total: usize) -> std::fmt::Result {
+/// `, shards=N` for a plan whose `groups` hold every shard of its
+/// snapshot, `, shards=K of N` for one whose zone maps ruled some out at
+/// planning.
+fn write_shards(f: &mut std::fmt::Formatter<'_>, groups: &[Vec<usize>], total: usize) -> std::fmt::Result {
+    let read: usize = groups.iter().map(Vec::len).sum();
     if read == total { write!(f, ", shards={total}") } else { write!(f, ", shards={read} of {total}") }
 }
 

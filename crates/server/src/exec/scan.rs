@@ -121,7 +121,7 @@ impl DisplayAs for QuiverScanExec {
         if let Some(l) = self.limit {
             write!(f, ", limit={l}")?;
         }
-        write_shards(f, self.groups.iter().map(Vec::len).sum(), self.source.snapshot.num_shards())
+        write_shards(f, &self.groups, self.source.snapshot.num_shards())
     }
 }
 

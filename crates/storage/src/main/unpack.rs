@@ -1,5 +1,7 @@
 //! Unpacking FastLanes blocks, compiled for the baseline CPU and with AVX2
-//! (chosen at run time when the CPU has it).
+//! (chosen at run time when the CPU has it), and range tests fused with
+//! unpacking (AVX-512 or AVX2). Every block unpacked on x86-64 first asks
+//! for the next one to be prefetched.
 //!
 //! The FastLanes crate compiles its unpack loops (`#[inline(never)]`) for
 //! the build's baseline target, where a 128-bit register holds two `u64`
@@ -47,9 +49,9 @@ pub(crate) fn unpack_for(width: usize, words: &[u64], reference: u64, out: &mut 
 /// Asks for the words after `words` (the next block of the column, whose
 /// blocks are consecutive; assumed as wide as this one) to be brought into
 /// the cache while this block is unpacked: the hardware prefetcher starts
-/// too late on blocks of a few kilobytes (measured: a fused range test
-/// over the seed table's 20-bit column took 1.1 ms without, 0.45–0.65 ms
-/// with). Prefetching past the column's end is harmless: a prefetch never
+/// too late on blocks of a few kilobytes (measured: seed_bench's Q4, a
+/// fused range test over a 20-bit column, took 1.1 ms without, 0.45–0.65
+/// ms with). Prefetching past the column's end is harmless: a prefetch never
 /// faults.
 #[cfg(target_arch = "x86_64")]
 #[inline]
@@ -106,6 +108,7 @@ pub(crate) fn range_bits(width: usize, words: &[u64], lo: u64, span: u64) -> [u6
     debug_assert_eq!(words.len(), 16 * width);
     #[cfg(target_arch = "x86_64")]
     if (1..=FUSED_MAX_WIDTH).contains(&width) {
+        prefetch_next_block(words);
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: AVX-512F is available (checked just above); the width
             // is within the fused range.
@@ -180,14 +183,6 @@ unsafe fn range_bits_avx512_width<const W: usize>(words: *const u64, lo: u64, sp
     };
     seq_macro::seq!(R in 0..64 {{
         let (row, shift) = (R * W / 64, R * W % 64);
-        if shift < W {
-            // The first use of this word row: fetch the same row of the
-            // next block (the column's blocks are consecutive), which the
-            // hardware prefetcher would start too late.
-            let ahead = words.wrapping_add(16 * W + row * 16);
-            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(8).cast());
-        }
         let mut bits = 0u16;
         for half in 0..2 {
             let mut v = load(row, half);
@@ -240,12 +235,6 @@ unsafe fn range_bits_avx2_width<const W: usize>(words: *const u64, lo: u64, span
         };
         seq_macro::seq!(R in 0..64 {{
             let (row, shift) = (R * W / 64, R * W % 64);
-            if q == 0 && shift < W {
-                // As in `range_bits_avx512_width`: the next block's row.
-                let ahead = words.wrapping_add(16 * W + row * 16);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(8).cast());
-            }
             let mut v = load(row);
             if shift > 0 {
                 v = _mm256_srl_epi64(v, _mm_cvtsi64_si128(shift as i64));
