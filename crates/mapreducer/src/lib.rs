@@ -13,6 +13,7 @@
 //!     stream(acc, ids)  ──▶ runs of main ids / delta ids ──▶ per block:
 //!        process_main_block(block, sel)   reads the encoded columns directly
 //!        process_delta_block(chunk, sel)  reads the delta's slices
+//!     finish(acc)       ──▶ kernel.close: what it kept for the shard's end
 //!   merge(acc_a, acc_b)                       MemCP's reduce2, across shards
 //! ```
 //!
@@ -22,7 +23,8 @@
 //! where the encoding allows: the sum of a bit-packed block is
 //! `count·reference + Σ deltas`, constant and sequence blocks sum in O(1),
 //! MIN/MAX of a whole block come from its zone map, and dictionary
-//! strings group by code. Nothing under `stream` allocates per row, and
+//! strings group by code (whole blocks fold into per-code states, mapped
+//! to groups once per shard). Nothing under `stream` allocates per row, and
 //! errors (overflow, division by zero) travel inside the accumulator, so
 //! `(acc, recids)` could be shipped to another process.
 //!
@@ -47,6 +49,7 @@
 //! let mut reducer = ShardMapReducer::open(shard, AggregateKernel::new(Arc::clone(&spec))?)?;
 //! let ids: Vec<u32> = (0..100).collect();
 //! let acc = reducer.stream(spec.new_acc(), &ids);
+//! let acc = reducer.finish(acc); // the shard is done
 //! let out = acc.finish()?;
 //! assert_eq!(out.values[0].as_primitive::<Int64Type>().value(0), 5050);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -94,6 +97,15 @@ pub trait MapReducer {
         let mut ids = [0 as RecId; LANES];
         let n = sel.write_ids(&mut ids);
         self.stream(acc, &ids[..n])
+    }
+
+    /// Completes the shard: called once after the last
+    /// [`MapReducer::stream`] or [`MapReducer::stream_block`] of this
+    /// reducer, it folds into `acc` whatever the reducer kept back until
+    /// the shard was done (the default keeps nothing back). Accumulators a
+    /// shard was not finished into report an error instead of a result.
+    fn finish(&mut self, acc: Self::Acc) -> Self::Acc {
+        acc
     }
 
     /// Combines two accumulators (MemCP's `reduce2`).

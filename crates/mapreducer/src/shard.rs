@@ -11,6 +11,9 @@
 //!
 //!   stream_block(acc, Range | Mask)     one block or chunk, no ids at all
 //!       ──▶ process_main_block / process_delta_block (Sel::Range | Sel::Mask)
+//!
+//!   finish(acc)                         after the shard's last block
+//!       ──▶ kernel.close (what the kernel kept back for the shard's end)
 //! ```
 //!
 //! The kernel decides, once per block, how to read each column given its
@@ -55,6 +58,13 @@ pub trait Kernel {
         sel: Sel<'_>,
         scratch: &mut Scratch,
     ) -> Self::Acc;
+
+    /// Called once after the shard's last block (by
+    /// [`MapReducer::finish`]): folds into `acc` whatever the kernel kept
+    /// back for the end of the shard.
+    fn close(&mut self, _cols: &ShardColumns<'_>, acc: Self::Acc, _scratch: &mut Scratch) -> Self::Acc {
+        acc
+    }
 
     /// Combines the accumulators of two shards (or two parts of one).
     fn merge(a: Self::Acc, b: Self::Acc) -> Self::Acc;
@@ -178,6 +188,10 @@ impl<K: Kernel> MapReducer for ShardMapReducer<'_, K> {
             let chunk = (base - main) / LANES;
             self.kernel.process_delta_block(&self.cols, acc, chunk, in_block, &mut self.scratch)
         }
+    }
+
+    fn finish(&mut self, acc: K::Acc) -> K::Acc {
+        self.kernel.close(&self.cols, acc, &mut self.scratch)
     }
 
     fn merge(a: K::Acc, b: K::Acc) -> K::Acc {

@@ -171,3 +171,70 @@ fn gather_row_bounds_do_not_change_the_batches() {
         assert_eq!(gather(spec.new_acc_for(bound)), want, "bound {bound}");
     }
 }
+
+/// GROUP BY a dictionary string without nulls folds whole blocks by code
+/// and maps codes to groups when the shard is finished: with `finish` the
+/// groups are those of the rows streamed (whole blocks, then a partial
+/// one), and an accumulator whose shard was never finished reports an
+/// error instead of a result that would lack those rows.
+#[test]
+fn grouping_by_dictionary_code_needs_the_shard_finished() {
+    let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false), Field::new("v", DataType::Int64, false)]));
+    let db = Database::new();
+    let table = db.create_table("t", &schema, TableOptions::default().with_background_rebuild(false)).expect("create");
+    // 3,000 rows over 7 names; name_6 only in the last 952 rows.
+    let name = |i: usize| if i >= 2048 { format!("name_{}", i % 7) } else { format!("name_{}", i % 6) };
+    let names = arrow_array::StringArray::from_iter_values((0..3000).map(name));
+    let values = Int64Array::from_iter_values(0..3000);
+    table.append(&RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(names), Arc::new(values)]).expect("batch")).expect("append");
+    table.rebuild().expect("rebuild");
+    let snap = table.snapshot();
+    let spec = Arc::new(
+        AggregateSpec::new(vec![MapExpr::col(0)], vec![Aggregate::new(AggFunc::Sum, MapExpr::col(1)), Aggregate::count_star()], snap.schema())
+            .expect("spec"),
+    );
+    // Blocks 0 and 1 whole (by code), then `tail`: the ids 2048..2100 of
+    // block 2 (by lookup, after the codes of blocks 0 and 1 are mapped),
+    // or block 2 whole (every row by code).
+    let stream = |tail: Option<bool>, finish: bool| {
+        let mut r = ShardMapReducer::open(snap.shard(0), AggregateKernel::new(Arc::clone(&spec)).expect("kernel")).expect("open");
+        let mut acc = spec.new_acc();
+        let range = |start: u32, end: u32| quiverdb_mapreducer::BlockSelection::Range { start, end };
+        for block in 0..2u32 {
+            let start = block * LANES as u32;
+            acc = r.stream_block(acc, range(start, start + LANES as u32));
+        }
+        acc = match tail {
+            Some(true) => r.stream(acc, &(2048..2100).collect::<Vec<RecId>>()),
+            Some(false) => r.stream_block(acc, range(2048, 3000)),
+            None => acc,
+        };
+        if finish { r.finish(acc) } else { acc }
+    };
+    let groups = |acc: quiverdb_mapreducer::AggregateAcc| {
+        let out = acc.finish().expect("finish");
+        let keys = out.keys[0].as_any().downcast_ref::<arrow_array::StringArray>().expect("Utf8");
+        let sums = out.values[0].as_any().downcast_ref::<Int64Array>().expect("Int64");
+        let counts = out.values[1].as_any().downcast_ref::<Int64Array>().expect("Int64");
+        let mut got: Vec<(String, i64, i64)> =
+            (0..arrow_array::Array::len(keys)).map(|g| (keys.value(g).to_string(), sums.value(g), counts.value(g))).collect();
+        got.sort();
+        got
+    };
+    let reference = |rows: std::ops::Range<usize>| {
+        let mut want: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+        for i in rows {
+            let e = want.entry(name(i)).or_default();
+            e.0 += i as i64;
+            e.1 += 1;
+        }
+        want.into_iter().map(|(k, (s, c))| (k, s, c)).collect::<Vec<_>>()
+    };
+    assert_eq!(groups(stream(Some(true), true)), reference(0..2100));
+    assert_eq!(groups(stream(Some(false), true)), reference(0..3000));
+    // Only the whole blocks 0 and 1: name_6 has no row there, and no group.
+    assert_eq!(groups(stream(None, true)), reference(0..2048));
+
+    let err = stream(None, false).finish().expect_err("an unfinished shard");
+    assert!(err.to_string().contains("MapReducer::finish"), "{err}");
+}

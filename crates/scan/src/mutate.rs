@@ -94,6 +94,7 @@ pub fn update_where(table: &Table, assignments: &[(usize, MapExpr)], filter: Opt
                 .ok_or_else(|| Error::Internal(format!("shard {shard_id} left its own snapshot")))?;
             let mut reducer = ShardMapReducer::open(snapshot.shard(pos), GatherKernel::new(Arc::clone(&spec))?)?;
             acc = reducer.stream(acc, ids);
+            acc = reducer.finish(acc);
         }
         // Evaluate every new row before deleting anything.
         let batches = acc.finish()?;

@@ -674,5 +674,8 @@ fn merge<K: Kernel>(
     if !buf.is_empty() {
         acc = reducers[buf_shard].stream(acc, &buf);
     }
+    for r in &mut reducers {
+        acc = r.finish(acc);
+    }
     Ok(acc)
 }

@@ -251,7 +251,10 @@ pub(crate) fn scan_shard<R: MapReducer>(
         });
         Ok(if granted < want { Flow::Stop } else { Flow::Continue })
     })?;
-    let acc = acc.ok_or_else(|| crate::Error::Internal("accumulator lost".into()))?;
+    let mut acc = acc.ok_or_else(|| crate::Error::Internal("accumulator lost".into()))?;
+    if let Some(r) = reducer.as_mut() {
+        acc = r.finish(acc);
+    }
     Ok((acc, reducer))
 }
 

@@ -32,6 +32,7 @@ use quiverdb_mapreducer::{
     AggFunc, Aggregate, AggregateKernel, AggregateOutput, AggregateSpec, ArithOp, GatherKernel, GatherSpec, MapExpr, Scalar,
 };
 use quiverdb_scan::{CmpOp, Predicate, ScanOptions, SortKey, candidate_shards, delete_where, scan, scan_order, update_where};
+use quiverdb_storage::main::Encoding;
 use quiverdb_storage::{Database, RecId, Table, TableOptions, TableSnapshot, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -334,6 +335,9 @@ enum Shape {
     FewDistinct,
     Random,
     Extremes,
+    /// One value per 300 rows, each new (only forced by tests: values
+    /// that later blocks have and earlier ones do not).
+    Ascending,
 }
 
 /// Strings with shared prefixes, multi-byte characters, NUL and a long one.
@@ -412,6 +416,7 @@ impl Profile {
         let v = match self.shapes[c] {
             Shape::Constant => k[0],
             Shape::Sequence => k[0] + self.steps[c] * i,
+            Shape::Ascending => k[0] + i / 300,
             Shape::Runs => k[(i / 37) as usize % k.len()],
             Shape::SmallRange => k[0] + rng.random_range(0..100),
             Shape::FewDistinct => *pick(rng, k),
@@ -437,6 +442,7 @@ impl Profile {
                 let s = match self.shapes[c] {
                     Shape::Constant => POOL[k[0].rem_euclid(POOL.len() as i128) as usize].to_string(),
                     Shape::Sequence => format!("s{:06}", i),
+                    Shape::Ascending => format!("g{:04}", i / 300),
                     Shape::Runs => POOL[((i / 37) as usize + k[0].unsigned_abs() as usize) % POOL.len()].to_string(),
                     Shape::SmallRange | Shape::FewDistinct => {
                         POOL[pick(rng, k).rem_euclid(POOL.len() as i128) as usize].to_string()
@@ -450,7 +456,7 @@ impl Profile {
             }
             Ty::Bool => V::I(match self.shapes[c] {
                 Shape::Constant => k[0] & 1,
-                Shape::Runs | Shape::Sequence => (i / 37) & 1,
+                Shape::Runs | Shape::Sequence | Shape::Ascending => (i / 37) & 1,
                 _ => rng.random_range(0..2),
             }),
             _ => V::I(self.gen_int(rng, c, i)),
@@ -462,6 +468,7 @@ impl Profile {
         match self.shapes[c] {
             Shape::Constant => k[0],
             Shape::Sequence => k[0] + self.steps[c] * i,
+            Shape::Ascending => k[0] + i / 300,
             Shape::Runs => k[(i / 37) as usize % k.len()],
             Shape::SmallRange => k[0] + rng.random_range(0..100),
             _ => *pick(rng, k),
@@ -487,11 +494,17 @@ struct Fixture {
 
 impl Fixture {
     fn new(seed: u64, capacity: usize, target: usize) -> (Self, StdRng) {
+        Self::with_profile(seed, capacity, target, |_| {})
+    }
+
+    /// [`Fixture::new`] with the random profile adjusted by `adjust`.
+    fn with_profile(seed: u64, capacity: usize, target: usize, adjust: impl FnOnce(&mut Profile)) -> (Self, StdRng) {
         let mut rng = StdRng::seed_from_u64(seed);
         let db = Database::new();
         let options = TableOptions::default().with_shard_capacity(capacity).with_background_rebuild(false);
         let table = db.create_table("t", &arrow_schema(), options).expect("create table");
-        let profile = Profile::random(&mut rng);
+        let mut profile = Profile::random(&mut rng);
+        adjust(&mut profile);
         let mut fx = Fixture {
             _db: db,
             table,
@@ -1454,6 +1467,91 @@ fn random_predicates_and_reducers_match_the_reference() {
     assert!(cases >= 400, "{cases} cases");
     assert!(expected_errors > 0, "no case expected a SUM overflow");
     assert!(pruned > 0, "no filter let planning leave a shard out");
+}
+
+/// GROUP BY a dictionary string column without nulls, the case the
+/// aggregate kernel folds by dictionary code: whole tables (every main row
+/// by code), deleted rows and filters (some blocks by code, the others
+/// not), and limits that cut a shard short, against the reference.
+#[test]
+fn grouping_by_a_dictionary_string_matches_the_reference() {
+    let mut m = Mismatches::default();
+    let mut by_code_shards = 0; // shards whose `s` is a dictionary without nulls
+    for t in 0..16u64 {
+        let seed = 7000 + t;
+        let mut size_rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+        let size = size_rng.random_range(10..=500);
+        let capacity = [100, 2500, 65_536][t as usize % 3];
+        let (mut fx, mut rng) = Fixture::with_profile(seed, capacity, size, |p| {
+            p.nulls[S] = 0.0;
+            p.shapes[S] = *pick(&mut size_rng, &[Shape::FewDistinct, Shape::Runs, Shape::Ascending, Shape::Ascending, Shape::Extremes]);
+        });
+        // Main storage of several blocks per shard; a few deleted rows in
+        // half the tables.
+        let n = rng.random_range(2000..=5000);
+        fx.append_batch(&mut rng, n);
+        fx.table.rebuild().expect("rebuild");
+        let deleted = if t % 2 == 0 { fx.random_delete(&mut rng, 0.002) } else { 0 };
+        fx.desc = format!("{}, then append {n}, rebuild, delete {deleted} ({} live rows)", fx.desc, fx.rows.len());
+        fx.assert_contents();
+        let snapshot = fx.table.snapshot();
+        by_code_shards += (0..snapshot.num_shards())
+            .filter(|&i| {
+                let main = snapshot.shard(i).main();
+                main.column(S).is_some_and(|c| matches!(c.encoding(), Encoding::StrDict(_)) && c.null_count() == 0)
+            })
+            .count();
+        let keys = [col(S)];
+        for q in 0..12 {
+            // Random filters; a prefix of the ids (whole blocks, then part
+            // of one); none.
+            let filter = match q % 3 {
+                0 => gen_filter(&mut rng, &fx.rows),
+                1 => Some(Predicate::cmp(col(RID), CmpOp::Lt, Scalar::Int(rng.random_range(0..=fx.next_rid + 1)))),
+                _ => None,
+            };
+            let f = filter.as_ref();
+            let rows = matching(&fx.rows, f);
+            let aggs = gen_aggregates(&mut rng);
+            let expected = ref_aggregation(&rows, &keys, &aggs);
+            for o in gen_options(&mut rng) {
+                let out = run_aggregate(&snapshot, f, &keys, &aggs, &o);
+                let r = compare_aggregation(&out, &expected, &keys, &aggs);
+                m.check(r.is_ok(), || {
+                    format!(
+                        "{} query {q}\n  SELECT {} GROUP BY s WHERE {}\n  {}\n  {}",
+                        fx.desc,
+                        show_aggs(&aggs),
+                        show_filter(f),
+                        show_opts(&o),
+                        r.clone().expect_err("a mismatch")
+                    )
+                });
+            }
+
+            // A limit cuts a shard short: the groups counted are groups of
+            // matching rows, with no more rows than they have, and the
+            // counts add up to the limit.
+            let limit = rng.random_range(0..=rows.len() + 3);
+            let o = ScanOptions::default().with_threads(1).with_limit(Some(limit));
+            let out = run_aggregate(&snapshot, f, &keys, &[Aggregate::count_star()], &o);
+            let full = ref_aggregation(&rows, &keys, &[Aggregate::count_star()]).expect("COUNT(*) has no error");
+            let ok = out.as_ref().is_ok_and(|out| {
+                let groups = cells(out.keys[0].as_ref());
+                let counts = cells(out.values[0].as_ref());
+                let mut total = 0;
+                groups.iter().zip(&counts).all(|(g, c)| {
+                    let Some(V::I(n)) = c else { return false };
+                    total += n;
+                    let have = full.iter().find(|(k, _)| k[0] == *g).map(|(_, v)| v[0].cell.clone());
+                    *n > 0 && matches!(have, Some(Some(V::I(h))) if h >= *n)
+                }) && total == limit.min(rows.len()) as i128
+            });
+            m.check(ok, || format!("{} query {q}: COUNT(*) GROUP BY s WHERE {} LIMIT {limit}: {out:?}", fx.desc, show_filter(f)));
+        }
+    }
+    m.assert_none("grouping_by_a_dictionary_string_matches_the_reference");
+    assert!(by_code_shards >= 16, "only {by_code_shards} shards hold `s` as a dictionary without nulls");
 }
 
 /// The reference ORDER BY: keys compared with NULLs first or last, values

@@ -176,6 +176,7 @@ impl AggregateSpec {
             token: NEXT_TOKEN.fetch_add(1, Ordering::Relaxed),
             groups,
             states,
+            deferred: 0,
             error: None,
         }
     }
@@ -233,6 +234,9 @@ pub struct AggregateAcc {
     token: u64,
     groups: Groups,
     states: Vec<StateColumn>,
+    /// Shards whose rows a kernel holds by dictionary code, to be folded
+    /// in when the shard is finished ([`ByCode`]).
+    deferred: u32,
     error: Option<Error>,
 }
 
@@ -259,6 +263,9 @@ impl AggregateAcc {
     /// Combines two accumulators of the same spec (MemCP's `reduce2`):
     /// groups are matched by key value.
     pub fn merge(mut self, other: AggregateAcc) -> AggregateAcc {
+        if let Err(e) = self.check_finished().and(other.check_finished()) {
+            self.error.get_or_insert(e);
+        }
         if self.error.is_some() {
             return self;
         }
@@ -294,6 +301,18 @@ impl AggregateAcc {
         Ok(())
     }
 
+    /// An error while a kernel still holds rows of this accumulator for
+    /// the end of a shard: its shard was not finished.
+    fn check_finished(&self) -> Result<()> {
+        if self.deferred == 0 {
+            return Ok(());
+        }
+        Err(Error::Internal(format!(
+            "an aggregate was used with {} shard(s) not finished: call MapReducer::finish after a shard's last block",
+            self.deferred
+        )))
+    }
+
     /// The final values: one row per group (one row without group keys).
     pub fn finish(self) -> Result<AggregateOutput> {
         self.finish_as(false)
@@ -311,6 +330,7 @@ impl AggregateAcc {
         if let Some(e) = self.error {
             return Err(e);
         }
+        self.check_finished()?;
         let n = self.groups.len;
         let keys = (0..self.groups.keys.len())
             .map(|k| {
@@ -490,6 +510,34 @@ impl DictCache {
     }
 }
 
+/// Aggregation by dictionary code. With one group key, a dictionary
+/// string column without nulls, the rows of whole main blocks are folded
+/// into states indexed by the shard's codes: a row's code is its group, so
+/// no row looks its group up. The codes that have rows are mapped to
+/// groups and their states merged into the accumulator once, when the
+/// shard is finished ([`Kernel::close`]) or a block that cannot go by
+/// code arrives. When every main row of the shard went by code, every
+/// code has rows (each dictionary entry is some row's value, see
+/// [`StrDict`]); otherwise the codes of the blocks that did are decoded
+/// again to find them.
+///
+/// Until then the accumulator counts the shard as deferred, and reports an
+/// error rather than a result if it is used before the shard is finished.
+#[derive(Debug, Default)]
+struct ByCode {
+    /// Token of the accumulator the states belong to; 0 when none.
+    token: u64,
+    /// One state column per aggregate, indexed by code.
+    states: Vec<StateColumn>,
+    /// Main blocks folded by code, and their rows.
+    blocks: Vec<u32>,
+    rows: usize,
+    /// Codes with rows, one bit each (when not every row went by code).
+    present: Vec<u64>,
+    /// (group, code) of the codes with rows, when merging.
+    pairs: Vec<(u32, u32)>,
+}
+
 /// The [`Kernel`] of an aggregation over one shard.
 #[derive(Debug)]
 pub struct AggregateKernel {
@@ -498,6 +546,7 @@ pub struct AggregateKernel {
     keys: Vec<KeyInput>,
     key_ids: Vec<Box<[u32; LANES]>>,
     gids: Box<[u32; LANES]>,
+    by_code: ByCode,
 }
 
 impl AggregateKernel {
@@ -541,7 +590,7 @@ impl AggregateKernel {
             })
             .collect::<Result<Vec<_>>>()?;
         let key_ids = (0..keys.len()).map(|_| Box::new([0u32; LANES])).collect();
-        Ok(Self { spec, inputs, keys, key_ids, gids: Box::new([0; LANES]) })
+        Ok(Self { spec, inputs, keys, key_ids, gids: Box::new([0; LANES]), by_code: ByCode::default() })
     }
 
     fn process(&mut self, cols: &ShardColumns<'_>, mut acc: AggregateAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> AggregateAcc {
@@ -561,10 +610,112 @@ impl AggregateKernel {
             }
             return Ok(());
         }
+        if let Some((dict, rows)) = by_code_block(&self.keys, cols, side, sel) {
+            return self.fold_by_code(dict, rows, cols, acc, side, sel, scratch);
+        }
+        self.flush_by_code(cols, acc, scratch)?;
         self.assign_groups(cols, acc, side, sel, scratch)?;
         for (i, input) in self.inputs.iter_mut().enumerate() {
             acc.states[i].ensure(acc.groups.len);
             grouped::fold(&mut acc.states[i], &self.spec.kinds[i], input, cols, side, sel, scratch, &self.gids)?;
+        }
+        Ok(())
+    }
+
+    /// Folds main block `side` (all of its `rows`) into the per-code states
+    /// of [`ByCode`].
+    #[allow(clippy::too_many_arguments)]
+    fn fold_by_code(
+        &mut self,
+        dict: &StrDict,
+        rows: usize,
+        cols: &ShardColumns<'_>,
+        acc: &mut AggregateAcc,
+        side: Side,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        let Side::Main(block) = side else { return Err(Error::Internal("delta rows by code".into())) };
+        let bc = &mut self.by_code;
+        if bc.token != acc.token {
+            if bc.token != 0 {
+                return Err(Error::Internal("a kernel holds rows of another aggregate by code".into()));
+            }
+            bc.token = acc.token;
+            bc.blocks.clear();
+            // One allocation for the shard's blocks, however many.
+            bc.blocks.reserve(dict.len().div_ceil(LANES));
+            bc.rows = 0;
+            if bc.states.len() != self.spec.kinds.len() {
+                bc.states = self.spec.kinds.iter().map(StateColumn::new).collect();
+            }
+            for s in &mut bc.states {
+                s.clear();
+                s.ensure(dict.dict_len());
+            }
+            acc.deferred += 1;
+        }
+        gather_keys(dict.codes(), block * LANES, dict.len(), sel, scratch);
+        for (g, &code) in self.gids[..rows].iter_mut().zip(&scratch.keys[..rows]) {
+            *g = code as u32;
+        }
+        for (i, input) in self.inputs.iter_mut().enumerate() {
+            grouped::fold(&mut bc.states[i], &self.spec.kinds[i], input, cols, side, sel, scratch, &self.gids)?;
+        }
+        bc.blocks.push(block as u32);
+        bc.rows += rows;
+        Ok(())
+    }
+
+    /// Merges the per-code states of [`ByCode`], if any, into `acc`'s
+    /// groups.
+    fn flush_by_code(&mut self, cols: &ShardColumns<'_>, acc: &mut AggregateAcc, scratch: &mut Scratch) -> Result<()> {
+        let bc = &mut self.by_code;
+        if bc.token == 0 {
+            return Ok(());
+        }
+        if bc.token != acc.token {
+            return Err(Error::Internal("a kernel holds rows of another aggregate by code".into()));
+        }
+        bc.token = 0;
+        acc.deferred -= 1;
+        let (Some(KeyInput::Bytes { col, cache }), Some(KeyMap::Bytes(map))) = (self.keys.first_mut(), acc.groups.keys.first_mut()) else {
+            return Err(Error::Internal("rows by code without a string key".into()));
+        };
+        let main = cols.column(*col).main();
+        let Some(Encoding::StrDict(dict)) = main.map(|m| m.encoding()) else {
+            return Err(Error::Internal("rows by code without a dictionary".into()));
+        };
+        cache.bind(dict, acc.token);
+        let every = bc.rows == dict.len();
+        if !every {
+            bc.present.clear();
+            bc.present.resize(dict.dict_len().div_ceil(64), 0);
+            for &b in &bc.blocks {
+                let start = b as usize * LANES;
+                let n = LANES.min(dict.len() - start);
+                gather_keys(dict.codes(), start, dict.len(), Sel::Range(0, n), scratch);
+                for &code in &scratch.keys[..n] {
+                    bc.present[(code / 64) as usize] |= 1 << (code % 64);
+                }
+            }
+        }
+        bc.pairs.clear();
+        for code in 0..dict.dict_len() {
+            if !every && bc.present[code / 64] >> (code % 64) & 1 == 0 {
+                continue;
+            }
+            let mut g = cache.ids[code];
+            if g == u32::MAX {
+                g = map.id(dict.dict_value(code));
+                cache.ids[code] = g;
+            }
+            bc.pairs.push((g, code as u32));
+        }
+        acc.groups.len = map.spans.len();
+        for (i, state) in acc.states.iter_mut().enumerate() {
+            state.ensure(acc.groups.len);
+            state.merge_entries(&bc.states[i], &bc.pairs, &self.spec.kinds[i])?;
         }
         Ok(())
     }
@@ -795,6 +946,17 @@ fn bytes_key_ids(
     }
 }
 
+/// The dictionary of main block `side` and its rows when the block may be
+/// folded by code ([`ByCode`]): one group key, a dictionary string column
+/// without nulls, and every row of the block selected.
+fn by_code_block<'c>(keys: &[KeyInput], cols: &'c ShardColumns<'_>, side: Side, sel: Sel<'_>) -> Option<(&'c StrDict, usize)> {
+    let ([KeyInput::Bytes { col, .. }], Side::Main(block), Sel::Range(0, end)) = (keys, side, sel) else { return None };
+    let main = cols.column(*col).main()?;
+    let Encoding::StrDict(dict) = main.encoding() else { return None };
+    let rows = LANES.min(dict.len() - block * LANES);
+    (end == rows && main.null_count() == 0).then_some((dict, rows))
+}
+
 /// The validity of a column's rows `sel`, or `None` when all are valid.
 pub(super) fn column_validity(src: &ColumnSource<'_>, side: Side, sel: Sel<'_>) -> Option<Bits> {
     match side {
@@ -807,6 +969,9 @@ impl Kernel for AggregateKernel {
     type Acc = AggregateAcc;
 
     fn open(&mut self, _cols: &ShardColumns<'_>) -> Result<()> {
+        // Rows of an unfinished shard are dropped; their accumulator
+        // reports it (see [`ByCode`]).
+        self.by_code.token = 0;
         // Another shard's dictionary may sit at the address of the last
         // one: compare contents from here on.
         for key in &mut self.keys {
@@ -836,6 +1001,13 @@ impl Kernel for AggregateKernel {
 
     fn process_delta_block(&mut self, cols: &ShardColumns<'_>, acc: AggregateAcc, chunk: usize, sel: Sel<'_>, scratch: &mut Scratch) -> AggregateAcc {
         self.process(cols, acc, Side::Delta(chunk), sel, scratch)
+    }
+
+    fn close(&mut self, cols: &ShardColumns<'_>, mut acc: AggregateAcc, scratch: &mut Scratch) -> AggregateAcc {
+        if let Err(e) = self.flush_by_code(cols, &mut acc, scratch) {
+            acc.error.get_or_insert(e);
+        }
+        acc
     }
 
     fn merge(a: AggregateAcc, b: AggregateAcc) -> AggregateAcc {

@@ -188,6 +188,52 @@ impl StateColumn {
         }
     }
 
+    /// Empties to no groups, keeping the capacity (for states reused
+    /// shard after shard).
+    pub(crate) fn clear(&mut self) {
+        match self {
+            StateColumn::Count(c) => c.clear(),
+            StateColumn::SumI { sum, n } => {
+                sum.partial.clear();
+                sum.total.clear();
+                sum.headroom = i64::MAX as u64;
+                n.clear();
+            }
+            StateColumn::SumU { sum, n } => {
+                sum.clear();
+                n.clear();
+            }
+            StateColumn::SumF { sum, n } => {
+                sum.clear();
+                n.clear();
+            }
+            StateColumn::SumD { sum, n } => {
+                sum.clear();
+                n.clear();
+            }
+            StateColumn::MinMaxI { v, has } => {
+                v.clear();
+                has.clear();
+            }
+            StateColumn::MinMaxU { v, has } => {
+                v.clear();
+                has.clear();
+            }
+            StateColumn::MinMaxF { v, has } => {
+                v.clear();
+                has.clear();
+            }
+            StateColumn::MinMaxD { v, has } => {
+                v.clear();
+                has.clear();
+            }
+            StateColumn::MinMaxB { v, has } => {
+                v.clear();
+                has.clear();
+            }
+        }
+    }
+
     /// Adds a count to group `g`.
     #[inline]
     pub(crate) fn add_count(&mut self, g: usize, k: u64) {
@@ -208,50 +254,59 @@ impl StateColumn {
 
     /// Merges accumulator `h` of `other` into accumulator `g` of `self`.
     pub(crate) fn merge_entry(&mut self, g: usize, other: &StateColumn, h: usize, kind: &StateKind) -> Result<()> {
+        self.merge_entries(other, &[(g as u32, h as u32)], kind)
+    }
+
+    /// Merges accumulator `h` of `other` into accumulator `g` of `self`
+    /// for every `(g, h)` of `pairs`.
+    pub(crate) fn merge_entries(&mut self, other: &StateColumn, pairs: &[(u32, u32)], kind: &StateKind) -> Result<()> {
         let max = matches!(kind, StateKind::MinMax { max: true, .. });
+        let each = pairs.iter().map(|&(g, h)| (g as usize, h as usize));
         match (self, other) {
-            (StateColumn::Count(a), StateColumn::Count(b)) => a[g] += b[h],
-            (StateColumn::SumI { sum, n }, StateColumn::SumI { sum: s2, n: n2 }) => {
+            (StateColumn::Count(a), StateColumn::Count(b)) => each.for_each(|(g, h)| a[g] += b[h]),
+            (StateColumn::SumI { sum, n }, StateColumn::SumI { sum: s2, n: n2 }) => each.for_each(|(g, h)| {
                 sum.total[g] += s2.get(h);
                 n[g] += n2[h];
-            }
-            (StateColumn::SumU { sum, n }, StateColumn::SumU { sum: s2, n: n2 }) => {
+            }),
+            (StateColumn::SumU { sum, n }, StateColumn::SumU { sum: s2, n: n2 }) => each.for_each(|(g, h)| {
                 sum[g] += s2[h];
                 n[g] += n2[h];
-            }
-            (StateColumn::SumF { sum, n }, StateColumn::SumF { sum: s2, n: n2 }) => {
+            }),
+            (StateColumn::SumF { sum, n }, StateColumn::SumF { sum: s2, n: n2 }) => each.for_each(|(g, h)| {
                 sum[g] += s2[h];
                 n[g] += n2[h];
-            }
+            }),
             (StateColumn::SumD { sum, n }, StateColumn::SumD { sum: s2, n: n2 }) => {
-                sum[g] = sum[g].checked_add(s2[h]).ok_or_else(|| Error::Overflow("decimal SUM".into()))?;
-                n[g] += n2[h];
+                for (g, h) in each {
+                    sum[g] = sum[g].checked_add(s2[h]).ok_or_else(|| Error::Overflow("decimal SUM".into()))?;
+                    n[g] += n2[h];
+                }
             }
-            (StateColumn::MinMaxI { v, has }, StateColumn::MinMaxI { v: v2, has: h2 }) => {
+            (StateColumn::MinMaxI { v, has }, StateColumn::MinMaxI { v: v2, has: h2 }) => each.for_each(|(g, h)| {
                 if h2[h] && (!has[g] || better(v2[h], v[g], max)) {
                     (v[g], has[g]) = (v2[h], true);
                 }
-            }
-            (StateColumn::MinMaxU { v, has }, StateColumn::MinMaxU { v: v2, has: h2 }) => {
+            }),
+            (StateColumn::MinMaxU { v, has }, StateColumn::MinMaxU { v: v2, has: h2 }) => each.for_each(|(g, h)| {
                 if h2[h] && (!has[g] || better(v2[h], v[g], max)) {
                     (v[g], has[g]) = (v2[h], true);
                 }
-            }
-            (StateColumn::MinMaxF { v, has }, StateColumn::MinMaxF { v: v2, has: h2 }) => {
+            }),
+            (StateColumn::MinMaxF { v, has }, StateColumn::MinMaxF { v: v2, has: h2 }) => each.for_each(|(g, h)| {
                 if h2[h] && (!has[g] || f64_better(v2[h], v[g], max)) {
                     (v[g], has[g]) = (v2[h], true);
                 }
-            }
-            (StateColumn::MinMaxD { v, has }, StateColumn::MinMaxD { v: v2, has: h2 }) => {
+            }),
+            (StateColumn::MinMaxD { v, has }, StateColumn::MinMaxD { v: v2, has: h2 }) => each.for_each(|(g, h)| {
                 if h2[h] && (!has[g] || better(v2[h], v[g], max)) {
                     (v[g], has[g]) = (v2[h], true);
                 }
-            }
-            (s @ StateColumn::MinMaxB { .. }, StateColumn::MinMaxB { v: v2, has: h2 }) => {
+            }),
+            (s @ StateColumn::MinMaxB { .. }, StateColumn::MinMaxB { v: v2, has: h2 }) => each.for_each(|(g, h)| {
                 if h2[h] {
                     s.offer_bytes(g, &v2[h], max);
                 }
-            }
+            }),
             _ => return Err(Error::Internal("merging states of different aggregates".into())),
         }
         Ok(())

@@ -20,7 +20,10 @@ use hashbrown::HashMap;
 use super::BLOCK_SIZE;
 use super::bitpacked::BitPacked;
 
-/// Sorted byte-string dictionary plus bit-packed codes.
+/// Sorted byte-string dictionary plus bit-packed codes. Every entry is the
+/// value of at least one row (a null row holds the code of its placeholder
+/// value, `""`): aggregation by code relies on it, and checkpoint
+/// validation checks it.
 #[derive(Debug, Clone)]
 pub struct StrDict {
     offsets: Box<[u32]>,

@@ -638,6 +638,12 @@ fn crafted_strings_are_rejected() {
     assert_reason(&reject(&str_dict(&[0, 2], b"abc", &[0, 0])), "ends at byte 2, not 3");
     assert_reason(&reject(&str_dict(&[0, 1, 2], b"ba", &[0, 1])), "entry 1 is not above");
     assert_reason(&reject(&str_dict(&[0, 1, 2], b"ab", &[0, 2])), "code 2, the dictionary 2 entries");
+    // Every entry is some row's value (aggregation by code relies on it).
+    let unused = [zone(0, 0)];
+    assert_reason(
+        &rejection(DataType::Utf8, &crafted(P::Bytes, 2, None, &unused, &str_dict(&[0, 1, 2], b"ab", &[0, 0]))),
+        "dictionary entry 1 is the value of no row",
+    );
     // With nulls, a dictionary zone needs the right counts and codes
     // within the dictionary (statistics look them up).
     let entries = str_dict(&[0, 0, 1], b"a", &[0, 1]);

@@ -240,9 +240,16 @@ pub(super) fn check_values(encoding: &Encoding, physical: PhysicalType, utf8: bo
         }
         Encoding::StrDict(d) => {
             let entries = d.dict_len() as u64;
+            // Every entry is some row's value, as the encoder makes them
+            // (aggregation by code relies on it, see `StrDict`).
+            let mut used = vec![0u64; d.dict_len().div_ceil(64)];
             walk_packed(d.codes(), e, |b, deltas, reference, (min, max)| {
                 if reference + max >= entries {
                     return Err(e.fault(format!("block {b} has code {}, the dictionary {entries} entries", reference + max)));
+                }
+                for &delta in deltas {
+                    let code = reference + delta;
+                    used[(code / 64) as usize] |= 1 << (code % 64);
                 }
                 if e.nulls_in(b, deltas.len()) == 0 {
                     return e.zone(b, deltas, (min, max), |d| reference + d);
@@ -259,7 +266,11 @@ pub(super) fn check_values(encoding: &Encoding, physical: PhysicalType, utf8: bo
                     ));
                 }
                 Ok(())
-            })
+            })?;
+            match (0..d.dict_len()).find(|&i| used[i / 64] >> (i % 64) & 1 == 0) {
+                Some(i) => Err(e.fault(format!("dictionary entry {i} is the value of no row"))),
+                None => Ok(()),
+            }
         }
         Encoding::StrPlain(p) => check_plain(p, utf8, e),
     }
