@@ -113,7 +113,7 @@ pub(crate) fn select(
                 Side::Delta(_) => true,
             };
             if evaluate {
-                let t = f.eval(side, live.as_ref())?.t;
+                let t = f.eval(side, live.as_ref())?;
                 lanes = Some(match live {
                     Some(l) => t.and(&l),
                     None => t,

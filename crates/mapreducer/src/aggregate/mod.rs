@@ -171,14 +171,14 @@ impl AggregateSpec {
         for s in &mut states {
             s.ensure(groups.len);
         }
-        AggregateAcc {
+        AggregateAcc(Box::new(AccState {
             spec: Arc::clone(self),
             token: NEXT_TOKEN.fetch_add(1, Ordering::Relaxed),
             groups,
             states,
             deferred: 0,
             error: None,
-        }
+        }))
     }
 }
 
@@ -228,8 +228,15 @@ fn state_kind(func: AggFunc, input: Option<&DataType>) -> Result<(StateKind, Dat
 ///
 /// Each accumulator carries a unique token so that a kernel's per-shard
 /// caches (dictionary code → group) are never applied to another one.
+///
+/// The state sits behind one box: accumulators are passed by value block
+/// after block, and a pointer moves where the state would be copied.
 #[derive(Debug)]
-pub struct AggregateAcc {
+pub struct AggregateAcc(Box<AccState>);
+
+/// What an [`AggregateAcc`] holds.
+#[derive(Debug)]
+struct AccState {
     spec: Arc<AggregateSpec>,
     token: u64,
     groups: Groups,
@@ -252,34 +259,53 @@ pub struct AggregateOutput {
 impl AggregateAcc {
     /// The first error met while streaming, if any.
     pub fn error(&self) -> Option<&Error> {
-        self.error.as_ref()
+        self.0.error.as_ref()
     }
 
     /// Number of groups so far.
     pub fn num_groups(&self) -> usize {
-        self.groups.len
+        self.0.groups.len
     }
 
     /// Combines two accumulators of the same spec (MemCP's `reduce2`):
     /// groups are matched by key value.
     pub fn merge(mut self, other: AggregateAcc) -> AggregateAcc {
+        self.0.merge(*other.0);
+        self
+    }
+
+    /// The final values: one row per group (one row without group keys).
+    pub fn finish(self) -> Result<AggregateOutput> {
+        self.0.finish_as(false)
+    }
+
+    /// The partial states, one row per group, laid out as DataFusion's
+    /// partial aggregates do: each AVG contributes two arrays, `count`
+    /// (UInt64) and `sum`, both NULL for a group without values; every
+    /// other aggregate its final value.
+    pub fn finish_states(self) -> Result<AggregateOutput> {
+        self.0.finish_as(true)
+    }
+}
+
+impl AccState {
+    fn merge(&mut self, other: AccState) {
         if let Err(e) = self.check_finished().and(other.check_finished()) {
             self.error.get_or_insert(e);
         }
         if self.error.is_some() {
-            return self;
+            return;
         }
         if let Some(e) = other.error {
             self.error = Some(e);
-            return self;
+            return;
         }
         if let Err(e) = self.merge_groups(&other) {
             self.error = Some(e);
         }
-        self
     }
 
-    fn merge_groups(&mut self, other: &AggregateAcc) -> Result<()> {
+    fn merge_groups(&mut self, other: &AccState) -> Result<()> {
         let nkeys = self.groups.keys.len();
         let mut ids = [0u32; MAX_KEYS];
         for h in 0..other.groups.len {
@@ -311,19 +337,6 @@ impl AggregateAcc {
             "an aggregate was used with {} shard(s) not finished: call MapReducer::finish after a shard's last block",
             self.deferred
         )))
-    }
-
-    /// The final values: one row per group (one row without group keys).
-    pub fn finish(self) -> Result<AggregateOutput> {
-        self.finish_as(false)
-    }
-
-    /// The partial states, one row per group, laid out as DataFusion's
-    /// partial aggregates do: each AVG contributes two arrays, `count`
-    /// (UInt64) and `sum`, both NULL for a group without values; every
-    /// other aggregate its final value.
-    pub fn finish_states(self) -> Result<AggregateOutput> {
-        self.finish_as(true)
     }
 
     fn finish_as(self, states: bool) -> Result<AggregateOutput> {
@@ -594,16 +607,16 @@ impl AggregateKernel {
     }
 
     fn process(&mut self, cols: &ShardColumns<'_>, mut acc: AggregateAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> AggregateAcc {
-        if acc.error.is_none()
+        if acc.0.error.is_none()
             && sel.lanes() > 0
-            && let Err(e) = self.fold(cols, &mut acc, side, sel, scratch)
+            && let Err(e) = self.fold(cols, &mut acc.0, side, sel, scratch)
         {
-            acc.error = Some(e);
+            acc.0.error = Some(e);
         }
         acc
     }
 
-    fn fold(&mut self, cols: &ShardColumns<'_>, acc: &mut AggregateAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> Result<()> {
+    fn fold(&mut self, cols: &ShardColumns<'_>, acc: &mut AccState, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> Result<()> {
         if self.keys.is_empty() {
             for (i, input) in self.inputs.iter_mut().enumerate() {
                 ungrouped::fold(&mut acc.states[i], &self.spec.kinds[i], input, cols, side, sel, scratch)?;
@@ -630,7 +643,7 @@ impl AggregateKernel {
         dict: &StrDict,
         rows: usize,
         cols: &ShardColumns<'_>,
-        acc: &mut AggregateAcc,
+        acc: &mut AccState,
         side: Side,
         sel: Sel<'_>,
         scratch: &mut Scratch,
@@ -669,7 +682,7 @@ impl AggregateKernel {
 
     /// Merges the per-code states of [`ByCode`], if any, into `acc`'s
     /// groups.
-    fn flush_by_code(&mut self, cols: &ShardColumns<'_>, acc: &mut AggregateAcc, scratch: &mut Scratch) -> Result<()> {
+    fn flush_by_code(&mut self, cols: &ShardColumns<'_>, acc: &mut AccState, scratch: &mut Scratch) -> Result<()> {
         let bc = &mut self.by_code;
         if bc.token == 0 {
             return Ok(());
@@ -721,7 +734,7 @@ impl AggregateKernel {
     }
 
     /// Fills `self.gids` for the active lanes of `sel`.
-    fn assign_groups(&mut self, cols: &ShardColumns<'_>, acc: &mut AggregateAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> Result<()> {
+    fn assign_groups(&mut self, cols: &ShardColumns<'_>, acc: &mut AccState, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> Result<()> {
         let active = sel.active();
         let token = acc.token;
         let single = self.keys.len() == 1;
@@ -1004,8 +1017,8 @@ impl Kernel for AggregateKernel {
     }
 
     fn close(&mut self, cols: &ShardColumns<'_>, mut acc: AggregateAcc, scratch: &mut Scratch) -> AggregateAcc {
-        if let Err(e) = self.flush_by_code(cols, &mut acc, scratch) {
-            acc.error.get_or_insert(e);
+        if let Err(e) = self.flush_by_code(cols, &mut acc.0, scratch) {
+            acc.0.error.get_or_insert(e);
         }
         acc
     }

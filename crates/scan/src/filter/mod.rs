@@ -98,10 +98,11 @@ impl<'a> ShardFilter<'a> {
         zone(&self.root, &self.cols, block)
     }
 
-    /// Per-row outcome on main block `block` or delta chunk `chunk`;
-    /// `live` (when some rows are deleted) are the lanes whose expression
-    /// errors count: a deleted row never fails a query.
-    pub(crate) fn eval(&mut self, side: Side, live: Option<&Bits>) -> Result<Tri> {
+    /// The rows of main block `block` or delta chunk `chunk` for which
+    /// the predicate is TRUE; `live` (when some rows are deleted) are the
+    /// lanes whose expression errors count: a deleted row never fails a
+    /// query.
+    pub(crate) fn eval(&mut self, side: Side, live: Option<&Bits>) -> Result<Bits> {
         let len = match side {
             Side::Main(b) => self.cols.block_len(b),
             Side::Delta(c) => self.cols.chunk_len(c),
@@ -111,7 +112,19 @@ impl<'a> ShardFilter<'a> {
             Some(l) => Sel::Mask(&l.0, len),
             None => Sel::Range(0, len),
         };
-        eval(&mut self.root, &self.cols, side, len, sel, scratch)
+        match &mut self.root {
+            // A key or string test alone (the common filter): its TRUE
+            // lanes without the FALSE ones.
+            Node::Keys { col, physical, test, codes } => {
+                let (cond, validity) = keys_cond(*col, *physical, test, codes.as_ref(), &self.cols, side, len, sel, scratch)?;
+                Ok(cond.and(&validity.unwrap_or(Bits::first(len))))
+            }
+            Node::Bytes { col, test, codes } => {
+                let (cond, validity) = bytes_cond(*col, test, codes.as_ref(), &self.cols, side, len, sel, scratch)?;
+                Ok(cond.and(&validity.unwrap_or(Bits::first(len))))
+            }
+            root => Ok(eval(root, &self.cols, side, len, sel, scratch)?.t),
+        }
     }
 }
 
@@ -389,6 +402,78 @@ fn tri(cond: Bits, valid: Bits, null_in_list: bool) -> Tri {
     Tri { t, f }
 }
 
+/// The rows of a block whose keys of column `col` pass `test` (valid or
+/// not: the condition on the stored keys), and the validity of `sel`
+/// (`None`: all valid).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn keys_cond(
+    col: usize,
+    physical: PhysicalType,
+    test: &KeyTest,
+    codes: Option<&KeyTest>,
+    cols: &ShardColumns<'_>,
+    side: Side,
+    len: usize,
+    sel: Sel<'_>,
+    scratch: &mut Scratch,
+) -> Result<(Bits, Option<Bits>)> {
+    let src = cols.column(col);
+    Ok(match side {
+        Side::Main(block) => {
+            let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
+            let Encoding::Keys(enc) = main.encoding() else {
+                return Err(Error::Internal("key test on a non-key encoding".into()));
+            };
+            (key_block(enc, block, len, test, codes, scratch), src.main_validity(block, sel))
+        }
+        Side::Delta(chunk) => (delta_keys(src.delta(), physical, chunk, len, test, scratch), src.delta_validity(chunk, sel)),
+    })
+}
+
+/// [`keys_cond`] of a string or binary column.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn bytes_cond(
+    col: usize,
+    test: &ByteTest,
+    codes: Option<&KeyTest>,
+    cols: &ShardColumns<'_>,
+    side: Side,
+    len: usize,
+    sel: Sel<'_>,
+    scratch: &mut Scratch,
+) -> Result<(Bits, Option<Bits>)> {
+    let src = cols.column(col);
+    let mut m = Bits::EMPTY;
+    Ok(match side {
+        Side::Main(block) => {
+            let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
+            let cond = match (main.encoding(), codes) {
+                (Encoding::StrDict(d), Some(c)) => packed_block(d.codes(), block, len, c, scratch),
+                _ => {
+                    let start = block * LANES;
+                    for i in 0..len {
+                        if test.test(src.main_bytes(start + i)) {
+                            m.set(i);
+                        }
+                    }
+                    m
+                }
+            };
+            (cond, src.main_validity(block, sel))
+        }
+        Side::Delta(chunk) => {
+            for i in 0..len {
+                if test.test(src.delta_bytes(chunk, i)) {
+                    m.set(i);
+                }
+            }
+            (m, src.delta_validity(chunk, sel))
+        }
+    })
+}
+
 /// Evaluates `node` on every row of a block; `sel` is `Range(0, len)`, or
 /// a mask of the live rows (expressions are still computed for every lane,
 /// but only live lanes can raise errors).
@@ -399,49 +484,11 @@ fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, sel: S
         Node::Const(Some(true)) => Tri { t: all, f: Bits::EMPTY },
         Node::Const(Some(false)) => Tri { t: Bits::EMPTY, f: all },
         Node::Keys { col, physical, test, codes } => {
-            let src = cols.column(*col);
-            let (cond, validity) = match side {
-                Side::Main(block) => {
-                    let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
-                    let Encoding::Keys(enc) = main.encoding() else {
-                        return Err(Error::Internal("key test on a non-key encoding".into()));
-                    };
-                    (key_block(enc, block, len, test, codes.as_ref(), scratch), src.main_validity(block, sel))
-                }
-                Side::Delta(chunk) => (delta_keys(src.delta(), *physical, chunk, len, test, scratch), src.delta_validity(chunk, sel)),
-            };
+            let (cond, validity) = keys_cond(*col, *physical, test, codes.as_ref(), cols, side, len, sel, scratch)?;
             tri(cond, validity.unwrap_or(all), test.null_in_list())
         }
         Node::Bytes { col, test, codes } => {
-            let src = cols.column(*col);
-            let (cond, validity) = match side {
-                Side::Main(block) => {
-                    let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
-                    let cond = match (main.encoding(), codes.as_ref()) {
-                        (Encoding::StrDict(d), Some(c)) => packed_block(d.codes(), block, len, c, scratch),
-                        _ => {
-                            let start = block * LANES;
-                            let mut m = Bits::EMPTY;
-                            for i in 0..len {
-                                if test.test(src.main_bytes(start + i)) {
-                                    m.set(i);
-                                }
-                            }
-                            m
-                        }
-                    };
-                    (cond, src.main_validity(block, sel))
-                }
-                Side::Delta(chunk) => {
-                    let mut m = Bits::EMPTY;
-                    for i in 0..len {
-                        if test.test(src.delta_bytes(chunk, i)) {
-                            m.set(i);
-                        }
-                    }
-                    (m, src.delta_validity(chunk, sel))
-                }
-            };
+            let (cond, validity) = bytes_cond(*col, test, codes.as_ref(), cols, side, len, sel, scratch)?;
             tri(cond, validity.unwrap_or(all), test.null_in_list())
         }
         Node::IsNull { col } => {
