@@ -18,7 +18,8 @@
 //! "same_answer"}` with `exec_ratio = memtable_exec_ms / quiverdb_exec_ms`
 //! and `plan_ms` quiverdb's planning time. `--partitions 0` runs 1 and 2.
 //! `--query Q4` runs one query; `--engine quiverdb` (or `memtable`) runs
-//! one side only, for profiling (no ratio, no answer check).
+//! one side only, for profiling (no ratio, no answer check); `--explain
+//! 1` prints each query's physical plan on both sides first.
 
 #[path = "common/seed.rs"]
 mod seed;
@@ -183,6 +184,13 @@ async fn main() -> Result<(), BoxError> {
         for q in queries() {
             if only.as_deref().is_some_and(|o| o != q.name) {
                 continue;
+            }
+            if seed::flag(&flags, "explain", 0)? != 0 {
+                for (side, ctx) in [("quiverdb", &quiver), ("MemTable", &memtable)] {
+                    let physical = plan(ctx, &q.sql).await?;
+                    let shown = datafusion::physical_plan::displayable(physical.as_ref()).indent(false);
+                    println!("{} P={p} on {side}:\n{shown}", q.name);
+                }
             }
             let (qp, qe, qa) = if run_quiver { measure(&quiver, &q.sql, runs).await? } else { (f64::NAN, f64::NAN, Vec::new()) };
             let (mp, me, ma) = if run_memtable { measure(&memtable, &q.sql, runs).await? } else { (f64::NAN, f64::NAN, Vec::new()) };
