@@ -125,6 +125,21 @@ impl DisplayAs for QuiverScanExec {
     }
 }
 
+impl QuiverScanExec {
+    /// Statistics of partition `p`'s shards (computed once).
+    fn group_statistics(&self, p: usize) -> Arc<Statistics> {
+        let stats = self.stats[p].get_or_init(|| {
+            let inexact = self.source.filtered() || self.has_residual() || self.limit.is_some();
+            let mut s = statistics(&self.source.snapshot, &self.groups[p], &self.projection, inexact);
+            if let Some(l) = self.limit {
+                s.num_rows = s.num_rows.min(&datafusion::common::stats::Precision::Inexact(l));
+            }
+            Arc::new(s)
+        });
+        Arc::clone(stats)
+    }
+}
+
 impl ExecutionPlan for QuiverScanExec {
     fn name(&self) -> &str {
         "QuiverScanExec"
@@ -182,20 +197,24 @@ impl ExecutionPlan for QuiverScanExec {
     }
 
     fn statistics_from_inputs(&self, _input_stats: &[Arc<Statistics>], args: &StatisticsArgs) -> Result<Arc<Statistics>> {
-        let (slot, shards) = match args.partition() {
-            Some(p) if p < self.groups.len() => (&self.stats[p], self.groups[p].clone()),
-            Some(p) => return datafusion::common::internal_err!("QuiverScanExec has no partition {p}"),
-            None => (&self.stats[self.groups.len()], self.groups.concat()),
-        };
-        let stats = slot.get_or_init(|| {
-            let inexact = self.source.filtered() || self.has_residual() || self.limit.is_some();
-            let mut s = statistics(&self.source.snapshot, &shards, &self.projection, inexact);
-            if let Some(l) = self.limit {
-                s.num_rows = s.num_rows.min(&datafusion::common::stats::Precision::Inexact(l));
+        match args.partition() {
+            Some(p) if p < self.groups.len() => Ok(self.group_statistics(p)),
+            Some(p) => datafusion::common::internal_err!("QuiverScanExec has no partition {p}"),
+            // The whole scan: its partitions' statistics merged, so each
+            // group's shards are read once however the optimizer asks.
+            None => {
+                let slot = &self.stats[self.groups.len()];
+                if let Some(s) = slot.get() {
+                    return Ok(Arc::clone(s));
+                }
+                let parts: Vec<Arc<Statistics>> = (0..self.groups.len()).map(|p| self.group_statistics(p)).collect();
+                let mut merged = Statistics::try_merge_iter(parts.iter().map(|s| s.as_ref()), self.schema().as_ref())?;
+                if let Some(l) = self.limit {
+                    merged.num_rows = merged.num_rows.min(&datafusion::common::stats::Precision::Inexact(l));
+                }
+                Ok(Arc::clone(slot.get_or_init(|| Arc::new(merged))))
             }
-            Arc::new(s)
-        });
-        Ok(Arc::clone(stats))
+        }
     }
 
     fn supports_limit_pushdown(&self) -> bool {
