@@ -1469,12 +1469,13 @@ fn random_predicates_and_reducers_match_the_reference() {
     assert!(pruned > 0, "no filter let planning leave a shard out");
 }
 
-/// GROUP BY a dictionary string column without nulls, the case the
-/// aggregate kernel folds by dictionary code: whole tables (every main row
-/// by code), deleted rows and filters (some blocks by code, the others
-/// not), and limits that cut a shard short, against the reference.
+/// GROUP BY a dictionary string column without nulls, or by an integer
+/// function of an integer column without nulls (`b / 10`), the cases the
+/// aggregate kernel folds by dictionary code or by value: whole tables
+/// (every main row so), deleted rows and filters (some blocks so, the
+/// others not), and limits that cut a shard short, against the reference.
 #[test]
-fn grouping_by_a_dictionary_string_matches_the_reference() {
+fn grouping_by_code_or_value_matches_the_reference() {
     let mut m = Mismatches::default();
     let mut by_code_shards = 0; // shards whose `s` is a dictionary without nulls
     for t in 0..16u64 {
@@ -1485,6 +1486,12 @@ fn grouping_by_a_dictionary_string_matches_the_reference() {
         let (mut fx, mut rng) = Fixture::with_profile(seed, capacity, size, |p| {
             p.nulls[S] = 0.0;
             p.shapes[S] = *pick(&mut size_rng, &[Shape::FewDistinct, Shape::Runs, Shape::Ascending, Shape::Ascending, Shape::Extremes]);
+            // Integer keys: narrow ranges (folded by value), or a wide
+            // sequence (not).
+            for c in [A, B, C] {
+                p.nulls[c] = 0.0;
+                p.shapes[c] = *pick(&mut size_rng, &[Shape::SmallRange, Shape::FewDistinct, Shape::Runs, Shape::Ascending, Shape::Sequence]);
+            }
         });
         // Main storage of several blocks per shard; a few deleted rows in
         // half the tables.
@@ -1501,8 +1508,12 @@ fn grouping_by_a_dictionary_string_matches_the_reference() {
                 main.column(S).is_some_and(|c| matches!(c.encoding(), Encoding::StrDict(_)) && c.null_count() == 0)
             })
             .count();
-        let keys = [col(S)];
         for q in 0..12 {
+            let keys = match q % 4 {
+                0 | 1 => vec![col(S)],
+                2 => vec![pick(&mut rng, &[ar(col(B), ArithOp::Div, lit(Scalar::Int(10), Ty::I32)), ar(col(A), ArithOp::Rem, lit(Scalar::Int(7), Ty::I64))]).clone()],
+                _ => vec![ar(col(C), ArithOp::Rem, lit(Scalar::UInt(5), Ty::U32))],
+            };
             // Random filters; a prefix of the ids (whole blocks, then part
             // of one); none.
             let filter = match q % 3 {
@@ -1519,9 +1530,10 @@ fn grouping_by_a_dictionary_string_matches_the_reference() {
                 let r = compare_aggregation(&out, &expected, &keys, &aggs);
                 m.check(r.is_ok(), || {
                     format!(
-                        "{} query {q}\n  SELECT {} GROUP BY s WHERE {}\n  {}\n  {}",
+                        "{} query {q}\n  SELECT {} GROUP BY {} WHERE {}\n  {}\n  {}",
                         fx.desc,
                         show_aggs(&aggs),
+                        show_exprs(&keys),
                         show_filter(f),
                         show_opts(&o),
                         r.clone().expect_err("a mismatch")
@@ -1547,10 +1559,10 @@ fn grouping_by_a_dictionary_string_matches_the_reference() {
                     *n > 0 && matches!(have, Some(Some(V::I(h))) if h >= *n)
                 }) && total == limit.min(rows.len()) as i128
             });
-            m.check(ok, || format!("{} query {q}: COUNT(*) GROUP BY s WHERE {} LIMIT {limit}: {out:?}", fx.desc, show_filter(f)));
+            m.check(ok, || format!("{} query {q}: COUNT(*) GROUP BY {} WHERE {} LIMIT {limit}: {out:?}", fx.desc, show_exprs(&keys), show_filter(f)));
         }
     }
-    m.assert_none("grouping_by_a_dictionary_string_matches_the_reference");
+    m.assert_none("grouping_by_code_or_value_matches_the_reference");
     assert!(by_code_shards >= 16, "only {by_code_shards} shards hold `s` as a dictionary without nulls");
 }
 

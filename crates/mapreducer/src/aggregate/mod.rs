@@ -32,7 +32,7 @@ use quiverdb_storage::main::strings::StrDict;
 
 use self::groups::{float_group_bits, BytesMap, Groups, HashMapKeys, IntMap, KeyId, KeyMap, KeyValue, MAX_KEYS};
 use self::state::{MinMaxDomain, StateColumn, StateKind, SumDomain};
-use crate::columns::{ColumnSource, Scratch, ShardColumns, gather_keys};
+use crate::columns::{ColumnSource, Scratch, ShardColumns, gather_keys, key_to_num};
 use crate::error::{Error, Result};
 use crate::expr::{CompiledExpr, MapExpr, Operand, Side};
 use crate::output::{bytes_array, f64_array, i64_array, native_array, nulls_from};
@@ -416,7 +416,7 @@ enum KeyInput {
     Num(CompiledExpr),
     /// An integer function of one integer column (`category % 100`):
     /// evaluated once per distinct column value, see [`KeyMemo`].
-    Memo { column: Box<CompiledExpr>, expr: CompiledExpr, memo: KeyMemo },
+    Memo { col: usize, column: Box<CompiledExpr>, expr: CompiledExpr, memo: KeyMemo },
     Bytes { col: usize, cache: DictCache },
 }
 
@@ -534,6 +534,12 @@ impl DictCache {
 /// [`StrDict`]); otherwise the codes of the blocks that did are decoded
 /// again to find them.
 ///
+/// A group key that is an integer function of one integer column
+/// (`category % 100`, see [`KeyMemo`]) folds the same way by the column's
+/// value when the shard's values span less than [`groups::DENSE_WINDOW`]
+/// and a COUNT(*) is among the aggregates: its per-value counts tell which
+/// values have rows, and each of those is mapped to its group once.
+///
 /// Until then the accumulator counts the shard as deferred, and reports an
 /// error rather than a result if it is used before the shard is finished.
 #[derive(Debug, Default)]
@@ -549,6 +555,38 @@ struct ByCode {
     present: Vec<u64>,
     /// (group, code) of the codes with rows, when merging.
     pairs: Vec<(u32, u32)>,
+    /// For a memoised integer key ([`KeyMemo`]) instead of a dictionary:
+    /// the least key of the column in the shard (a row's slot is its key
+    /// minus it); its COUNT(*) state says which slots have rows.
+    lo: Option<u64>,
+}
+
+impl ByCode {
+    /// Starts holding rows of `acc` in `slots` states per aggregate (a
+    /// shard of `rows` main rows), unless it already does.
+    fn begin(&mut self, acc: &mut AccState, kinds: &[StateKind], slots: usize, rows: usize, lo: Option<u64>) -> Result<()> {
+        if self.token == acc.token {
+            return Ok(());
+        }
+        if self.token != 0 {
+            return Err(Error::Internal("a kernel holds rows of another aggregate by code".into()));
+        }
+        self.token = acc.token;
+        self.lo = lo;
+        self.blocks.clear();
+        // One allocation for the shard's blocks, however many.
+        self.blocks.reserve(rows.div_ceil(LANES));
+        self.rows = 0;
+        if self.states.len() != kinds.len() {
+            self.states = kinds.iter().map(StateColumn::new).collect();
+        }
+        for s in &mut self.states {
+            s.clear();
+            s.ensure(slots);
+        }
+        acc.deferred += 1;
+        Ok(())
+    }
 }
 
 /// The [`Kernel`] of an aggregation over one shard.
@@ -560,6 +598,11 @@ pub struct AggregateKernel {
     key_ids: Vec<Box<[u32; LANES]>>,
     gids: Box<[u32; LANES]>,
     by_code: ByCode,
+    /// The aggregate that is COUNT(*), if one is.
+    count_star: Option<usize>,
+    /// The key range of a memoised key's column in the open shard, when
+    /// its blocks may fold by value (see [`ByCode`]).
+    value_range: Option<(u64, u64)>,
 }
 
 impl AggregateKernel {
@@ -590,6 +633,7 @@ impl AggregateKernel {
                         let expr = CompiledExpr::compile(k, schema)?;
                         match expr.integer_function_of() {
                             Some(c) => KeyInput::Memo {
+                                col: c,
                                 column: Box::new(CompiledExpr::compile(&MapExpr::col(c), schema)?),
                                 expr,
                                 memo: KeyMemo::default(),
@@ -603,7 +647,8 @@ impl AggregateKernel {
             })
             .collect::<Result<Vec<_>>>()?;
         let key_ids = (0..keys.len()).map(|_| Box::new([0u32; LANES])).collect();
-        Ok(Self { spec, inputs, keys, key_ids, gids: Box::new([0; LANES]), by_code: ByCode::default() })
+        let count_star = spec.aggregates.iter().position(|a| a.func == AggFunc::CountStar);
+        Ok(Self { spec, inputs, keys, key_ids, gids: Box::new([0; LANES]), by_code: ByCode::default(), count_star, value_range: None })
     }
 
     fn process(&mut self, cols: &ShardColumns<'_>, mut acc: AggregateAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> AggregateAcc {
@@ -625,6 +670,11 @@ impl AggregateKernel {
         }
         if let Some((dict, rows)) = by_code_block(&self.keys, cols, side, sel) {
             return self.fold_by_code(dict, rows, cols, acc, side, sel, scratch);
+        }
+        if let (Some((lo, hi)), Side::Main(block), Sel::Range(0, end)) = (self.value_range, side, sel)
+            && end == cols.block_len(block)
+        {
+            return self.fold_by_value(lo, hi, end, cols, acc, side, sel, scratch);
         }
         self.flush_by_code(cols, acc, scratch)?;
         self.assign_groups(cols, acc, side, sel, scratch)?;
@@ -650,24 +700,7 @@ impl AggregateKernel {
     ) -> Result<()> {
         let Side::Main(block) = side else { return Err(Error::Internal("delta rows by code".into())) };
         let bc = &mut self.by_code;
-        if bc.token != acc.token {
-            if bc.token != 0 {
-                return Err(Error::Internal("a kernel holds rows of another aggregate by code".into()));
-            }
-            bc.token = acc.token;
-            bc.blocks.clear();
-            // One allocation for the shard's blocks, however many.
-            bc.blocks.reserve(dict.len().div_ceil(LANES));
-            bc.rows = 0;
-            if bc.states.len() != self.spec.kinds.len() {
-                bc.states = self.spec.kinds.iter().map(StateColumn::new).collect();
-            }
-            for s in &mut bc.states {
-                s.clear();
-                s.ensure(dict.dict_len());
-            }
-            acc.deferred += 1;
-        }
+        bc.begin(acc, &self.spec.kinds, dict.dict_len(), dict.len(), None)?;
         gather_keys(dict.codes(), block * LANES, dict.len(), sel, scratch);
         for (g, &code) in self.gids[..rows].iter_mut().zip(&scratch.keys[..rows]) {
             *g = code as u32;
@@ -676,6 +709,39 @@ impl AggregateKernel {
             grouped::fold(&mut bc.states[i], &self.spec.kinds[i], input, cols, side, sel, scratch, &self.gids)?;
         }
         bc.blocks.push(block as u32);
+        bc.rows += rows;
+        Ok(())
+    }
+
+    /// Folds main block `side` (all of its `rows`) into the per-value
+    /// states of [`ByCode`]; the memoised key's column has keys `lo..=hi`
+    /// in this shard.
+    #[allow(clippy::too_many_arguments)]
+    fn fold_by_value(
+        &mut self,
+        lo: u64,
+        hi: u64,
+        rows: usize,
+        cols: &ShardColumns<'_>,
+        acc: &mut AccState,
+        side: Side,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        let (Side::Main(block), [KeyInput::Memo { col, .. }]) = (side, self.keys.as_slice()) else {
+            return Err(Error::Internal("rows by value without a memoised key".into()));
+        };
+        let Some(main) = cols.column(*col).main() else { return Err(Error::Internal("rows by value without main rows".into())) };
+        let Encoding::Keys(enc) = main.encoding() else { return Err(Error::Internal("rows by value without keys".into())) };
+        let bc = &mut self.by_code;
+        bc.begin(acc, &self.spec.kinds, (hi - lo) as usize + 1, main.len(), Some(lo))?;
+        gather_keys(enc, block * LANES, main.len(), sel, scratch);
+        for (g, &key) in self.gids[..rows].iter_mut().zip(&scratch.keys[..rows]) {
+            *g = (key - lo) as u32;
+        }
+        for (i, input) in self.inputs.iter_mut().enumerate() {
+            grouped::fold(&mut bc.states[i], &self.spec.kinds[i], input, cols, side, sel, scratch, &self.gids)?;
+        }
         bc.rows += rows;
         Ok(())
     }
@@ -692,6 +758,30 @@ impl AggregateKernel {
         }
         bc.token = 0;
         acc.deferred -= 1;
+        if let Some(lo) = bc.lo {
+            let (Some(KeyInput::Memo { col, expr, memo, .. }), Some(map), Some(c)) = (self.keys.first_mut(), acc.groups.keys.first_mut(), self.count_star) else {
+                return Err(Error::Internal("rows by value without a memoised key and a COUNT(*)".into()));
+            };
+            let StateColumn::Count(counts) = &bc.states[c] else { return Err(Error::Internal("COUNT(*) without a count state".into())) };
+            let physical = cols.column(*col).physical();
+            memo.bind(acc.token);
+            bc.pairs.clear();
+            for (slot, &n) in counts.iter().enumerate() {
+                if n == 0 {
+                    continue;
+                }
+                let Num::I64(v) = key_to_num(physical, lo + slot as u64) else {
+                    return Err(Error::Internal("a memoised key over a non-integer column".into()));
+                };
+                bc.pairs.push((memo_id(expr, memo, map, v)?, slot as u32));
+            }
+            acc.groups.len = map.len();
+            for (i, state) in acc.states.iter_mut().enumerate() {
+                state.ensure(acc.groups.len);
+                state.merge_entries(&bc.states[i], &bc.pairs, &self.spec.kinds[i])?;
+            }
+            return Ok(());
+        }
         let (Some(KeyInput::Bytes { col, cache }), Some(KeyMap::Bytes(map))) = (self.keys.first_mut(), acc.groups.keys.first_mut()) else {
             return Err(Error::Internal("rows by code without a string key".into()));
         };
@@ -743,7 +833,7 @@ impl AggregateKernel {
             let ids = if single { &mut self.gids } else { &mut self.key_ids[k] };
             let map = &mut acc.groups.keys[k];
             match key {
-                KeyInput::Memo { column, expr, memo } if !memo.off => {
+                KeyInput::Memo { column, expr, memo, .. } if !memo.off => {
                     memo_key_ids(column, expr, memo, map, token, cols, side, sel, &active, ids, scratch)?;
                 }
                 KeyInput::Num(expr) | KeyInput::Memo { expr, .. } => match expr.eval(cols, side, sel, scratch)? {
@@ -812,6 +902,25 @@ fn num_key(n: Num) -> KeyValue<'static> {
         Num::F64(x) => KeyValue::F64(x),
         Num::I128(x) => KeyValue::I128(x),
     }
+}
+
+/// The key id of `f(v)` for a memoised integer key `expr` = f(column):
+/// from the memo when it holds `v`, else evaluated (and memoised).
+fn memo_id(expr: &CompiledExpr, memo: &mut KeyMemo, map: &mut KeyMap, v: i64) -> Result<KeyId> {
+    let slot = memo.slot_for(v);
+    if let Some(s) = slot
+        && memo.slots[s] != u32::MAX
+    {
+        return Ok(memo.slots[s]);
+    }
+    let id = match expr.eval_one(Some(Num::I64(v)))? {
+        None => map.null(),
+        Some(n) => map.id_of(&num_key(n))?,
+    };
+    if let Some(s) = slot {
+        memo.fill(s, v, id);
+    }
+    Ok(id)
 }
 
 /// Key ids of a memoised integer key `expr` = f(`column`) (see [`KeyMemo`]).
@@ -981,10 +1090,25 @@ pub(super) fn column_validity(src: &ColumnSource<'_>, side: Side, sel: Sel<'_>) 
 impl Kernel for AggregateKernel {
     type Acc = AggregateAcc;
 
-    fn open(&mut self, _cols: &ShardColumns<'_>) -> Result<()> {
+    fn open(&mut self, cols: &ShardColumns<'_>) -> Result<()> {
         // Rows of an unfinished shard are dropped; their accumulator
         // reports it (see [`ByCode`]).
         self.by_code.token = 0;
+        // A memoised key's column may fold by value in this shard: keys
+        // without nulls spanning less than the dense window, integers,
+        // and a COUNT(*) to tell which values have rows.
+        self.value_range = None;
+        if let (Some(_), [KeyInput::Memo { col, memo, .. }]) = (self.count_star, self.keys.as_slice())
+            && !memo.off
+            && let Some(main) = cols.column(*col).main()
+            && matches!(main.encoding(), Encoding::Keys(_))
+            && main.null_count() == 0
+            && let Some((lo, hi)) = main.key_range()
+            && hi - lo < groups::DENSE_WINDOW as u64
+            && matches!(key_to_num(cols.column(*col).physical(), lo), Num::I64(_))
+        {
+            self.value_range = Some((lo, hi));
+        }
         // Another shard's dictionary may sit at the address of the last
         // one: compare contents from here on.
         for key in &mut self.keys {
