@@ -32,7 +32,7 @@ use quiverdb_storage::main::strings::StrDict;
 
 use self::groups::{float_group_bits, BytesMap, Groups, HashMapKeys, IntMap, KeyId, KeyMap, KeyValue, MAX_KEYS};
 use self::state::{MinMaxDomain, StateColumn, StateKind, SumDomain};
-use crate::columns::{ColumnSource, Scratch, ShardColumns, gather_keys, key_to_num};
+use crate::columns::{ColumnSource, KeySource, Scratch, ShardColumns, gather_keys, key_to_num};
 use crate::error::{Error, Result};
 use crate::expr::{CompiledExpr, MapExpr, Operand, Side};
 use crate::output::{bytes_array, f64_array, i64_array, native_array, nulls_from};
@@ -698,19 +698,7 @@ impl AggregateKernel {
         sel: Sel<'_>,
         scratch: &mut Scratch,
     ) -> Result<()> {
-        let Side::Main(block) = side else { return Err(Error::Internal("delta rows by code".into())) };
-        let bc = &mut self.by_code;
-        bc.begin(acc, &self.spec.kinds, dict.dict_len(), dict.len(), None)?;
-        gather_keys(dict.codes(), block * LANES, dict.len(), sel, scratch);
-        for (g, &code) in self.gids[..rows].iter_mut().zip(&scratch.keys[..rows]) {
-            *g = code as u32;
-        }
-        for (i, input) in self.inputs.iter_mut().enumerate() {
-            grouped::fold(&mut bc.states[i], &self.spec.kinds[i], input, cols, side, sel, scratch, &self.gids)?;
-        }
-        bc.blocks.push(block as u32);
-        bc.rows += rows;
-        Ok(())
+        self.fold_slots(dict.codes(), dict.len(), dict.dict_len(), None, rows, cols, acc, side, sel, scratch)
     }
 
     /// Folds main block `side` (all of its `rows`) into the per-value
@@ -728,20 +716,43 @@ impl AggregateKernel {
         sel: Sel<'_>,
         scratch: &mut Scratch,
     ) -> Result<()> {
-        let (Side::Main(block), [KeyInput::Memo { col, .. }]) = (side, self.keys.as_slice()) else {
+        let [KeyInput::Memo { col, .. }] = self.keys.as_slice() else {
             return Err(Error::Internal("rows by value without a memoised key".into()));
         };
         let Some(main) = cols.column(*col).main() else { return Err(Error::Internal("rows by value without main rows".into())) };
         let Encoding::Keys(enc) = main.encoding() else { return Err(Error::Internal("rows by value without keys".into())) };
+        self.fold_slots(enc, main.len(), (hi - lo) as usize + 1, Some(lo), rows, cols, acc, side, sel, scratch)
+    }
+
+    /// Folds main block `side` (all of its `rows`) into [`ByCode`]'s
+    /// `slots` states per aggregate: a row's slot is its key in `keys` (a
+    /// column of `len` rows) minus `lo` (0 for codes).
+    #[allow(clippy::too_many_arguments)]
+    fn fold_slots(
+        &mut self,
+        keys: &impl KeySource,
+        len: usize,
+        slots: usize,
+        lo: Option<u64>,
+        rows: usize,
+        cols: &ShardColumns<'_>,
+        acc: &mut AccState,
+        side: Side,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        let Side::Main(block) = side else { return Err(Error::Internal("delta rows by code".into())) };
         let bc = &mut self.by_code;
-        bc.begin(acc, &self.spec.kinds, (hi - lo) as usize + 1, main.len(), Some(lo))?;
-        gather_keys(enc, block * LANES, main.len(), sel, scratch);
+        bc.begin(acc, &self.spec.kinds, slots, len, lo)?;
+        gather_keys(keys, block * LANES, len, sel, scratch);
+        let base = lo.unwrap_or(0);
         for (g, &key) in self.gids[..rows].iter_mut().zip(&scratch.keys[..rows]) {
-            *g = (key - lo) as u32;
+            *g = (key - base) as u32;
         }
         for (i, input) in self.inputs.iter_mut().enumerate() {
             grouped::fold(&mut bc.states[i], &self.spec.kinds[i], input, cols, side, sel, scratch, &self.gids)?;
         }
+        bc.blocks.push(block as u32);
         bc.rows += rows;
         Ok(())
     }
