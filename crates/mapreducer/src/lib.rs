@@ -24,7 +24,8 @@
 //! `count·reference + Σ deltas`, constant and sequence blocks sum in O(1),
 //! MIN/MAX of a whole block come from its zone map, and dictionary
 //! strings group by code (whole blocks fold into per-code states, mapped
-//! to groups once per shard). Nothing under `stream` allocates per row, and
+//! to groups once per shard), as integer functions of a narrow integer
+//! column do by value. Nothing under `stream` allocates per row, and
 //! errors (overflow, division by zero) travel inside the accumulator, so
 //! `(acc, recids)` could be shipped to another process.
 //!

@@ -668,13 +668,26 @@ impl AggregateKernel {
             }
             return Ok(());
         }
-        if let Some((dict, rows)) = by_code_block(&self.keys, cols, side, sel) {
-            return self.fold_by_code(dict, rows, cols, acc, side, sel, scratch);
-        }
-        if let (Some((lo, hi)), Side::Main(block), Sel::Range(0, end)) = (self.value_range, side, sel)
-            && end == cols.block_len(block)
+        // A whole main block of one key column folds by dictionary code
+        // (no nulls in the shard) or by value (see [`ByCode`]).
+        let key_col = match self.keys.as_slice() {
+            [KeyInput::Bytes { col, .. }] => Some((*col, false)),
+            [KeyInput::Memo { col, .. }] => Some((*col, true)),
+            _ => None,
+        };
+        if let (Some((col, memo)), Side::Main(block), Sel::Range(0, rows)) = (key_col, side, sel)
+            && rows == cols.block_len(block)
+            && let Some(main) = cols.column(col).main()
         {
-            return self.fold_by_value(lo, hi, end, cols, acc, side, sel, scratch);
+            match (main.encoding(), memo, self.value_range) {
+                (Encoding::StrDict(dict), false, _) if main.null_count() == 0 => {
+                    return self.fold_slots(dict.codes(), main.len(), dict.dict_len(), None, block, rows, cols, acc, sel, scratch);
+                }
+                (Encoding::Keys(enc), true, Some((lo, hi))) => {
+                    return self.fold_slots(enc, main.len(), (hi - lo) as usize + 1, Some(lo), block, rows, cols, acc, sel, scratch);
+                }
+                _ => {}
+            }
         }
         self.flush_by_code(cols, acc, scratch)?;
         self.assign_groups(cols, acc, side, sel, scratch)?;
@@ -685,48 +698,9 @@ impl AggregateKernel {
         Ok(())
     }
 
-    /// Folds main block `side` (all of its `rows`) into the per-code states
-    /// of [`ByCode`].
-    #[allow(clippy::too_many_arguments)]
-    fn fold_by_code(
-        &mut self,
-        dict: &StrDict,
-        rows: usize,
-        cols: &ShardColumns<'_>,
-        acc: &mut AccState,
-        side: Side,
-        sel: Sel<'_>,
-        scratch: &mut Scratch,
-    ) -> Result<()> {
-        self.fold_slots(dict.codes(), dict.len(), dict.dict_len(), None, rows, cols, acc, side, sel, scratch)
-    }
-
-    /// Folds main block `side` (all of its `rows`) into the per-value
-    /// states of [`ByCode`]; the memoised key's column has keys `lo..=hi`
-    /// in this shard.
-    #[allow(clippy::too_many_arguments)]
-    fn fold_by_value(
-        &mut self,
-        lo: u64,
-        hi: u64,
-        rows: usize,
-        cols: &ShardColumns<'_>,
-        acc: &mut AccState,
-        side: Side,
-        sel: Sel<'_>,
-        scratch: &mut Scratch,
-    ) -> Result<()> {
-        let [KeyInput::Memo { col, .. }] = self.keys.as_slice() else {
-            return Err(Error::Internal("rows by value without a memoised key".into()));
-        };
-        let Some(main) = cols.column(*col).main() else { return Err(Error::Internal("rows by value without main rows".into())) };
-        let Encoding::Keys(enc) = main.encoding() else { return Err(Error::Internal("rows by value without keys".into())) };
-        self.fold_slots(enc, main.len(), (hi - lo) as usize + 1, Some(lo), rows, cols, acc, side, sel, scratch)
-    }
-
-    /// Folds main block `side` (all of its `rows`) into [`ByCode`]'s
+    /// Folds main block `block` (all of its `rows`) into [`ByCode`]'s
     /// `slots` states per aggregate: a row's slot is its key in `keys` (a
-    /// column of `len` rows) minus `lo` (0 for codes).
+    /// column of `len` rows) minus `lo` (none for dictionary codes).
     #[allow(clippy::too_many_arguments)]
     fn fold_slots(
         &mut self,
@@ -734,14 +708,13 @@ impl AggregateKernel {
         len: usize,
         slots: usize,
         lo: Option<u64>,
+        block: usize,
         rows: usize,
         cols: &ShardColumns<'_>,
         acc: &mut AccState,
-        side: Side,
         sel: Sel<'_>,
         scratch: &mut Scratch,
     ) -> Result<()> {
-        let Side::Main(block) = side else { return Err(Error::Internal("delta rows by code".into())) };
         let bc = &mut self.by_code;
         bc.begin(acc, &self.spec.kinds, slots, len, lo)?;
         gather_keys(keys, block * LANES, len, sel, scratch);
@@ -750,15 +723,15 @@ impl AggregateKernel {
             *g = (key - base) as u32;
         }
         for (i, input) in self.inputs.iter_mut().enumerate() {
-            grouped::fold(&mut bc.states[i], &self.spec.kinds[i], input, cols, side, sel, scratch, &self.gids)?;
+            grouped::fold(&mut bc.states[i], &self.spec.kinds[i], input, cols, Side::Main(block), sel, scratch, &self.gids)?;
         }
         bc.blocks.push(block as u32);
         bc.rows += rows;
         Ok(())
     }
 
-    /// Merges the per-code states of [`ByCode`], if any, into `acc`'s
-    /// groups.
+    /// Merges the per-code (or per-value) states of [`ByCode`], if any,
+    /// into `acc`'s groups.
     fn flush_by_code(&mut self, cols: &ShardColumns<'_>, acc: &mut AccState, scratch: &mut Scratch) -> Result<()> {
         let bc = &mut self.by_code;
         if bc.token == 0 {
@@ -1077,17 +1050,6 @@ fn bytes_key_ids(
         }
         Side::Delta(chunk) => sel_offsets(sel, &valid, |l, o| ids[l] = map.id(src.delta_bytes(chunk, o))),
     }
-}
-
-/// The dictionary of main block `side` and its rows when the block may be
-/// folded by code ([`ByCode`]): one group key, a dictionary string column
-/// without nulls, and every row of the block selected.
-fn by_code_block<'c>(keys: &[KeyInput], cols: &'c ShardColumns<'_>, side: Side, sel: Sel<'_>) -> Option<(&'c StrDict, usize)> {
-    let ([KeyInput::Bytes { col, .. }], Side::Main(block), Sel::Range(0, end)) = (keys, side, sel) else { return None };
-    let main = cols.column(*col).main()?;
-    let Encoding::StrDict(dict) = main.encoding() else { return None };
-    let rows = LANES.min(dict.len() - block * LANES);
-    (end == rows && main.null_count() == 0).then_some((dict, rows))
 }
 
 /// The validity of a column's rows `sel`, or `None` when all are valid.

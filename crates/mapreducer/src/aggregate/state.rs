@@ -191,46 +191,9 @@ impl StateColumn {
     /// Empties to no groups, keeping the capacity (for states reused
     /// shard after shard).
     pub(crate) fn clear(&mut self) {
-        match self {
-            StateColumn::Count(c) => c.clear(),
-            StateColumn::SumI { sum, n } => {
-                sum.partial.clear();
-                sum.total.clear();
-                sum.headroom = i64::MAX as u64;
-                n.clear();
-            }
-            StateColumn::SumU { sum, n } => {
-                sum.clear();
-                n.clear();
-            }
-            StateColumn::SumF { sum, n } => {
-                sum.clear();
-                n.clear();
-            }
-            StateColumn::SumD { sum, n } => {
-                sum.clear();
-                n.clear();
-            }
-            StateColumn::MinMaxI { v, has } => {
-                v.clear();
-                has.clear();
-            }
-            StateColumn::MinMaxU { v, has } => {
-                v.clear();
-                has.clear();
-            }
-            StateColumn::MinMaxF { v, has } => {
-                v.clear();
-                has.clear();
-            }
-            StateColumn::MinMaxD { v, has } => {
-                v.clear();
-                has.clear();
-            }
-            StateColumn::MinMaxB { v, has } => {
-                v.clear();
-                has.clear();
-            }
+        self.ensure(0);
+        if let StateColumn::SumI { sum, .. } = self {
+            sum.headroom = i64::MAX as u64;
         }
     }
 

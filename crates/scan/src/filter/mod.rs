@@ -112,18 +112,11 @@ impl<'a> ShardFilter<'a> {
             Some(l) => Sel::Mask(&l.0, len),
             None => Sel::Range(0, len),
         };
-        match &mut self.root {
-            // A key or string test alone (the common filter): its TRUE
-            // lanes without the FALSE ones.
-            Node::Keys { col, physical, test, codes } => {
-                let (cond, validity) = keys_cond(*col, *physical, test, codes.as_ref(), &self.cols, side, len, sel, scratch)?;
-                Ok(cond.and(&validity.unwrap_or(Bits::first(len))))
-            }
-            Node::Bytes { col, test, codes } => {
-                let (cond, validity) = bytes_cond(*col, test, codes.as_ref(), &self.cols, side, len, sel, scratch)?;
-                Ok(cond.and(&validity.unwrap_or(Bits::first(len))))
-            }
-            root => Ok(eval(root, &self.cols, side, len, sel, scratch)?.t),
+        // A key or string test alone (the common filter): its TRUE lanes
+        // without the FALSE ones.
+        match leaf_cond(&self.root, &self.cols, side, len, sel, scratch)? {
+            Some(leaf) => Ok(leaf.cond.and(&leaf.validity.unwrap_or(Bits::first(len)))),
+            None => Ok(eval(&mut self.root, &self.cols, side, len, sel, scratch)?.t),
         }
     }
 }
@@ -402,76 +395,72 @@ fn tri(cond: Bits, valid: Bits, null_in_list: bool) -> Tri {
     Tri { t, f }
 }
 
-/// The rows of a block whose keys of column `col` pass `test` (valid or
-/// not: the condition on the stored keys), and the validity of `sel`
-/// (`None`: all valid).
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn keys_cond(
-    col: usize,
-    physical: PhysicalType,
-    test: &KeyTest,
-    codes: Option<&KeyTest>,
-    cols: &ShardColumns<'_>,
-    side: Side,
-    len: usize,
-    sel: Sel<'_>,
-    scratch: &mut Scratch,
-) -> Result<(Bits, Option<Bits>)> {
-    let src = cols.column(col);
-    Ok(match side {
-        Side::Main(block) => {
-            let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
-            let Encoding::Keys(enc) = main.encoding() else {
-                return Err(Error::Internal("key test on a non-key encoding".into()));
-            };
-            (key_block(enc, block, len, test, codes, scratch), src.main_validity(block, sel))
-        }
-        Side::Delta(chunk) => (delta_keys(src.delta(), physical, chunk, len, test, scratch), src.delta_validity(chunk, sel)),
-    })
+/// What a key or string test found on a block.
+struct Leaf {
+    /// The rows whose stored value passes the test (valid or not).
+    cond: Bits,
+    /// The validity of `sel` (`None`: all valid).
+    validity: Option<Bits>,
+    /// A NULL in an IN-list makes non-matches NULL, not FALSE.
+    null_in_list: bool,
 }
 
-/// [`keys_cond`] of a string or binary column.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn bytes_cond(
-    col: usize,
-    test: &ByteTest,
-    codes: Option<&KeyTest>,
-    cols: &ShardColumns<'_>,
-    side: Side,
-    len: usize,
-    sel: Sel<'_>,
-    scratch: &mut Scratch,
-) -> Result<(Bits, Option<Bits>)> {
-    let src = cols.column(col);
-    let mut m = Bits::EMPTY;
-    Ok(match side {
-        Side::Main(block) => {
-            let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
-            let cond = match (main.encoding(), codes) {
-                (Encoding::StrDict(d), Some(c)) => packed_block(d.codes(), block, len, c, scratch),
-                _ => {
-                    let start = block * LANES;
+/// [`Leaf`] of a key or string test on main block `block` or delta chunk
+/// `chunk`; `None` for every other node.
+fn leaf_cond(node: &Node, cols: &ShardColumns<'_>, side: Side, len: usize, sel: Sel<'_>, scratch: &mut Scratch) -> Result<Option<Leaf>> {
+    let (col, cond, null_in_list) = match node {
+        Node::Keys { col, physical, test, codes } => {
+            let src = cols.column(*col);
+            let cond = match side {
+                Side::Main(block) => {
+                    let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
+                    let Encoding::Keys(enc) = main.encoding() else {
+                        return Err(Error::Internal("key test on a non-key encoding".into()));
+                    };
+                    key_block(enc, block, len, test, codes.as_ref(), scratch)
+                }
+                Side::Delta(chunk) => delta_keys(src.delta(), *physical, chunk, len, test, scratch),
+            };
+            (*col, cond, test.null_in_list())
+        }
+        Node::Bytes { col, test, codes } => {
+            let src = cols.column(*col);
+            let mut m = Bits::EMPTY;
+            let cond = match side {
+                Side::Main(block) => {
+                    let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
+                    match (main.encoding(), codes) {
+                        (Encoding::StrDict(d), Some(c)) => packed_block(d.codes(), block, len, c, scratch),
+                        _ => {
+                            let start = block * LANES;
+                            for i in 0..len {
+                                if test.test(src.main_bytes(start + i)) {
+                                    m.set(i);
+                                }
+                            }
+                            m
+                        }
+                    }
+                }
+                Side::Delta(chunk) => {
                     for i in 0..len {
-                        if test.test(src.main_bytes(start + i)) {
+                        if test.test(src.delta_bytes(chunk, i)) {
                             m.set(i);
                         }
                     }
                     m
                 }
             };
-            (cond, src.main_validity(block, sel))
+            (*col, cond, test.null_in_list())
         }
-        Side::Delta(chunk) => {
-            for i in 0..len {
-                if test.test(src.delta_bytes(chunk, i)) {
-                    m.set(i);
-                }
-            }
-            (m, src.delta_validity(chunk, sel))
-        }
-    })
+        _ => return Ok(None),
+    };
+    let src = cols.column(col);
+    let validity = match side {
+        Side::Main(block) => src.main_validity(block, sel),
+        Side::Delta(chunk) => src.delta_validity(chunk, sel),
+    };
+    Ok(Some(Leaf { cond, validity, null_in_list }))
 }
 
 /// Evaluates `node` on every row of a block; `sel` is `Range(0, len)`, or
@@ -483,14 +472,10 @@ fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, sel: S
         Node::Const(None) => Tri { t: Bits::EMPTY, f: Bits::EMPTY },
         Node::Const(Some(true)) => Tri { t: all, f: Bits::EMPTY },
         Node::Const(Some(false)) => Tri { t: Bits::EMPTY, f: all },
-        Node::Keys { col, physical, test, codes } => {
-            let (cond, validity) = keys_cond(*col, *physical, test, codes.as_ref(), cols, side, len, sel, scratch)?;
-            tri(cond, validity.unwrap_or(all), test.null_in_list())
-        }
-        Node::Bytes { col, test, codes } => {
-            let (cond, validity) = bytes_cond(*col, test, codes.as_ref(), cols, side, len, sel, scratch)?;
-            tri(cond, validity.unwrap_or(all), test.null_in_list())
-        }
+        Node::Keys { .. } | Node::Bytes { .. } => match leaf_cond(node, cols, side, len, sel, scratch)? {
+            Some(leaf) => tri(leaf.cond, leaf.validity.unwrap_or(all), leaf.null_in_list),
+            None => return Err(Error::Internal("a key or string test without its leaf".into())),
+        },
         Node::IsNull { col } => {
             let src = cols.column(*col);
             let validity = match side {
