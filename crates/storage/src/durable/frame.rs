@@ -25,6 +25,10 @@
 //!   with data after it — is **corruption**, reported with its offset;
 //!   recovery refuses to go on rather than drop or misapply data.
 
+use std::io::IoSlice;
+
+use arrow_buffer::Buffer;
+
 /// Bytes of a frame header.
 pub const HEADER: usize = 13;
 
@@ -43,12 +47,148 @@ pub fn encode(kind: u8, payload: &[u8], out: &mut Vec<u8>) {
 /// the payload (so a payload can be written in place, then sealed).
 pub fn seal(kind: u8, frame: &mut [u8]) {
     let (header, payload) = frame.split_at_mut(HEADER);
-    debug_assert!(payload.len() <= MAX_PAYLOAD);
-    let len = (payload.len() as u32).to_le_bytes();
+    write_header(header, kind, payload.len(), crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload));
+}
+
+/// Writes a header for a payload of `len` bytes whose checksum (of `kind`
+/// and the payload) is `crc`.
+fn write_header(header: &mut [u8], kind: u8, len: usize, crc: u32) {
+    debug_assert!(len <= MAX_PAYLOAD);
+    let len = (len as u32).to_le_bytes();
     header[0..4].copy_from_slice(&len);
     header[4..8].copy_from_slice(&crc32c::crc32c(&len).to_le_bytes());
-    header[8..12].copy_from_slice(&crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload).to_le_bytes());
+    header[8..12].copy_from_slice(&crc.to_le_bytes());
     header[12] = kind;
+}
+
+/// Frames being written. Their bytes are held here, except for the large
+/// Arrow buffers of their payloads, which are held by reference (each
+/// with the offset in the bytes it goes before) and written to the file
+/// from where they are: a logged batch is read once, by the write, rather
+/// than copied here first. Made with [`FrameBuf::contiguous`], it copies
+/// them too.
+#[derive(Debug, Default)]
+pub struct FrameBuf {
+    bytes: Vec<u8>,
+    shared: Vec<(usize, Buffer)>,
+    /// Bytes of the buffers in `shared`.
+    shared_len: usize,
+    contiguous: bool,
+}
+
+/// Where a frame starts in a [`FrameBuf`]: its header's offset in the
+/// bytes, and the buffers held before it.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameStart {
+    at: usize,
+    shared: usize,
+    shared_len: usize,
+}
+
+impl FrameBuf {
+    /// Buffers shorter than this are copied: a piece of its own would cost
+    /// the write more than the copy.
+    const SHARE_MIN: usize = 4096;
+
+    /// A buffer that copies every byte (its frames are one slice).
+    pub fn contiguous() -> Self {
+        Self { contiguous: true, ..Self::default() }
+    }
+
+    /// The bytes, to append to.
+    pub fn bytes(&mut self) -> &mut Vec<u8> {
+        &mut self.bytes
+    }
+
+    /// Appends `buffer`: by reference if it is large (and this buffer is
+    /// not contiguous), else as a copy.
+    pub fn push_buffer(&mut self, buffer: Buffer) {
+        if self.contiguous || buffer.len() < Self::SHARE_MIN {
+            self.bytes.extend_from_slice(&buffer);
+        } else {
+            self.shared_len += buffer.len();
+            self.shared.push((self.bytes.len(), buffer));
+        }
+    }
+
+    /// Bytes held, by copy or by reference.
+    pub fn len(&self) -> usize {
+        self.bytes.len() + self.shared_len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Starts a frame: room for its header, then its payload is appended.
+    pub fn start(&mut self) -> FrameStart {
+        let start = FrameStart { at: self.bytes.len(), shared: self.shared.len(), shared_len: self.shared_len };
+        self.bytes.extend_from_slice(&[0; HEADER]);
+        start
+    }
+
+    /// Bytes of the payload of the frame started at `start`.
+    pub fn payload_len(&self, start: FrameStart) -> usize {
+        self.len() - (start.at + start.shared_len) - HEADER
+    }
+
+    /// Fills in the header of the frame started at `start`, of type `kind`,
+    /// holding everything appended since.
+    pub fn seal(&mut self, start: FrameStart, kind: u8) {
+        let len = self.payload_len(start);
+        let (before, payload) = self.bytes.split_at_mut(start.at + HEADER);
+        let mut crc = crc32c::crc32c(&[kind]);
+        let mut from = 0;
+        for (at, buffer) in &self.shared[start.shared..] {
+            let at = at - (start.at + HEADER);
+            crc = crc32c::crc32c_append(crc32c::crc32c_append(crc, &payload[from..at]), buffer);
+            from = at;
+        }
+        crc = crc32c::crc32c_append(crc, &payload[from..]);
+        write_header(&mut before[start.at..], kind, len, crc);
+    }
+
+    /// Drops the frame started at `start` and everything after it.
+    pub fn truncate(&mut self, start: FrameStart) {
+        self.bytes.truncate(start.at);
+        self.shared.truncate(start.shared);
+        self.shared_len = start.shared_len;
+    }
+
+    /// Drops every frame, keeping the memory for the next ones.
+    pub fn clear(&mut self) {
+        self.truncate(FrameStart { at: 0, shared: 0, shared_len: 0 });
+    }
+
+    /// Bytes of memory this buffer keeps when cleared.
+    pub fn capacity(&self) -> usize {
+        self.bytes.capacity()
+    }
+
+    /// The frames as slices, in order, to write with one vectored write.
+    pub fn io_slices(&self) -> Vec<IoSlice<'_>> {
+        let mut slices = Vec::with_capacity(2 * self.shared.len() + 1);
+        let mut from = 0;
+        for (at, buffer) in &self.shared {
+            if *at > from {
+                slices.push(IoSlice::new(&self.bytes[from..*at]));
+            }
+            slices.push(IoSlice::new(buffer));
+            from = *at;
+        }
+        if self.bytes.len() > from {
+            slices.push(IoSlice::new(&self.bytes[from..]));
+        }
+        slices
+    }
+
+    /// Every byte held, in order.
+    pub fn into_bytes(self) -> Vec<u8> {
+        if self.shared.is_empty() {
+            return self.bytes;
+        }
+        self.io_slices().iter().map(|s| &**s).collect::<Vec<&[u8]>>().concat()
+    }
 }
 
 /// One frame read back: its type, payload and offset in the file.
@@ -300,5 +440,42 @@ mod tests {
                 assert_eq!(err.offset, frame as u64, "bit {bit} of byte {at}");
             }
         }
+    }
+
+    #[test]
+    fn frames_holding_buffers_by_reference_are_the_frames_written_in_place() {
+        let big = |n: usize, seed: u8| Buffer::from((0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect::<Vec<u8>>());
+        let pieces: [&[Buffer]; 4] = [
+            &[big(5000, 1), big(10, 2), big(4096, 3)],
+            &[],
+            &[big(100, 4)],
+            &[big(70_000, 5), big(70_000, 6)],
+        ];
+        let mut shared = FrameBuf::default();
+        let mut copied = Vec::new();
+        for (kind, buffers) in pieces.iter().enumerate() {
+            let start = shared.start();
+            let mut payload = Vec::new();
+            for (i, buffer) in buffers.iter().enumerate() {
+                shared.bytes().extend_from_slice(&[i as u8; 3]);
+                shared.push_buffer(buffer.clone());
+                payload.extend_from_slice(&[i as u8; 3]);
+                payload.extend_from_slice(buffer);
+            }
+            assert_eq!(shared.payload_len(start), payload.len());
+            shared.seal(start, kind as u8);
+            encode(kind as u8, &payload, &mut copied);
+            // A frame given up leaves nothing behind.
+            let dropped = shared.start();
+            shared.push_buffer(big(9000, 7));
+            shared.truncate(dropped);
+        }
+        assert_eq!(shared.len(), copied.len());
+        // The buffers of 4 KiB and more were not copied.
+        assert_eq!(shared.io_slices().len(), 2 * 4, "four buffers, each after bytes");
+        let bytes = shared.into_bytes();
+        assert!(bytes == copied, "the same frames");
+        let (frames, _) = scan(&bytes).unwrap();
+        assert_eq!(kinds(&frames), [0, 1, 2, 3]);
     }
 }

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Seek, SeekFrom, Write};
+use std::io::{self, IoSlice, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -47,12 +47,17 @@ pub trait StorageIo: Send + Sync + std::fmt::Debug {
 pub trait AppendFile: Send + std::fmt::Debug {
     /// Writes `bytes` at the current position and moves past them.
     fn write(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Writes the slices, one after another, as [`AppendFile::write`] of
+    /// them joined would (`slices` may be left changed).
+    fn write_vectored(&mut self, slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+        slices.iter().try_for_each(|slice| self.write(slice))
+    }
     /// Makes every byte written so far durable.
     fn sync(&mut self) -> io::Result<()>;
     /// Starts writing what was written so far to the disk, without
     /// waiting for it: a later [`AppendFile::sync`] finds less to do. (A
     /// hint; it promises nothing about durability.)
-    fn start_writeback(&mut self) -> io::Result<()> {
+    fn start_writeback(&mut self, _len: u64) -> io::Result<()> {
         Ok(())
     }
     /// A second handle on the same file (to sync it while this one writes).
@@ -78,12 +83,13 @@ pub fn write_atomically(io: &dyn StorageIo, dir: &Path, name: &str, bytes: &[u8]
 }
 
 /// Creates the file `path` holding `len` zero bytes, written (not a
-/// sparse hole) and synced, through a temporary file renamed into place:
-/// `path` exists only once it is whole. Writing over it later neither
-/// allocates pages nor disk blocks, nor changes the file's size, so
-/// those writes and their syncs are cheaper than appends. `cancel` is
-/// checked between chunks; a cancelled preparation leaves no `path`.
-pub fn create_zeroed(io: &dyn StorageIo, path: &Path, len: u64, cancel: &dyn Fn() -> bool) -> io::Result<bool> {
+/// sparse hole) and, if `sync`, synced, through a temporary file renamed
+/// into place: `path` exists only once it is whole. Writing over it later
+/// allocates no pages (nor, once synced, disk blocks) and does not change
+/// the file's size, so those writes and their syncs are cheaper than
+/// appends. `cancel` is checked between chunks; a cancelled preparation
+/// leaves no `path`.
+pub fn create_zeroed(io: &dyn StorageIo, path: &Path, len: u64, sync: bool, cancel: &dyn Fn() -> bool) -> io::Result<bool> {
     const CHUNK: usize = 1 << 20;
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -105,7 +111,9 @@ pub fn create_zeroed(io: &dyn StorageIo, path: &Path, len: u64, cancel: &dyn Fn(
         file.write(&zeros[..n])?;
         left -= n as u64;
     }
-    file.sync()?;
+    if sync {
+        file.sync()?;
+    }
     drop(file);
     io.rename(&tmp, path)?;
     Ok(true)
@@ -123,16 +131,28 @@ impl AppendFile for RealFile {
         self.0.write_all(bytes)
     }
 
+    fn write_vectored(&mut self, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+        while !slices.is_empty() {
+            match self.0.write_vectored(slices) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut slices, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     fn sync(&mut self) -> io::Result<()> {
         self.0.sync_data()
     }
 
     #[cfg(target_os = "linux")]
-    fn start_writeback(&mut self) -> io::Result<()> {
+    fn start_writeback(&mut self, len: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;
         // SAFETY: a valid open descriptor; offset 0 and length 0 mean the
         // whole file; the call only schedules writeback of dirty pages.
-        let done = unsafe { libc::sync_file_range(self.0.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+        let done = unsafe { libc::sync_file_range(self.0.as_raw_fd(), 0, len as i64, libc::SYNC_FILE_RANGE_WRITE) };
         if done == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
     }
 
@@ -471,7 +491,7 @@ mod tests {
         let dir = Path::new("/data");
         io.create_dir_all(dir).unwrap();
         let path = dir.join("segment");
-        assert!(create_zeroed(&io, &path, 16, &|| false).unwrap());
+        assert!(create_zeroed(&io, &path, 16, true, &|| false).unwrap());
         assert_eq!(io.list(dir).unwrap(), ["segment"], "the temporary file is renamed into place");
         io.sync_dir(dir).unwrap();
         let mut file = io.open_at(&path, 0).unwrap();
@@ -486,7 +506,7 @@ mod tests {
         file.write(b"wxyz").unwrap();
         assert_eq!(io.read(&path).unwrap().len(), 18);
         // A cancelled preparation leaves nothing behind.
-        assert!(!create_zeroed(&io, &dir.join("other"), 1 << 22, &|| true).unwrap());
+        assert!(!create_zeroed(&io, &dir.join("other"), 1 << 22, true, &|| true).unwrap());
         assert_eq!(io.list(dir).unwrap(), ["segment"]);
     }
 
@@ -495,7 +515,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("quiverdb-io-zeroed-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("segment");
-        assert!(create_zeroed(&FileSystem, &path, 3 << 20, &|| false).unwrap());
+        assert!(create_zeroed(&FileSystem, &path, 3 << 20, true, &|| false).unwrap());
         let mut file = FileSystem.open_at(&path, 5).unwrap();
         file.write(b"xyz").unwrap();
         drop(file);
@@ -550,5 +570,28 @@ mod tests {
         log.sync().unwrap();
         io.flip_bit(&dir.join("log"), 1, 0).unwrap();
         assert_eq!(io.read(&dir.join("log")).unwrap(), b"\x01\x03");
+    }
+
+    #[test]
+    fn a_vectored_write_writes_every_slice_in_order() {
+        // More slices than one system call takes (1,024 on Linux).
+        let chunks: Vec<Vec<u8>> = (0..3000).map(|i| vec![(i % 251) as u8; i % 7]).collect();
+        let expected = chunks.concat();
+        let dir = std::env::temp_dir().join(format!("quiverdb-io-vectored-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sim = SimulatedIo::default();
+        sim.create_dir_all(&dir).unwrap();
+        for io in [&FileSystem as &dyn StorageIo, &sim] {
+            let path = dir.join("file");
+            let _ = io.remove(&path);
+            let mut file = io.append(&path).unwrap();
+            file.write(b"head").unwrap();
+            let mut slices: Vec<IoSlice<'_>> = chunks.iter().map(|c| IoSlice::new(c)).collect();
+            file.write_vectored(&mut slices).unwrap();
+            drop(file);
+            let written = io.read(&path).unwrap();
+            assert!(written[..4] == *b"head" && written[4..] == expected[..], "{io:?}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -17,8 +17,10 @@ use std::io::Cursor;
 
 use arrow_array::RecordBatch;
 use arrow_ipc::reader::StreamReader;
-use arrow_ipc::writer::StreamWriter;
+use arrow_ipc::writer::{StreamEncoder, StreamWriter};
 use arrow_schema::SchemaRef;
+
+use super::frame::FrameBuf;
 
 use crate::table::TableOptions;
 
@@ -59,41 +61,49 @@ pub type DecodeError = String;
 impl LogRecord {
     /// The frame type and payload of this record.
     pub fn encode(&self) -> Result<(u8, Vec<u8>), arrow_schema::ArrowError> {
-        let mut out = Vec::new();
+        let mut out = FrameBuf::contiguous();
         let kind = self.encode_into(&mut out)?;
-        Ok((kind, out))
+        Ok((kind, out.into_bytes()))
     }
 
-    /// The frame type of this record; its payload is appended to `out`.
-    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<u8, arrow_schema::ArrowError> {
+    /// The frame type of this record; its payload is appended to `out`
+    /// (its batches' large buffers by reference, unless `out` copies).
+    pub fn encode_into(&self, buf: &mut FrameBuf) -> Result<u8, arrow_schema::ArrowError> {
         let kind = match self {
             LogRecord::CreateTable { name, schema, options, replace, fill } => {
+                let out = buf.bytes();
                 put_str(out, name);
                 put_options(out, options);
                 out.push(u8::from(*replace));
                 put_bytes(out, &ipc(schema, &[])?);
                 put_u64(out, fill.len() as u64);
                 for record in fill {
-                    let (kind, payload) = record.encode()?;
-                    out.push(kind);
-                    put_bytes(out, &payload);
+                    // Its type, then its payload, length-prefixed.
+                    let at = buf.bytes().len();
+                    buf.bytes().extend_from_slice(&[0; 9]);
+                    let before = buf.len();
+                    let kind = record.encode_into(buf)?;
+                    let len = (buf.len() - before) as u64;
+                    buf.bytes()[at] = kind;
+                    buf.bytes()[at + 1..at + 9].copy_from_slice(&len.to_le_bytes());
                 }
                 CREATE_TABLE
             }
             LogRecord::DropTable { name } => {
-                put_str(out, name);
+                put_str(buf.bytes(), name);
                 DROP_TABLE
             }
             LogRecord::Commit { table, truncate, appends, deletes } => {
-                put_str(out, table);
-                out.push(u8::from(*truncate));
+                put_str(buf.bytes(), table);
+                buf.bytes().push(u8::from(*truncate));
                 // One IPC stream per run of batches with the same schema
                 // (appends may differ in string layout or field nullability).
                 let runs = appends.chunk_by(|a, b| a.schema() == b.schema()).collect::<Vec<_>>();
-                put_u64(out, runs.len() as u64);
+                put_u64(buf.bytes(), runs.len() as u64);
                 for run in runs {
-                    put_ipc(out, &run[0].schema(), run)?;
+                    put_ipc(buf, &run[0].schema(), run)?;
                 }
+                let out = buf.bytes();
                 put_u64(out, deletes.len() as u64);
                 for d in deletes {
                     put_u64(out, d.shard);
@@ -103,6 +113,7 @@ impl LogRecord {
                 COMMIT
             }
             LogRecord::Rebuild { table, shard, version, delta_len, deleted } => {
+                let out = buf.bytes();
                 put_str(out, table);
                 put_u64(out, *shard);
                 put_u64(out, *version);
@@ -197,18 +208,18 @@ pub(super) fn put_ids(out: &mut Vec<u8>, ids: &[u32]) {
 }
 
 /// Appends `batches` as a length-prefixed Arrow IPC stream of `schema`,
-/// written in place.
-fn put_ipc(out: &mut Vec<u8>, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<(), arrow_schema::ArrowError> {
-    let at = out.len();
-    put_u64(out, 0);
-    let mut writer = StreamWriter::try_new(&mut *out, schema)?;
+/// their buffers by reference where `out` takes them so.
+fn put_ipc(out: &mut FrameBuf, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<(), arrow_schema::ArrowError> {
+    let at = out.bytes().len();
+    put_u64(out.bytes(), 0);
+    let before = out.len();
+    let mut encoder = StreamEncoder::try_new(schema)?;
     for batch in batches {
-        writer.write(batch)?;
+        encoder.encode(batch)?.into_iter().for_each(|b| out.push_buffer(b));
     }
-    writer.finish()?;
-    drop(writer);
-    let len = (out.len() - at - 8) as u64;
-    out[at..at + 8].copy_from_slice(&len.to_le_bytes());
+    encoder.finish()?.into_iter().for_each(|b| out.push_buffer(b));
+    let len = (out.len() - before) as u64;
+    out.bytes()[at..at + 8].copy_from_slice(&len.to_le_bytes());
     Ok(())
 }
 
@@ -384,5 +395,38 @@ mod tests {
             }
         }
         assert!(LogRecord::decode(99, &[]).is_err());
+    }
+
+    #[test]
+    fn records_holding_batches_by_reference_encode_as_copied() {
+        let ids: Vec<i64> = (0..20_000).collect();
+        let names: Vec<String> = (0..20_000).map(|i| format!("name_{i}")).collect();
+        let names: Vec<Option<&str>> = names.iter().enumerate().map(|(i, n)| (i % 7 != 0).then_some(n.as_str())).collect();
+        let big = batch(&ids, &names);
+        let commit = LogRecord::Commit {
+            table: "t".into(),
+            truncate: false,
+            appends: vec![big.clone(), big.slice(100, 9_000), views(), big.clone()],
+            deletes: vec![ShardDeletes { shard: 1, version: 2, ids: vec![3] }],
+        };
+        let create = LogRecord::CreateTable {
+            name: "t".into(),
+            schema: big.schema(),
+            options: TableOptions::default(),
+            replace: true,
+            fill: vec![commit.clone(), LogRecord::Rebuild { table: "t".into(), shard: 0, version: 0, delta_len: 5, deleted: vec![] }, commit.clone()],
+        };
+        for record in [commit, create] {
+            let (kind, payload) = record.encode().unwrap();
+            let mut shared = FrameBuf::default();
+            let start = shared.start();
+            assert_eq!(record.encode_into(&mut shared).unwrap(), kind);
+            shared.seal(start, kind);
+            assert!(shared.io_slices().len() > 4, "buffers held by reference");
+            let mut copied = Vec::new();
+            super::super::frame::encode(kind, &payload, &mut copied);
+            assert!(shared.into_bytes() == copied, "the same frame");
+            assert_eq!(LogRecord::decode(kind, &payload).unwrap(), record);
+        }
     }
 }

@@ -10,14 +10,20 @@
 //! makes the log refuse every later append with [`Error::ReadOnly`]: what
 //! reached the disk is unknown, so it never retries and carries on.
 //!
-//! Segments are prepared ahead: written full of zeros and synced (by a
-//! background thread once the current segment is half full), so that
-//! appending a record writes over pages the operating system already
-//! holds and over disk blocks already allocated. Writing a new file
-//! costs a page allocation and a block reservation per 4 KiB, which made
-//! the write several times slower than the copy; a sync of a prepared
-//! segment need not update the file's size. On open, writing goes on in
-//! the last segment after its last complete record.
+//! Segments are prepared ahead: written full of zeros (by a background
+//! thread once the current segment is half full), so that appending a
+//! record writes over pages the operating system already holds. Writing
+//! a new file costs a page allocation and a block reservation per 4 KiB,
+//! which made the write several times slower than the copy. With
+//! [`SyncMode::Always`] the zeros are synced too, so a commit's sync
+//! writes over disk blocks already allocated and need not update the
+//! file's size; the other modes leave them to the sync that closes the
+//! segment, which then writes each page once.
+//!
+//! A record's batches are not copied into the log's buffer: their Arrow
+//! buffers are held by reference ([`FrameBuf`]) and written from where
+//! they are, with one vectored write per flush. On open, writing goes on
+//! in the last segment after its last complete record.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +31,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::frame::{self, End};
+use super::frame::{self, End, FrameBuf};
 use super::io::{AppendFile, StorageIo, create_zeroed};
 use super::lock::DirLock;
 use crate::error::{Error, Result};
@@ -42,7 +48,7 @@ pub const MIN_SEGMENT_BYTES: u64 = 4 << 10;
 /// segment finds little left to write.
 const WRITEBACK_BYTES: u64 = 4 << 20;
 
-/// The next segment, prepared (full of zeros, synced) but not in use yet.
+/// The next segment, prepared (full of zeros; synced with `always`) but not in use yet.
 const PREPARED: &str = "next-segment";
 
 /// A flushed buffer up to this size is kept for the next flush.
@@ -175,10 +181,10 @@ struct Inner {
 #[derive(Debug, Default)]
 struct State {
     /// Frames appended but not written yet, and the LSN of the last one.
-    buffer: Vec<u8>,
+    buffer: FrameBuf,
     /// The buffer of the last flush, emptied, for the next one (so its
     /// memory is reused rather than allocated and faulted in again).
-    spare: Vec<u8>,
+    spare: FrameBuf,
     last_lsn: u64,
     /// Records handed to the file, and records known durable.
     written_lsn: u64,
@@ -213,7 +219,7 @@ enum Preparation {
     #[default]
     None,
     Running,
-    /// Its file ([`PREPARED`]) is whole and synced.
+    /// Its file ([`PREPARED`]) is whole (and synced, with `always`).
     Ready,
 }
 
@@ -273,6 +279,11 @@ impl Wal {
             |r| Ok(r.lsn),
         )?;
         let ready = io.list(dir).map_err(|e| io_error(dir, &e))?.iter().any(|n| n == PREPARED);
+        if ready && mode == SyncMode::Always {
+            // It may have been prepared without a sync (in another mode).
+            let path = dir.join(PREPARED);
+            io.open_at(&path, 0).and_then(|mut file| file.sync()).map_err(|e| io_error(&path, &e))?;
+        }
         let prepared = Prepared::default();
         prepared.set(if ready { Preparation::Ready } else { Preparation::None });
         let inner = Inner {
@@ -303,8 +314,8 @@ impl Wal {
             inner.prepare(true);
         }
         *inner.lock()? = State {
-            buffer: Vec::new(),
-            spare: Vec::new(),
+            buffer: FrameBuf::default(),
+            spare: FrameBuf::default(),
             last_lsn,
             written_lsn: last_lsn,
             durable_lsn: last_lsn,
@@ -330,24 +341,24 @@ impl Wal {
     /// of this LSN (or a later one) returns.
     pub fn append(&self, kind: u8, payload: &[u8]) -> Result<u64> {
         self.append_with(|out| {
-            out.extend_from_slice(payload);
+            out.bytes().extend_from_slice(payload);
             Ok(kind)
         })
     }
 
     /// [`Wal::append`] of the payload `write` appends to the buffer it is
-    /// given (the log's own, so the record is encoded in place, with no
-    /// copy); `write` returns the record's type. If it fails, nothing is
-    /// appended.
-    pub fn append_with(&self, write: impl FnOnce(&mut Vec<u8>) -> Result<u8>) -> Result<u64> {
+    /// given (the log's own, so the record is encoded in place, and the
+    /// large Arrow buffers it pushes are written to the file from where
+    /// they are); `write` returns the record's type. If it fails, nothing
+    /// is appended.
+    pub fn append_with(&self, write: impl FnOnce(&mut FrameBuf) -> Result<u8>) -> Result<u64> {
         let mut state = self.inner.lock()?;
         if let Some(reason) = &state.failed {
             return Err(Error::ReadOnly(reason.clone()));
         }
-        let start = state.buffer.len();
-        state.buffer.extend_from_slice(&[0; frame::HEADER]);
+        let start = state.buffer.start();
         let written = write(&mut state.buffer);
-        let len = state.buffer.len() - start - frame::HEADER;
+        let len = state.buffer.payload_len(start);
         let kind = match written {
             Ok(kind) => kind,
             Err(e) => {
@@ -362,7 +373,7 @@ impl Wal {
                 reason: format!("{len} bytes is more than the {} a record (one transaction) may hold", frame::MAX_PAYLOAD),
             });
         }
-        frame::seal(kind, &mut state.buffer[start..]);
+        state.buffer.seal(start, kind);
         state.appended_bytes += (frame::HEADER + len) as u64;
         state.appended += 1;
         state.last_lsn += 1;
@@ -472,9 +483,9 @@ impl Inner {
             drop(state);
 
             let outcome = self.write(segment, &bytes, target);
+            bytes.clear();
 
             state = self.lock()?;
-            bytes.clear();
             if bytes.capacity() <= SPARE_BYTES {
                 state.spare = bytes;
             }
@@ -525,15 +536,15 @@ impl Inner {
     /// Writes `bytes` (records through `last`) to `segment`; once it is
     /// full, syncs it and starts a new one (`true`: everything through
     /// `last` is durable).
-    fn write(&self, mut segment: Segment, bytes: &[u8], last: u64) -> Result<(Segment, bool)> {
+    fn write(&self, mut segment: Segment, bytes: &FrameBuf, last: u64) -> Result<(Segment, bool)> {
         let failed = |e: std::io::Error| io_error(&segment.path, &e);
         if !bytes.is_empty() {
-            segment.file.write(bytes).map_err(failed)?;
+            segment.file.write_vectored(&mut bytes.io_slices()).map_err(failed)?;
             segment.bytes += bytes.len() as u64;
             segment.unsynced += bytes.len() as u64;
         }
         if segment.unsynced >= WRITEBACK_BYTES && self.mode != SyncMode::Always {
-            segment.file.start_writeback().map_err(failed)?;
+            segment.file.start_writeback(segment.bytes).map_err(failed)?;
             segment.unsynced = 0;
         }
         // A full segment must be durable before records go elsewhere.
@@ -580,8 +591,13 @@ impl Inner {
         }
         let (io, path, len, prepared) =
             (Arc::clone(&self.io), self.dir.join(PREPARED), self.segment_bytes, Arc::clone(&self.prepared));
+        // Only `always` syncs it: its first commit in the segment must not
+        // have to write the zeros. In the other modes the sync that closes
+        // the segment writes each page once, holding records by then, and
+        // the disk is not busy with the zeros meanwhile.
+        let sync = self.mode == SyncMode::Always;
         let run = move || {
-            let done = create_zeroed(io.as_ref(), &path, len, &|| prepared.cancel.load(Ordering::Relaxed));
+            let done = create_zeroed(io.as_ref(), &path, len, sync, &|| prepared.cancel.load(Ordering::Relaxed));
             prepared.set(if matches!(done, Ok(true)) { Preparation::Ready } else { Preparation::None });
         };
         if !background {
@@ -863,5 +879,59 @@ mod tests {
         }
         io.crash(0);
         assert_eq!(payloads(&io), [b"batched".to_vec()]);
+    }
+
+    #[test]
+    fn only_always_mode_syncs_a_prepared_segment() {
+        for (mode, synced) in [(SyncMode::Always, true), (SyncMode::Off, false), (SyncMode::Batch(Duration::from_secs(3600)), false)] {
+            let io = SimulatedIo::default();
+            drop(open(&io, mode));
+            io.crash(0);
+            let first = len(&io, &dir().join(segment_name(1)));
+            assert_eq!(first == MIN_SEGMENT_BYTES as usize, synced, "{mode:?}: {first} bytes after a power loss");
+        }
+        // Reopened with `always`, a log syncs the segment another mode prepared.
+        for (reopen, synced) in [(SyncMode::Off, 0), (SyncMode::Always, MIN_SEGMENT_BYTES as usize)] {
+            let io = SimulatedIo::default();
+            let wal = open(&io, SyncMode::Off);
+            wal.commit(wal.append(1, &[1; 3000]).unwrap()).unwrap();
+            wait_prepared(&wal);
+            drop(wal);
+            drop(open(&io, reopen));
+            io.sync_dir(&dir()).unwrap();
+            io.crash(0);
+            assert_eq!(len(&io, &dir().join(PREPARED)), synced, "reopened {reopen:?}");
+        }
+    }
+
+    #[test]
+    fn off_mode_syncs_a_full_segment_before_the_next_is_used() {
+        let io = SimulatedIo::default();
+        let wal = open(&io, SyncMode::Off);
+        let payload = [5u8; 1000];
+        // Five frames of 1,013 bytes fill a 4 KiB segment; the sixth starts the next.
+        for i in 1..=6 {
+            wait_prepared(&wal);
+            let lsn = wal.append(1, &payload).unwrap();
+            assert_eq!(lsn, i);
+            wal.commit(lsn).unwrap();
+        }
+        assert_eq!(wal.durable_lsn().unwrap(), 5);
+        drop(wal);
+        io.crash(0);
+        let contents = read_log(&io, &dir()).unwrap();
+        assert_eq!(contents.records.iter().map(|r| r.lsn).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+        assert!(contents.torn.is_none());
+
+        // The next segment, prepared without a sync, lost its zeros too:
+        // writing goes on at its start.
+        let wal = open(&io, SyncMode::Off);
+        assert_eq!(wal.append(1, b"after").unwrap(), 6);
+        wal.sync().unwrap();
+        io.crash(0);
+        let records = read_log(&io, &dir()).unwrap().records;
+        assert_eq!(records.len(), 6);
+        assert_eq!((records[5].payload.as_slice(), records[5].offset), (&b"after"[..], 0));
+        assert!(records[5].segment.ends_with(segment_name(6)));
     }
 }
