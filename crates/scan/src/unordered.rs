@@ -80,6 +80,7 @@ pub(crate) fn select(
     let mut ids = [0 as RecId; LANES];
     let mut n_ids = 0;
     let mut deleted = [0u64; WORDS];
+    let mut mask = Bits::EMPTY;
     let steps = main_rows.div_ceil(LANES) + delta_rows.div_ceil(LANES);
     for step in 0..steps {
         let main_blocks = main_rows.div_ceil(LANES);
@@ -99,8 +100,13 @@ pub(crate) fn select(
             d.words(start, len, &mut deleted);
             deleted.iter().any(|&w| w != 0).then(|| Bits::first(len).and_not(&Bits(deleted)))
         });
-        // Phase 1: which live rows pass the filter.
-        let mut lanes: Option<Bits> = live; // None = every row
+        // Phase 1: which live rows pass the filter (`masked`: the rows of
+        // `mask`, else every row).
+        let mut masked = false;
+        if let Some(l) = &live {
+            mask = *l;
+            masked = true;
+        }
         if let Some(f) = filter.as_deref_mut() {
             let evaluate = match side {
                 Side::Main(block) => {
@@ -113,14 +119,11 @@ pub(crate) fn select(
                 Side::Delta(_) => true,
             };
             if evaluate {
-                let t = f.eval(side, live.as_ref())?;
-                lanes = Some(match live {
-                    Some(l) => t.and(&l),
-                    None => t,
-                });
+                f.eval(side, live.as_ref(), &mut mask)?;
+                masked = true;
             }
         }
-        let count = lanes.as_ref().map_or(len, Bits::count);
+        let count = if masked { mask.count() } else { len };
         if count == 0 {
             continue;
         }
@@ -133,12 +136,10 @@ pub(crate) fn select(
             }
             n_ids = 0;
         }
-        let flow = match lanes {
+        let flow = match masked {
             _ if count == len => emit(Selection::Block(BlockSelection::Range { start: start_id, end: start_id + len as RecId }))?,
-            Some(mask) if dense => {
-                emit(Selection::Block(BlockSelection::Mask { start: start_id, len: len as u32, mask: &mask.0 }))?
-            }
-            Some(mask) => {
+            true if dense => emit(Selection::Block(BlockSelection::Mask { start: start_id, len: len as u32, mask: &mask.0 }))?,
+            true => {
                 let mut flow = Flow::Continue;
                 let mut err = None;
                 mask.for_each_one(|i| {
@@ -160,7 +161,7 @@ pub(crate) fn select(
                 }
                 flow
             }
-            None => unreachable!("count < len implies a mask"),
+            false => unreachable!("count < len implies a mask"),
         };
         if flow == Flow::Stop {
             return Ok(());

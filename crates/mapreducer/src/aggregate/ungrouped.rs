@@ -34,13 +34,14 @@ pub(super) fn fold(
     sel: Sel<'_>,
     scratch: &mut Scratch,
 ) -> Result<()> {
-    let active = sel.active();
+    // Built only where an input needs it (not for COUNT(*)).
+    let active = || sel.active();
     match (kind, input) {
         (StateKind::Count, Input::CountStar) => state.add_count(0, sel.count() as u64),
         (StateKind::Count, Input::Column { col, .. } | Input::Bytes(col)) => {
             let n = match column_validity(cols.column(*col), side, sel) {
                 None => sel.count(),
-                Some(v) => v.and(&active).count(),
+                Some(v) => v.and(&active()).count(),
             };
             state.add_count(0, n as u64);
         }
@@ -49,14 +50,14 @@ pub(super) fn fold(
         {
             let src = cols.column(*col);
             if let (Side::Main(block), Some(Encoding::Keys(enc))) = (side, src.main().map(|m| m.encoding())) {
-                let valid = src.main_validity(block, sel).map(|v| v.and(&active));
+                let valid = src.main_validity(block, sel).map(|v| v.and(&active()));
                 let len = cols.block_len(block);
                 let (sum_keys, n) = sum_keys(enc, block, len, sel, valid, scratch);
                 let signed = !matches!(src.physical(), PhysicalType::UInt8 | PhysicalType::UInt16 | PhysicalType::UInt32 | PhysicalType::UInt64 | PhysicalType::Boolean);
                 add_key_sum(state, sum_keys, n, signed)?;
             } else {
                 let o = expr.eval(cols, side, sel, scratch)?;
-                sum_operand(state, o, &active)?;
+                sum_operand(state, o, &active())?;
             }
         }
         (StateKind::MinMax { max, domain }, Input::Column { col, expr }) if *domain != MinMaxDomain::Bytes => {
@@ -64,13 +65,13 @@ pub(super) fn fold(
             if let (Side::Main(block), Some(main)) = (side, src.main())
                 && let Encoding::Keys(enc) = main.encoding()
             {
-                let valid = src.main_validity(block, sel).map(|v| v.and(&active));
+                let valid = src.main_validity(block, sel).map(|v| v.and(&active()));
                 let full = matches!(sel, Sel::Range(0, b) if b == cols.block_len(block));
                 let key = if full && valid.is_none() {
                     let z = main.zones()[block];
                     (!z.all_null()).then_some(if *max { z.max } else { z.min })
                 } else {
-                    let lanes = valid.unwrap_or(active);
+                    let lanes = valid.unwrap_or_else(active);
                     gather_keys(enc, block * LANES, main.len(), sel, scratch);
                     best_key(&scratch.keys, &lanes, *max)
                 };
@@ -79,12 +80,12 @@ pub(super) fn fold(
                 }
             } else {
                 let o = expr.eval(cols, side, sel, scratch)?;
-                minmax_operand(state, o, &active, *max);
+                minmax_operand(state, o, &active(), *max);
             }
         }
         (StateKind::MinMax { max, .. }, Input::Bytes(col)) => {
             let src = cols.column(*col);
-            let valid = column_validity(src, side, sel).map_or(active, |v| v.and(&active));
+            let valid = column_validity(src, side, sel).map_or_else(active, |v| v.and(&active()));
             if let Some(best) = best_bytes(src, side, sel, &valid, *max, scratch) {
                 state.offer_bytes(0, best, *max);
             }
@@ -92,18 +93,18 @@ pub(super) fn fold(
         (StateKind::Count, Input::Expr(e)) => {
             let n = match e.eval(cols, side, sel, scratch)? {
                 Operand::Scalar(None) => 0,
-                Operand::Scalar(Some(_)) => active.count(),
-                Operand::Vector(v) => v.valid(&active).count(),
+                Operand::Scalar(Some(_)) => active().count(),
+                Operand::Vector(v) => v.valid(&active()).count(),
             };
             state.add_count(0, n as u64);
         }
         (StateKind::Sum { .. }, Input::Column { expr, .. } | Input::Expr(expr)) => {
             let o = expr.eval(cols, side, sel, scratch)?;
-            sum_operand(state, o, &active)?;
+            sum_operand(state, o, &active())?;
         }
         (StateKind::MinMax { max, .. }, Input::Column { expr, .. } | Input::Expr(expr)) => {
             let o = expr.eval(cols, side, sel, scratch)?;
-            minmax_operand(state, o, &active, *max);
+            minmax_operand(state, o, &active(), *max);
         }
         _ => return Err(Error::Internal("aggregate input and state disagree".into())),
     }

@@ -67,7 +67,8 @@ pub(super) fn packed_block(bp: &BitPacked, block: usize, len: usize, test: &KeyT
             }
             // lo <= hi, so the shifted bounds keep their order.
             let (lo, hi) = (lo.saturating_sub(reference), hi - reference);
-            Bits(bp.block_delta_range_bits(block, lo, hi - lo)).and(&Bits::first(len))
+            let bits = Bits(bp.block_delta_range_bits(block, lo, hi - lo));
+            if len < LANES { bits.and(&Bits::first(len)) } else { bits }
         }
         KeyTest::Set(KeySet { dense: Some((lo, words)), .. }) => {
             // The bitset's first key shifted by the reference, as for

@@ -83,6 +83,9 @@ pub(crate) struct ShardFilter<'a> {
     root: Node,
     /// Allocated on the first evaluation (zone maps often spare it).
     scratch: Option<Scratch>,
+    /// The validity a lone key or string test found (kept here, so a
+    /// block's evaluation copies no bitmap it need not).
+    validity: Bits,
 }
 
 impl<'a> ShardFilter<'a> {
@@ -90,7 +93,7 @@ impl<'a> ShardFilter<'a> {
     pub(crate) fn new(shard: ShardSnapshot<'a>, pred: &PreparedFilter) -> Result<Self> {
         let cols = ShardColumns::open(shard, pred.columns.iter().copied())?;
         let root = instantiate(&pred.root, shard.schema(), &cols)?;
-        Ok(Self { cols, root, scratch: None })
+        Ok(Self { cols, root, scratch: None, validity: Bits::EMPTY })
     }
 
     /// What the zone maps of main block `block` allow.
@@ -98,26 +101,33 @@ impl<'a> ShardFilter<'a> {
         zone(&self.root, &self.cols, block)
     }
 
-    /// The rows of main block `block` or delta chunk `chunk` for which
-    /// the predicate is TRUE; `live` (when some rows are deleted) are the
-    /// lanes whose expression errors count: a deleted row never fails a
-    /// query.
-    pub(crate) fn eval(&mut self, side: Side, live: Option<&Bits>) -> Result<Bits> {
+    /// Writes to `out` the live rows of main block `block` or delta chunk
+    /// `chunk` for which the predicate is TRUE; `live` (when some rows are
+    /// deleted) are also the lanes whose expression errors count: a
+    /// deleted row never fails a query.
+    pub(crate) fn eval(&mut self, side: Side, live: Option<&Bits>, out: &mut Bits) -> Result<()> {
         let len = match side {
             Side::Main(b) => self.cols.block_len(b),
             Side::Delta(c) => self.cols.chunk_len(c),
         };
-        let scratch = self.scratch.get_or_insert_with(Scratch::default);
+        let Self { cols, root, scratch, validity } = self;
+        let scratch = scratch.get_or_insert_with(Scratch::default);
         let sel = match live {
             Some(l) => Sel::Mask(&l.0, len),
             None => Sel::Range(0, len),
         };
         // A key or string test alone (the common filter): its TRUE lanes
-        // without the FALSE ones.
-        match leaf_cond(&self.root, &self.cols, side, len, sel, scratch)? {
-            Some(leaf) => Ok(leaf.cond.and(&leaf.validity.unwrap_or(Bits::first(len)))),
-            None => Ok(eval(&mut self.root, &self.cols, side, len, sel, scratch)?.t),
+        // without the FALSE ones, written in place.
+        match leaf_cond(root, cols, side, len, sel, scratch, out, validity)? {
+            Some(leaf) if leaf.has_validity => *out = out.and(validity),
+            Some(_) if len < LANES => *out = out.and(&Bits::first(len)),
+            Some(_) => {}
+            None => *out = eval(root, cols, side, len, sel, scratch)?.t,
         }
+        if let Some(l) = live {
+            *out = out.and(l);
+        }
+        Ok(())
     }
 }
 
@@ -395,23 +405,35 @@ fn tri(cond: Bits, valid: Bits, null_in_list: bool) -> Tri {
     Tri { t, f }
 }
 
-/// What a key or string test found on a block.
+/// What a key or string test found on a block, besides the bitmaps
+/// [`leaf_cond`] writes.
 struct Leaf {
-    /// The rows whose stored value passes the test (valid or not).
-    cond: Bits,
-    /// The validity of `sel` (`None`: all valid).
-    validity: Option<Bits>,
+    /// The validity of `sel` was written (else all of it is valid).
+    has_validity: bool,
     /// A NULL in an IN-list makes non-matches NULL, not FALSE.
     null_in_list: bool,
 }
 
-/// [`Leaf`] of a key or string test on main block `block` or delta chunk
-/// `chunk`; `None` for every other node.
-fn leaf_cond(node: &Node, cols: &ShardColumns<'_>, side: Side, len: usize, sel: Sel<'_>, scratch: &mut Scratch) -> Result<Option<Leaf>> {
-    let (col, cond, null_in_list) = match node {
+/// A key or string test on main block `block` or delta chunk `chunk`:
+/// writes to `cond` the rows whose stored value passes it (valid or not),
+/// and to `validity` the validity of `sel` if some of it is NULL; `None`
+/// for every other node. (Out-parameters: the bitmaps are written where
+/// the caller keeps them, not copied there block after block.)
+#[allow(clippy::too_many_arguments)]
+fn leaf_cond(
+    node: &Node,
+    cols: &ShardColumns<'_>,
+    side: Side,
+    len: usize,
+    sel: Sel<'_>,
+    scratch: &mut Scratch,
+    cond: &mut Bits,
+    validity: &mut Bits,
+) -> Result<Option<Leaf>> {
+    let (col, null_in_list) = match node {
         Node::Keys { col, physical, test, codes } => {
             let src = cols.column(*col);
-            let cond = match side {
+            *cond = match side {
                 Side::Main(block) => {
                     let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
                     let Encoding::Keys(enc) = main.encoding() else {
@@ -421,12 +443,12 @@ fn leaf_cond(node: &Node, cols: &ShardColumns<'_>, side: Side, len: usize, sel: 
                 }
                 Side::Delta(chunk) => delta_keys(src.delta(), *physical, chunk, len, test, scratch),
             };
-            (*col, cond, test.null_in_list())
+            (*col, test.null_in_list())
         }
         Node::Bytes { col, test, codes } => {
             let src = cols.column(*col);
             let mut m = Bits::EMPTY;
-            let cond = match side {
+            *cond = match side {
                 Side::Main(block) => {
                     let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
                     match (main.encoding(), codes) {
@@ -451,16 +473,20 @@ fn leaf_cond(node: &Node, cols: &ShardColumns<'_>, side: Side, len: usize, sel: 
                     m
                 }
             };
-            (*col, cond, test.null_in_list())
+            (*col, test.null_in_list())
         }
         _ => return Ok(None),
     };
     let src = cols.column(col);
-    let validity = match side {
+    let found = match side {
         Side::Main(block) => src.main_validity(block, sel),
         Side::Delta(chunk) => src.delta_validity(chunk, sel),
     };
-    Ok(Some(Leaf { cond, validity, null_in_list }))
+    let has_validity = found.is_some();
+    if let Some(v) = found {
+        *validity = v;
+    }
+    Ok(Some(Leaf { has_validity, null_in_list }))
 }
 
 /// Evaluates `node` on every row of a block; `sel` is `Range(0, len)`, or
@@ -472,10 +498,13 @@ fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, sel: S
         Node::Const(None) => Tri { t: Bits::EMPTY, f: Bits::EMPTY },
         Node::Const(Some(true)) => Tri { t: all, f: Bits::EMPTY },
         Node::Const(Some(false)) => Tri { t: Bits::EMPTY, f: all },
-        Node::Keys { .. } | Node::Bytes { .. } => match leaf_cond(node, cols, side, len, sel, scratch)? {
-            Some(leaf) => tri(leaf.cond, leaf.validity.unwrap_or(all), leaf.null_in_list),
-            None => return Err(Error::Internal("a key or string test without its leaf".into())),
-        },
+        Node::Keys { .. } | Node::Bytes { .. } => {
+            let (mut cond, mut validity) = (Bits::EMPTY, Bits::EMPTY);
+            match leaf_cond(node, cols, side, len, sel, scratch, &mut cond, &mut validity)? {
+                Some(leaf) => tri(cond, if leaf.has_validity { validity } else { all }, leaf.null_in_list),
+                None => return Err(Error::Internal("a key or string test without its leaf".into())),
+            }
+        }
         Node::IsNull { col } => {
             let src = cols.column(*col);
             let validity = match side {
