@@ -1,12 +1,14 @@
 //! Physical optimizer rule: aggregates and TopK run inside quiverdb scans.
 //!
 //! ```text
-//!   AggregateExec (Partial | Single | SinglePartitioned)        SortExec (fetch = k)
-//!     [ProjectionExec | FilterExec | CooperativeExec |            [the same wrappers]
-//!      RepartitionExec | CoalescePartitionsExec]*                   QuiverScanExec
+//!   AggregateExec (Partial | Single | SinglePartitioned,        SortExec (fetch = k)
+//!                  or Final[Partitioned] over Partial)            [the same wrappers]
+//!     [ProjectionExec | FilterExec | CooperativeExec |              QuiverScanExec
+//!      RepartitionExec | CoalescePartitionsExec]*
 //!       QuiverScanExec (no limit)
 //!   ──────────────────────────────────────────────────────────────────────────────
 //!   QuiverAggregateExec (states or final values)               QuiverTopKExec
+//!   [RepartitionExec by key, for a partitioned final]
 //! ```
 //!
 //! The wrappers between the plan and the scan are folded into map
@@ -34,6 +36,8 @@ use datafusion::physical_plan::{ExecutionPlan, Partitioning, PhysicalExpr};
 use quiverdb_mapreducer::{AggFunc, Aggregate, AggregateSpec, Domain, GatherSpec, MapExpr};
 use quiverdb_scan::{Predicate, SortKey};
 use quiverdb_storage::TableSchema;
+use quiverdb_storage::main::Encoding;
+use quiverdb_storage::types::PhysicalType;
 
 use crate::exec::{AggregateOutputMode, QuiverAggregateExec, QuiverScanExec, QuiverTopKExec, ScanSource, shard_groups};
 use crate::translate::Translator;
@@ -152,22 +156,27 @@ fn fold(plan: &Arc<dyn ExecutionPlan>, hash_ok: bool) -> Option<Folded<'_>> {
 
 /// An `AggregateExec` as a [`QuiverAggregateExec`], if it qualifies.
 ///
-/// An aggregate without GROUP BY that DataFusion split into a final over
-/// a partial one (one partial per partition) is replaced whole, by one
-/// that computes the final values over every shard in parallel: its
-/// threads take shards as they finish them, where fixed groups of shards
-/// in partitions wait for the slowest (Q2 `SUM(value)` at 2 partitions:
-/// 4.2–8.9× MemTable instead of 3.6–4.4×). Grouped aggregates keep the
-/// split, so that DataFusion merges many groups in parallel.
+/// An aggregate that DataFusion split into a final over a partial one
+/// (one partial per partition, their states repartitioned by key for the
+/// final) is replaced whole, by one that computes the final values over
+/// every shard in parallel: its threads take shards as they finish them
+/// (fixed groups of shards in partitions wait for the slowest), and
+/// merge their accumulators directly, with no states turned into Arrow
+/// and back. Q2 `SUM(value)` at 2 partitions: 4.2–8.9× MemTable instead
+/// of 3.6–4.4×. With GROUP BY, only when the zone maps bound the groups
+/// by [`FEW_GROUPS`] ([`group_bound`]): many groups are merged faster by
+/// DataFusion's final aggregates, one per partition, in parallel. The
+/// result is repartitioned by key as the final's was.
 fn push_aggregate(agg: &AggregateExec, threads: usize) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     match agg.mode() {
         AggregateMode::Partial => push_aggregate_of(agg, agg, AggregateOutputMode::States, false, threads),
         AggregateMode::Single | AggregateMode::SinglePartitioned => {
             push_aggregate_of(agg, agg, AggregateOutputMode::Final, true, threads)
         }
-        AggregateMode::Final if agg.group_expr().is_empty() => match partial_below(agg.input()) {
+        AggregateMode::Final | AggregateMode::FinalPartitioned => match partial_below(agg.input()) {
             Some(partial)
-                if partial.group_expr().is_empty()
+                if partial.group_expr().expr().len() == agg.group_expr().expr().len()
+                    && (*agg.mode() == AggregateMode::Final) == agg.group_expr().is_empty()
                     && partial.aggr_expr().len() == agg.aggr_expr().len()
                     && agg.limit_options().is_none() =>
             {
@@ -175,8 +184,50 @@ fn push_aggregate(agg: &AggregateExec, threads: usize) -> Result<Option<Arc<dyn 
             }
             _ => Ok(None),
         },
-        AggregateMode::Final | AggregateMode::FinalPartitioned | AggregateMode::PartialReduce => Ok(None),
+        AggregateMode::PartialReduce => Ok(None),
     }
+}
+
+/// Groups at most for which a grouped final aggregate is computed whole
+/// in quiverdb rather than by DataFusion's partitioned finals.
+const FEW_GROUPS: u64 = 1 << 16;
+
+/// An upper bound on the groups of `keys` over the scanned shards, from
+/// the zone maps: each key takes at most the product of the distinct
+/// values of the columns it reads; a column has, per shard, at most the
+/// span of its main keys (integer columns and dictionary strings, whose
+/// keys are exact) or else one value per main row, one per delta row,
+/// and NULL.
+fn group_bound(folded: &Folded<'_>, keys: &[MapExpr]) -> u64 {
+    let snapshot = &folded.scan.source().snapshot;
+    let shards = folded.scan.shards();
+    let schema = snapshot.schema();
+    let rows: u64 = shards.iter().map(|&s| snapshot.shard(s).rows() as u64).sum();
+    let mut columns = Vec::new();
+    keys.iter().for_each(|k| k.columns(&mut columns));
+    columns.sort_unstable();
+    columns.dedup();
+    let mut bound = 1u64;
+    for c in columns {
+        let exact_keys = !matches!(
+            schema.physical(c),
+            PhysicalType::Float32 | PhysicalType::Float64 | PhysicalType::Decimal128 | PhysicalType::Bytes
+        );
+        let mut distinct = 0u64;
+        for &s in &shards {
+            let shard = snapshot.shard(s);
+            distinct = distinct.saturating_add(shard.delta_len() as u64 + 1);
+            let Some(col) = shard.main().column(c) else { continue };
+            distinct = distinct.saturating_add(match (col.encoding(), col.key_range()) {
+                (_, None) => 0,
+                (Encoding::StrDict(_), Some((lo, hi))) => hi - lo + 1,
+                (Encoding::Keys(_), Some((lo, hi))) if exact_keys => (hi - lo).saturating_add(1),
+                _ => col.len() as u64,
+            });
+        }
+        bound = bound.saturating_mul(distinct);
+    }
+    bound.min(rows.saturating_add(1))
 }
 
 /// The partial aggregate under a final one, through the partitioning
@@ -238,6 +289,14 @@ fn push_aggregate_of(
             Aggregate::new(func, input)
         });
     }
+    // A grouped final computed whole (see `push_aggregate`): all shards in
+    // one partition, on `threads` threads, its result repartitioned by
+    // key. (A SinglePartitioned one too: its input was partitioned by key,
+    // which the shards are not.)
+    let whole = matches!(top.mode(), AggregateMode::FinalPartitioned | AggregateMode::SinglePartitioned);
+    if *top.mode() == AggregateMode::FinalPartitioned && group_bound(&folded, &keys) > FEW_GROUPS {
+        return Ok(None);
+    }
     let table = folded.schema();
     let Ok(spec) = AggregateSpec::new(keys, aggregates, table) else { return Ok(None) };
     let schema = top.schema();
@@ -260,13 +319,13 @@ fn push_aggregate_of(
         folded.source(),
         Arc::new(spec),
         mode,
-        groups_for(&folded, top.properties().partitioning.partition_count()),
+        groups_for(&folded, if whole { 1 } else { top.properties().partitioning.partition_count() }),
         threads,
         text.join(", "),
         Arc::clone(&schema),
     ));
-    // A SinglePartitioned aggregate's output is hash-partitioned on its
-    // keys; keep that promise for the plan above.
+    // A SinglePartitioned or FinalPartitioned aggregate's output is
+    // hash-partitioned on its keys; keep that promise for the plan above.
     let partitioning = top.properties().partitioning.clone();
     if let Partitioning::Hash(_, n) = partitioning
         && n > 1
@@ -330,4 +389,89 @@ fn push_topk(sort: &SortExec, threads: usize) -> Option<Arc<dyn ExecutionPlan>> 
         text,
         Arc::clone(sort.properties()),
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::{Int64Array, RecordBatch, StringArray};
+    use arrow_cast::display::{ArrayFormatter, FormatOptions};
+    use arrow_schema::{DataType, Field, Schema};
+    use quiverdb_storage::{Database, TableOptions};
+
+    use crate::{SessionOptions, session_context_with};
+
+    /// The rows of a grouped query's result: its first `keys` columns
+    /// (as text, joined by `|`) and the Int64 columns after them.
+    fn groups(batches: &[RecordBatch], keys: usize) -> HashMap<String, Vec<i64>> {
+        let mut out = HashMap::new();
+        for b in batches {
+            let shown: Vec<_> = (0..keys).map(|k| ArrayFormatter::try_new(b.column(k), &FormatOptions::default()).unwrap()).collect();
+            for i in 0..b.num_rows() {
+                let key = shown.iter().map(|f| f.value(i).to_string()).collect::<Vec<_>>().join("|");
+                let values = (keys..b.num_columns()).map(|c| b.column(c).as_primitive::<Int64Type>().value(i)).collect();
+                assert!(out.insert(key, values).is_none(), "a group twice");
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_partitioned_final_is_computed_whole_only_for_few_groups() {
+        const ROWS: i64 = 70_000;
+        let db = Database::new();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("v", DataType::Int64, false),
+            Field::new("g", DataType::Int64, false),
+            Field::new("s", DataType::Utf8, false),
+        ]));
+        let table = db.create_table("t", &schema, TableOptions::default().with_shard_capacity(20_000)).unwrap();
+        let batch = |range: std::ops::Range<i64>| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(range.clone())),
+                    Arc::new(Int64Array::from_iter_values(range.clone().map(|v| v % 50))),
+                    Arc::new(StringArray::from_iter_values(range.map(|v| format!("s{}", v % 30)))),
+                ],
+            )
+            .unwrap()
+        };
+        table.append(&batch(0..ROWS - 50)).unwrap();
+        table.rebuild().unwrap();
+        // Delta rows too (each counts as a value of its own in the bound).
+        table.append(&batch(ROWS - 50..ROWS)).unwrap();
+        let ctx = session_context_with(&db, SessionOptions { target_partitions: 4, ..SessionOptions::default() });
+        let (mut by_g, mut by_sg, mut by_v) = (HashMap::new(), HashMap::new(), HashMap::new());
+        for v in 0..ROWS {
+            let e = by_g.entry((v % 50).to_string()).or_insert_with(|| vec![0, 0]);
+            (e[0], e[1]) = (e[0] + 1, e[1] + v);
+            *by_sg.entry(format!("s{}|{}", v % 30, v % 50)).or_insert_with(|| vec![0]).first_mut().unwrap() += 1;
+            by_v.insert(v.to_string(), vec![1, v]);
+        }
+        // (query, its keys, computed whole, the expected groups): 50
+        // groups; a bound of about 29,000 (the product of two keys', 150
+        // groups); 70,000 possible groups.
+        let cases = [
+            ("SELECT g, COUNT(*), SUM(v) FROM t GROUP BY g", 1, true, by_g),
+            ("SELECT s, g, COUNT(*) FROM t GROUP BY s, g", 2, true, by_sg),
+            ("SELECT v, COUNT(*), SUM(v) FROM t GROUP BY v", 1, false, by_v),
+        ];
+        for (sql, keys, whole, expected) in cases {
+            let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+            let text = datafusion::physical_plan::displayable(plan.as_ref()).indent(false).to_string();
+            if whole {
+                assert!(text.contains("QuiverAggregateExec: mode=final") && !text.contains("FinalPartitioned"), "{sql}: {text}");
+                assert!(text.contains("RepartitionExec: partitioning=Hash"), "repartitioned by key as the final was: {text}");
+            } else {
+                assert!(text.contains("FinalPartitioned") && text.contains("QuiverAggregateExec: mode=partial"), "{sql}: {text}");
+            }
+            let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await.unwrap();
+            assert_eq!(groups(&batches, keys), expected, "{sql}");
+        }
+    }
 }
