@@ -742,14 +742,15 @@ impl AggregateKernel {
         }
         bc.token = 0;
         acc.deferred -= 1;
-        if let Some(lo) = bc.lo {
+        // The (group, slot) pairs of the slots with rows, and the groups after.
+        bc.pairs.clear();
+        let groups = if let Some(lo) = bc.lo {
             let (Some(KeyInput::Memo { col, expr, memo, .. }), Some(map), Some(c)) = (self.keys.first_mut(), acc.groups.keys.first_mut(), self.count_star) else {
                 return Err(Error::Internal("rows by value without a memoised key and a COUNT(*)".into()));
             };
             let StateColumn::Count(counts) = &bc.states[c] else { return Err(Error::Internal("COUNT(*) without a count state".into())) };
             let physical = cols.column(*col).physical();
             memo.bind(acc.token);
-            bc.pairs.clear();
             for (slot, &n) in counts.iter().enumerate() {
                 if n == 0 {
                     continue;
@@ -759,49 +760,45 @@ impl AggregateKernel {
                 };
                 bc.pairs.push((memo_id(expr, memo, map, v)?, slot as u32));
             }
-            acc.groups.len = map.len();
-            for (i, state) in acc.states.iter_mut().enumerate() {
-                state.ensure(acc.groups.len);
-                state.merge_entries(&bc.states[i], &bc.pairs, &self.spec.kinds[i])?;
-            }
-            return Ok(());
-        }
-        let (Some(KeyInput::Bytes { col, cache }), Some(KeyMap::Bytes(map))) = (self.keys.first_mut(), acc.groups.keys.first_mut()) else {
-            return Err(Error::Internal("rows by code without a string key".into()));
-        };
-        let main = cols.column(*col).main();
-        let Some(Encoding::StrDict(dict)) = main.map(|m| m.encoding()) else {
-            return Err(Error::Internal("rows by code without a dictionary".into()));
-        };
-        cache.bind(dict, acc.token);
-        let every = bc.rows == dict.len();
-        if !every {
-            bc.present.clear();
-            bc.present.resize(dict.dict_len().div_ceil(64), 0);
-            for &b in &bc.blocks {
-                let start = b as usize * LANES;
-                let n = LANES.min(dict.len() - start);
-                gather_keys(dict.codes(), start, dict.len(), Sel::Range(0, n), scratch);
-                for &code in &scratch.keys[..n] {
-                    bc.present[(code / 64) as usize] |= 1 << (code % 64);
+            map.len()
+        } else {
+            let (Some(KeyInput::Bytes { col, cache }), Some(KeyMap::Bytes(map))) = (self.keys.first_mut(), acc.groups.keys.first_mut()) else {
+                return Err(Error::Internal("rows by code without a string key".into()));
+            };
+            let main = cols.column(*col).main();
+            let Some(Encoding::StrDict(dict)) = main.map(|m| m.encoding()) else {
+                return Err(Error::Internal("rows by code without a dictionary".into()));
+            };
+            cache.bind(dict, acc.token);
+            let every = bc.rows == dict.len();
+            if !every {
+                bc.present.clear();
+                bc.present.resize(dict.dict_len().div_ceil(64), 0);
+                for &b in &bc.blocks {
+                    let start = b as usize * LANES;
+                    let n = LANES.min(dict.len() - start);
+                    gather_keys(dict.codes(), start, dict.len(), Sel::Range(0, n), scratch);
+                    for &code in &scratch.keys[..n] {
+                        bc.present[(code / 64) as usize] |= 1 << (code % 64);
+                    }
                 }
             }
-        }
-        bc.pairs.clear();
-        for code in 0..dict.dict_len() {
-            if !every && bc.present[code / 64] >> (code % 64) & 1 == 0 {
-                continue;
+            for code in 0..dict.dict_len() {
+                if !every && bc.present[code / 64] >> (code % 64) & 1 == 0 {
+                    continue;
+                }
+                let mut g = cache.ids[code];
+                if g == u32::MAX {
+                    g = map.id(dict.dict_value(code));
+                    cache.ids[code] = g;
+                }
+                bc.pairs.push((g, code as u32));
             }
-            let mut g = cache.ids[code];
-            if g == u32::MAX {
-                g = map.id(dict.dict_value(code));
-                cache.ids[code] = g;
-            }
-            bc.pairs.push((g, code as u32));
-        }
-        acc.groups.len = map.spans.len();
+            map.spans.len()
+        };
+        acc.groups.len = groups;
         for (i, state) in acc.states.iter_mut().enumerate() {
-            state.ensure(acc.groups.len);
+            state.ensure(groups);
             state.merge_entries(&bc.states[i], &bc.pairs, &self.spec.kinds[i])?;
         }
         Ok(())

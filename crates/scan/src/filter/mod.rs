@@ -447,7 +447,6 @@ fn leaf_cond(
         }
         Node::Bytes { col, test, codes } => {
             let src = cols.column(*col);
-            let mut m = Bits::EMPTY;
             *cond = match side {
                 Side::Main(block) => {
                     let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
@@ -455,6 +454,7 @@ fn leaf_cond(
                         (Encoding::StrDict(d), Some(c)) => packed_block(d.codes(), block, len, c, scratch),
                         _ => {
                             let start = block * LANES;
+                            let mut m = Bits::EMPTY;
                             for i in 0..len {
                                 if test.test(src.main_bytes(start + i)) {
                                     m.set(i);
@@ -465,6 +465,7 @@ fn leaf_cond(
                     }
                 }
                 Side::Delta(chunk) => {
+                    let mut m = Bits::EMPTY;
                     for i in 0..len {
                         if test.test(src.delta_bytes(chunk, i)) {
                             m.set(i);

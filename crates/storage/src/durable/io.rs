@@ -54,9 +54,10 @@ pub trait AppendFile: Send + std::fmt::Debug {
     }
     /// Makes every byte written so far durable.
     fn sync(&mut self) -> io::Result<()>;
-    /// Starts writing what was written so far to the disk, without
-    /// waiting for it: a later [`AppendFile::sync`] finds less to do. (A
-    /// hint; it promises nothing about durability.)
+    /// Starts writing the file's first `len` bytes (what was written so
+    /// far) to the disk, without waiting for it: a later
+    /// [`AppendFile::sync`] finds less to do. (A hint; it promises nothing
+    /// about durability.)
     fn start_writeback(&mut self, _len: u64) -> io::Result<()> {
         Ok(())
     }
@@ -150,8 +151,8 @@ impl AppendFile for RealFile {
     #[cfg(target_os = "linux")]
     fn start_writeback(&mut self, len: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        // SAFETY: a valid open descriptor; offset 0 and length 0 mean the
-        // whole file; the call only schedules writeback of dirty pages.
+        // SAFETY: a valid open descriptor and a byte range of it; the call
+        // only schedules writeback of the range's dirty pages.
         let done = unsafe { libc::sync_file_range(self.0.as_raw_fd(), 0, len as i64, libc::SYNC_FILE_RANGE_WRITE) };
         if done == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
     }
