@@ -27,7 +27,7 @@ use crate::vector::{Bits, LANES, NumVector, Sel, Values, WORDS};
 /// From this many requested rows in one block on, a fetch unpacks the
 /// whole block rather than reading values one by one (FastLanes measures
 /// the crossover at "~10 values"; see the same constant in storage).
-const UNPACK_THRESHOLD: usize = 16;
+pub(crate) const UNPACK_THRESHOLD: usize = 16;
 
 /// Scratch buffers for decoding keys, allocated once per reducer.
 #[derive(Debug)]
@@ -194,27 +194,24 @@ impl<'a> ColumnSource<'a> {
         out.len = lanes;
         match col.encoding() {
             Encoding::Keys(KeyEncoding::BitPacked(bp)) if is_int64_domain(self.physical) && lanes >= UNPACK_THRESHOLD => {
-                // Fused: deltas + the block's reference value, one pass.
+                // Unpacked straight into the vector, the block's
+                // reference value added in the same pass.
                 let Values::I64(dst) = &mut out.values else {
                     return Err(Error::Internal("integer fetch into a non-I64 vector".into()));
                 };
-                let reference = key_value_i64(self.physical, bp.frames()[block].reference);
-                bp.decode_block_deltas(block, &mut scratch.block);
-                let deltas = &scratch.block;
+                let base = |reference| key_value_i64(self.physical, reference) as u64;
                 match sel {
                     Sel::Range(a, b) => {
-                        for (d, &x) in dst[..b - a].iter_mut().zip(&deltas[a..b]) {
-                            *d = reference.wrapping_add(x as i64);
+                        bp.decode_block_i64(block, base, dst);
+                        if a > 0 {
+                            dst.copy_within(a..b, 0);
                         }
                     }
-                    Sel::Mask(_, len) => {
-                        for (d, &x) in dst[..len].iter_mut().zip(&deltas[..len]) {
-                            *d = reference.wrapping_add(x as i64);
-                        }
-                    }
-                    Sel::Ids(ids, base) => {
+                    Sel::Mask(..) => bp.decode_block_i64(block, base, dst),
+                    Sel::Ids(ids, first) => {
+                        bp.decode_block_from(block, base, &mut scratch.block);
                         for (d, &id) in dst.iter_mut().zip(ids) {
-                            *d = reference.wrapping_add(deltas[(id - base) as usize] as i64);
+                            *d = scratch.block[(id - first) as usize] as i64;
                         }
                     }
                 }
@@ -255,9 +252,8 @@ impl<'a> ColumnSource<'a> {
         }
         match enc {
             KeyEncoding::BitPacked(bp) if b - a >= UNPACK_THRESHOLD => {
-                let reference = key_value_i64(self.physical, bp.frames()[block].reference);
-                bp.decode_block_deltas(block, &mut scratch.block);
-                dst.extend(scratch.block[a..b].iter().map(|&d| reference.wrapping_add(d as i64)));
+                bp.decode_block_from(block, |reference| key_value_i64(self.physical, reference) as u64, &mut scratch.block);
+                dst.extend(scratch.block[a..b].iter().map(|&v| v as i64));
             }
             _ => {
                 gather_keys(enc, block * LANES, col.len(), Sel::Range(a, b), scratch);
@@ -350,6 +346,14 @@ fn sel_for_each_row(sel: Sel<'_>, mut f: impl FnMut(usize, usize)) {
 pub(crate) trait KeySource {
     fn get(&self, row: usize) -> u64;
     fn decode_block(&self, block: usize, out: &mut [u64; LANES]);
+    /// The low 32 bits of `key - minus` for every key of the block, into
+    /// `out` (through `scratch` unless the keys unpack straight into it).
+    fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; LANES], scratch: &mut [u64; LANES]) {
+        self.decode_block(block, scratch);
+        for (o, &k) in out.iter_mut().zip(scratch.iter()) {
+            *o = k.wrapping_sub(minus) as u32;
+        }
+    }
 }
 
 impl KeySource for KeyEncoding {
@@ -360,6 +364,17 @@ impl KeySource for KeyEncoding {
     fn decode_block(&self, block: usize, out: &mut [u64; LANES]) {
         KeyEncoding::decode_block(self, block, out)
     }
+    fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; LANES], scratch: &mut [u64; LANES]) {
+        match self {
+            KeyEncoding::BitPacked(bp) => bp.decode_block_u32(block, minus, out),
+            _ => {
+                KeyEncoding::decode_block(self, block, scratch);
+                for (o, &k) in out.iter_mut().zip(scratch.iter()) {
+                    *o = k.wrapping_sub(minus) as u32;
+                }
+            }
+        }
+    }
 }
 
 impl KeySource for quiverdb_storage::main::bitpacked::BitPacked {
@@ -369,6 +384,9 @@ impl KeySource for quiverdb_storage::main::bitpacked::BitPacked {
     }
     fn decode_block(&self, block: usize, out: &mut [u64; LANES]) {
         quiverdb_storage::main::bitpacked::BitPacked::decode_block(self, block, out)
+    }
+    fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; LANES], _: &mut [u64; LANES]) {
+        quiverdb_storage::main::bitpacked::BitPacked::decode_block_u32(self, block, minus, out)
     }
 }
 

@@ -146,10 +146,6 @@ impl BitPacked {
     #[inline]
     pub fn decode_block(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
         let f = self.frames[block];
-        if f.width == 0 {
-            out.fill(f.reference);
-            return;
-        }
         super::unpack::unpack_for(f.width as usize, self.block_words(block), f.reference, out);
     }
 
@@ -158,11 +154,35 @@ impl BitPacked {
     #[inline]
     pub fn decode_block_deltas(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
         let width = self.frames[block].width as usize;
-        if width == 0 {
-            out.fill(0);
-            return;
-        }
-        super::unpack::unpack(width, self.block_words(block), out);
+        super::unpack::unpack_for(width, self.block_words(block), 0, out);
+    }
+
+    /// Unpacks block `block` in one pass as `base(reference) + delta`
+    /// (wrapping) for every value: `base` maps the block's reference key to
+    /// the value it stands for (a signed column's keys have their sign bit
+    /// flipped), so a block of keys decodes straight into the values.
+    #[inline]
+    pub fn decode_block_from(&self, block: usize, base: impl FnOnce(u64) -> u64, out: &mut [u64; BLOCK_SIZE]) {
+        let f = self.frames[block];
+        super::unpack::unpack_for(f.width as usize, self.block_words(block), base(f.reference), out);
+    }
+
+    /// [`Self::decode_block_from`], with the values reinterpreted as `i64`.
+    #[inline]
+    pub fn decode_block_i64(&self, block: usize, base: impl FnOnce(u64) -> u64, out: &mut [i64; BLOCK_SIZE]) {
+        // SAFETY: `i64` and `u64` have the same size and alignment and
+        // every bit pattern is valid for both.
+        let out = unsafe { &mut *(out as *mut [i64; BLOCK_SIZE]).cast::<[u64; BLOCK_SIZE]>() };
+        self.decode_block_from(block, base, out);
+    }
+
+    /// Unpacks block `block` in one pass as the low 32 bits of `value -
+    /// minus` (wrapping) for every value: slot numbers straight from the
+    /// keys, for keys known to lie in `minus..minus + 2^32`.
+    #[inline]
+    pub fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; BLOCK_SIZE]) {
+        let f = self.frames[block];
+        super::unpack::unpack_for(f.width as usize, self.block_words(block), f.reference.wrapping_sub(minus), out);
     }
 
     /// The rows of block `block` whose delta (value minus the block's

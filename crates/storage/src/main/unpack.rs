@@ -1,49 +1,75 @@
-//! Unpacking FastLanes blocks, compiled for the baseline CPU and with AVX2
-//! (chosen at run time when the CPU has it), and range tests fused with
-//! unpacking (AVX-512 or AVX2). Every block unpacked on x86-64 first asks
-//! for the next one to be prefetched.
+//! Unpacking FastLanes blocks, with the block's reference added in the same
+//! pass and the values written as `u64` or `u32`, compiled three times:
+//! with AVX-512, with AVX2 (chosen at run time when the CPU has them), and
+//! for the baseline CPU. Also range tests fused with unpacking (AVX-512 or
+//! AVX2). Every block unpacked on x86-64 first asks for the next one to be
+//! prefetched.
 //!
 //! The FastLanes crate compiles its unpack loops (`#[inline(never)]`) for
 //! the build's baseline target, where a 128-bit register holds two `u64`
-//! lanes. Its `unpack!` macro lets us instantiate the same loops inside a
-//! function compiled with AVX2, which holds four.
-
-use fastlanes::{BitPacking, FastLanes};
+//! lanes, and adds a reference in a second pass. Its `unpack!` macro lets us
+//! instantiate the same loops inside functions compiled with AVX2 (four
+//! lanes) and AVX-512 (eight), with the addition and the narrowing to `u32`
+//! in the loop body.
 
 use super::BLOCK_SIZE;
 
-/// Unpacks a block of `width`-bit values (`words` holds exactly
-/// `16 * width` words) into `out`.
-#[inline]
-pub(crate) fn unpack(width: usize, words: &[u64], out: &mut [u64; BLOCK_SIZE]) {
-    debug_assert_eq!(words.len(), 16 * width);
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        prefetch_next_block(words);
-        // SAFETY: AVX2 is available (checked just above).
-        unsafe { unpack_avx2(width, words, out) };
-        return;
-    }
-    // SAFETY: `words` has 16 * width words and `out` 1,024 values, as
-    // `unchecked_unpack` requires (checked by the caller, `BitPacked`).
-    unsafe { u64::unchecked_unpack(width, words, out) };
+/// A type unpacked values are written as: the low bits of each value.
+pub(crate) trait Lane: Copy {
+    /// The widest values it holds whole.
+    const BITS: usize;
+    fn from_u64(v: u64) -> Self;
 }
 
-/// Unpacks a block and adds `reference` to every value (wrapping).
+impl Lane for u64 {
+    const BITS: usize = 64;
+    #[inline(always)]
+    fn from_u64(v: u64) -> Self {
+        v
+    }
+}
+
+impl Lane for u32 {
+    const BITS: usize = 32;
+    #[inline(always)]
+    fn from_u64(v: u64) -> Self {
+        v as u32
+    }
+}
+
+/// Unpacks a block of `width`-bit values (`words` holds exactly
+/// `16 * width` words) into `out`, adding `reference` to every value
+/// (wrapping) and keeping the low `T::BITS` bits of each.
 #[inline]
-pub(crate) fn unpack_for(width: usize, words: &[u64], reference: u64, out: &mut [u64; BLOCK_SIZE]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        prefetch_next_block(words);
-        // SAFETY: AVX2 is available (checked just above).
-        unsafe {
-            unpack_avx2(width, words, out);
-            add_avx2(out, reference);
+pub(crate) fn unpack_for<T: Lane>(width: usize, words: &[u64], reference: u64, out: &mut [T; BLOCK_SIZE]) {
+    assert_eq!(words.len(), 16 * width, "16 words per bit of width");
+    if width > T::BITS {
+        // Only `u32` output of a block wider than 32 bits: unpack whole,
+        // then narrow.
+        let mut wide = [0u64; BLOCK_SIZE];
+        unpack_for(width, words, reference, &mut wide);
+        for (o, &v) in out.iter_mut().zip(&wide) {
+            *o = T::from_u64(v);
         }
         return;
     }
-    // SAFETY: as in `unpack`.
-    unsafe { fastlanes::FoR::unchecked_unfor_pack(width, words, reference, out) };
+    #[cfg(target_arch = "x86_64")]
+    {
+        prefetch_next_block(words);
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F is available (checked just above); `words`
+            // holds 16 * width words and width <= T::BITS (checked above).
+            unsafe { unpack_avx512(width, words, reference, out) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: as above, for AVX2.
+            unsafe { unpack_avx2(width, words, reference, out) };
+            return;
+        }
+    }
+    // SAFETY: as above; the baseline build needs no CPU feature.
+    unsafe { unpack_baseline(width, words, reference, out) }
 }
 
 /// Asks for the words after `words` (the next block of the column, whose
@@ -64,36 +90,51 @@ fn prefetch_next_block(words: &[u64]) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn add_avx2(out: &mut [u64; BLOCK_SIZE], reference: u64) {
-    for v in out.iter_mut() {
-        *v = v.wrapping_add(reference);
-    }
-}
-
 /// One width's unpack loop: lanes outermost, as FastLanes vectorises.
 #[inline(always)]
-fn unpack_width<const W: usize, const B: usize>(words: &[u64; B], out: &mut [u64; BLOCK_SIZE]) {
+fn unpack_width<const W: usize, const B: usize, T: Lane>(words: &[u64; B], reference: u64, out: &mut [T; BLOCK_SIZE]) {
+    use fastlanes::FastLanes;
     for lane in 0..u64::LANES {
         fastlanes::unpack!(u64, W, words, lane, |$idx, $elem| {
-            out[$idx] = $elem
+            out[$idx] = T::from_u64($elem.wrapping_add(reference))
         });
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(clippy::identity_op)] // `W * 16` with W = 1 in the expansion
-unsafe fn unpack_avx2(width: usize, words: &[u64], out: &mut [u64; BLOCK_SIZE]) {
-    seq_macro::seq!(W in 1..=64 {
-        match width {
-            0 => out.fill(0),
-            #(W => unpack_width::<W, { W * 16 }>(words.try_into().expect("16 words per bit of width"), out),)*
-            _ => unreachable!("widths are at most 64"),
+/// `$name::<T>(width, words, reference, out)`, compiled with `$feature`
+/// (if any): calls [`unpack_width`] for the block's width.
+macro_rules! dispatch_unpack {
+    ($name:ident $(, $feature:literal)?) => {
+        /// # Safety
+        /// The CPU must have the function's target feature (if any);
+        /// `words` must hold `16 * width` words, and `width <= T::BITS`.
+        $(#[cfg(target_arch = "x86_64")] #[target_feature(enable = $feature)])?
+        #[allow(clippy::identity_op)] // `W * 16` with W = 1 in the expansion
+        unsafe fn $name<T: Lane>(width: usize, words: &[u64], reference: u64, out: &mut [T; BLOCK_SIZE]) {
+            if T::BITS == 32 {
+                seq_macro::seq!(W in 1..=32 {
+                    match width {
+                        0 => out.fill(T::from_u64(reference)),
+                        #(W => unpack_width::<W, { W * 16 }, T>(words.try_into().expect("16 words per bit of width"), reference, out),)*
+                        _ => unreachable!("u32 output is unpacked from at most 32 bits"),
+                    }
+                })
+            } else {
+                seq_macro::seq!(W in 1..=64 {
+                    match width {
+                        0 => out.fill(T::from_u64(reference)),
+                        #(W => unpack_width::<W, { W * 16 }, T>(words.try_into().expect("16 words per bit of width"), reference, out),)*
+                        _ => unreachable!("widths are at most 64"),
+                    }
+                })
+            }
         }
-    })
+    };
 }
+
+dispatch_unpack!(unpack_avx512, "avx512f");
+dispatch_unpack!(unpack_avx2, "avx2");
+dispatch_unpack!(unpack_baseline);
 
 /// Widths up to which [`range_bits`] compares while unpacking (wider
 /// blocks unpack first, then compare): each width is a fully unrolled
@@ -125,7 +166,7 @@ pub(crate) fn range_bits(width: usize, words: &[u64], lo: u64, span: u64) -> [u6
 /// [`range_bits`] by unpacking the block, then comparing.
 fn range_bits_unfused(width: usize, words: &[u64], lo: u64, span: u64) -> [u64; 16] {
     let mut values = [0u64; BLOCK_SIZE];
-    unpack(width, words, &mut values);
+    unpack_for(width, words, 0, &mut values);
     let mut bits = [0u64; 16];
     for (i, &v) in values.iter().enumerate() {
         bits[i / 64] |= u64::from(v.wrapping_sub(lo) <= span) << (i % 64);
@@ -256,21 +297,80 @@ unsafe fn range_bits_avx2_width<const W: usize>(words: *const u64, lo: u64, span
 
 #[cfg(test)]
 mod tests {
+    use fastlanes::BitPacking;
+
     use super::*;
 
     #[test]
-    fn dispatched_unpack_matches_fastlanes() {
-        for width in [1usize, 7, 20, 33, 63, 64] {
-            let values: Vec<u64> = (0..1024u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - width)).collect();
-            let values: Vec<u64> = if width == 64 { values } else { values.iter().map(|v| v & ((1 << width) - 1)).collect() };
+    fn every_unpack_kernel_matches_fastlanes() {
+        for width in 0..=64usize {
+            let values: Vec<u64> = (0..1024u64)
+                .map(|i| if width == 0 { 0 } else { i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - width) })
+                .collect();
             let mut packed = vec![0u64; 16 * width];
-            // SAFETY: 1,024 inputs, 16 * width outputs, values below 2^width.
-            unsafe { u64::unchecked_pack(width, &values, &mut packed) };
-            let mut out = [0u64; BLOCK_SIZE];
-            unpack(width, &packed, &mut out);
-            assert_eq!(&out[..], &values[..], "width {width}");
-            unpack_for(width, &packed, 5, &mut out);
-            assert!(out.iter().zip(&values).all(|(o, v)| *o == v.wrapping_add(5)));
+            if width > 0 {
+                // SAFETY: 1,024 inputs, 16 * width outputs, values below 2^width.
+                unsafe { u64::unchecked_pack(width, &values, &mut packed) };
+                let mut reference = [0u64; BLOCK_SIZE];
+                // SAFETY: as above.
+                unsafe { u64::unchecked_unpack(width, &packed, &mut reference) };
+                assert_eq!(&reference[..], &values[..], "fastlanes round trip, width {width}");
+            }
+            for base in [0u64, 5, u64::MAX - 2, 1 << 40] {
+                let expect = |kernel: &str, got: &[u64]| {
+                    for (i, (&g, &v)) in got.iter().zip(&values).enumerate() {
+                        assert_eq!(g, v.wrapping_add(base), "{kernel}: width {width} base {base} value {i}");
+                    }
+                };
+                let expect32 = |kernel: &str, got: &[u32]| {
+                    for (i, (&g, &v)) in got.iter().zip(&values).enumerate() {
+                        assert_eq!(g, v.wrapping_add(base) as u32, "{kernel} (u32): width {width} base {base} value {i}");
+                    }
+                };
+                let (mut out, mut out32) = ([0u64; BLOCK_SIZE], [0u32; BLOCK_SIZE]);
+                unpack_for(width, &packed, base, &mut out);
+                expect("dispatched", &out);
+                unpack_for(width, &packed, base, &mut out32);
+                expect32("dispatched", &out32);
+                // SAFETY: `packed` holds 16 * width words; no CPU feature.
+                unsafe { unpack_baseline(width, &packed, base, &mut out) };
+                expect("baseline", &out);
+                if width <= 32 {
+                    // SAFETY: as above, and width <= 32.
+                    unsafe { unpack_baseline(width, &packed, base, &mut out32) };
+                    expect32("baseline", &out32);
+                }
+                #[cfg(target_arch = "x86_64")]
+                for (kernel, available) in [
+                    ("avx512", std::arch::is_x86_feature_detected!("avx512f")),
+                    ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+                ] {
+                    if !available {
+                        continue;
+                    }
+                    out.fill(0);
+                    out32.fill(0);
+                    // SAFETY: the kernel's feature is available; `packed`
+                    // holds 16 * width words; u32 output only to 32 bits.
+                    unsafe {
+                        if kernel == "avx512" {
+                            unpack_avx512(width, &packed, base, &mut out);
+                            if width <= 32 {
+                                unpack_avx512(width, &packed, base, &mut out32);
+                            }
+                        } else {
+                            unpack_avx2(width, &packed, base, &mut out);
+                            if width <= 32 {
+                                unpack_avx2(width, &packed, base, &mut out32);
+                            }
+                        }
+                    }
+                    expect(kernel, &out);
+                    if width <= 32 {
+                        expect32(kernel, &out32);
+                    }
+                }
+            }
         }
     }
 
