@@ -147,7 +147,7 @@ impl BlockSelection<'_> {
     pub fn count(&self) -> usize {
         match *self {
             BlockSelection::Range { start, end } => (end - start) as usize,
-            BlockSelection::Mask { mask, .. } => Bits(*mask).count(),
+            BlockSelection::Mask { mask, .. } => vector::count_bits(mask),
         }
     }
 

@@ -46,7 +46,7 @@ impl Sel<'_> {
     #[inline]
     pub fn count(&self) -> usize {
         match *self {
-            Sel::Mask(m, _) => m.iter().map(|w| w.count_ones() as usize).sum(),
+            Sel::Mask(m, _) => count_bits(m),
             _ => self.lanes(),
         }
     }
@@ -148,16 +148,10 @@ impl Bits {
         Bits(w)
     }
 
-    /// Number of set lanes (with the CPU's `popcnt` when it has one; the
-    /// baseline x86-64 target emulates it in ~15 instructions a word).
+    /// Number of set lanes.
     #[inline]
     pub fn count(&self) -> usize {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("popcnt") {
-            // SAFETY: POPCNT is available (checked just above).
-            return unsafe { count_popcnt(&self.0) };
-        }
-        count_words(&self.0)
+        count_bits(&self.0)
     }
 
     /// True when no lane is set.
@@ -216,6 +210,18 @@ impl Bits {
             .find(|(_, w)| **w != 0)
             .map(|(i, w)| i * 64 + w.trailing_zeros() as usize)
     }
+}
+
+/// Set bits of a bitmap (with the CPU's `popcnt` when it has one; the
+/// baseline x86-64 target emulates it in ~15 instructions a word).
+#[inline]
+pub(crate) fn count_bits(w: &[u64; WORDS]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("popcnt") {
+        // SAFETY: POPCNT is available (checked just above).
+        return unsafe { count_popcnt(w) };
+    }
+    count_words(w)
 }
 
 #[inline(always)]

@@ -12,15 +12,16 @@ use quiverdb_storage::types::{KeyNative, PhysicalType};
 
 use super::leaf::{KeySet, KeyTest};
 
-/// Keys of main block `block` that pass `test`, read from the encoding.
-pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyTest, codes: Option<&KeyTest>, scratch: &mut Scratch) -> Bits {
-    match enc {
+/// Keys of main block `block` that pass `test`, read from the encoding,
+/// written to `out`.
+pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyTest, codes: Option<&KeyTest>, scratch: &mut Scratch, out: &mut Bits) {
+    *out = match enc {
         KeyEncoding::Constant { key, .. } => {
             if test.test(*key) { Bits::first(len) } else { Bits::EMPTY }
         }
-        KeyEncoding::BitPacked(bp) => packed_block(bp, block, len, test, scratch),
+        KeyEncoding::BitPacked(bp) => return packed_block(bp, block, len, test, scratch, out),
         KeyEncoding::Dict(d) => match codes {
-            Some(c) => packed_block(d.codes(), block, len, c, scratch),
+            Some(c) => return packed_block(d.codes(), block, len, c, scratch, out),
             None => {
                 let keys = scratch.keys_mut();
                 d.codes().decode_block(block, keys);
@@ -32,18 +33,18 @@ pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyT
         },
         KeyEncoding::RunEnd(re) => {
             let start = block * LANES;
-            let mut out = Bits::EMPTY;
+            let mut bits = Bits::EMPTY;
             let mut r = re.run_of(start);
             let mut row = start;
             while row < start + len {
                 let end = (re.ends()[r] as usize).min(start + len);
                 if test.test(re.values()[r]) {
-                    out = out.or(&Bits::range(row - start, end - start));
+                    bits = bits.or(&Bits::range(row - start, end - start));
                 }
                 row = end;
                 r += 1;
             }
-            out
+            bits
         }
         _ => {
             let keys = scratch.keys_mut();
@@ -54,21 +55,26 @@ pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyT
 }
 
 /// Values of block `block` of `bp` (keys or dictionary codes) that pass
-/// `test`, read from the packing: the test is shifted by the block's
-/// reference and compared with the packed deltas, so no reference is
-/// added to any value, and a range is compared while unpacking.
-pub(super) fn packed_block(bp: &BitPacked, block: usize, len: usize, test: &KeyTest, scratch: &mut Scratch) -> Bits {
+/// `test`, read from the packing, written to `out`: the test is shifted by
+/// the block's reference and compared with the packed deltas, so no
+/// reference is added to any value, and a range is compared while
+/// unpacking.
+pub(super) fn packed_block(bp: &BitPacked, block: usize, len: usize, test: &KeyTest, scratch: &mut Scratch, out: &mut Bits) {
     let reference = bp.frames()[block].reference;
-    match test {
+    *out = match test {
         KeyTest::Range { empty: true, .. } => Bits::EMPTY,
         &KeyTest::Range { lo, hi, empty: false } => {
             if hi < reference {
-                return Bits::EMPTY;
+                *out = Bits::EMPTY;
+                return;
             }
             // lo <= hi, so the shifted bounds keep their order.
             let (lo, hi) = (lo.saturating_sub(reference), hi - reference);
-            let bits = Bits(bp.block_delta_range_bits(block, lo, hi - lo));
-            if len < LANES { bits.and(&Bits::first(len)) } else { bits }
+            bp.block_delta_range_bits(block, lo, hi - lo, &mut out.0);
+            if len < LANES {
+                *out = out.and(&Bits::first(len));
+            }
+            return;
         }
         KeyTest::Set(KeySet { dense: Some((lo, words)), .. }) => {
             // The bitset's first key shifted by the reference, as for

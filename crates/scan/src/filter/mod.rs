@@ -433,16 +433,16 @@ fn leaf_cond(
     let (col, null_in_list) = match node {
         Node::Keys { col, physical, test, codes } => {
             let src = cols.column(*col);
-            *cond = match side {
+            match side {
                 Side::Main(block) => {
                     let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
                     let Encoding::Keys(enc) = main.encoding() else {
                         return Err(Error::Internal("key test on a non-key encoding".into()));
                     };
-                    key_block(enc, block, len, test, codes.as_ref(), scratch)
+                    key_block(enc, block, len, test, codes.as_ref(), scratch, cond);
                 }
-                Side::Delta(chunk) => delta_keys(src.delta(), *physical, chunk, len, test, scratch),
-            };
+                Side::Delta(chunk) => *cond = delta_keys(src.delta(), *physical, chunk, len, test, scratch),
+            }
             (*col, test.null_in_list())
         }
         Node::Bytes { col, test, codes } => {
@@ -451,7 +451,10 @@ fn leaf_cond(
                 Side::Main(block) => {
                     let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
                     match (main.encoding(), codes) {
-                        (Encoding::StrDict(d), Some(c)) => packed_block(d.codes(), block, len, c, scratch),
+                        (Encoding::StrDict(d), Some(c)) => {
+                            packed_block(d.codes(), block, len, c, scratch, cond);
+                            return leaf_validity(cols, *col, side, sel, validity, test.null_in_list());
+                        }
                         _ => {
                             let start = block * LANES;
                             let mut m = Bits::EMPTY;
@@ -478,6 +481,11 @@ fn leaf_cond(
         }
         _ => return Ok(None),
     };
+    leaf_validity(cols, col, side, sel, validity, null_in_list)
+}
+
+/// The rest of [`leaf_cond`]: the validity of column `col` on `sel`.
+fn leaf_validity(cols: &ShardColumns<'_>, col: usize, side: Side, sel: Sel<'_>, validity: &mut Bits, null_in_list: bool) -> Result<Option<Leaf>> {
     let src = cols.column(col);
     let found = match side {
         Side::Main(block) => src.main_validity(block, sel),

@@ -186,16 +186,18 @@ impl BitPacked {
     }
 
     /// The rows of block `block` whose delta (value minus the block's
-    /// reference) satisfies `delta - lo <= span` (wrapping), as a bitmap;
-    /// padding slots past the column's end hold delta 0. Small widths
-    /// compare while unpacking, without writing the values out.
+    /// reference) satisfies `delta - lo <= span` (wrapping), as a bitmap
+    /// written to `out`; padding slots past the column's end hold delta 0.
+    /// Small widths compare while unpacking, without writing the values
+    /// out.
     #[inline]
-    pub fn block_delta_range_bits(&self, block: usize, lo: u64, span: u64) -> [u64; 16] {
+    pub fn block_delta_range_bits(&self, block: usize, lo: u64, span: u64, out: &mut [u64; 16]) {
         let width = self.frames[block].width as usize;
         if width == 0 {
-            return [if 0u64.wrapping_sub(lo) <= span { u64::MAX } else { 0 }; 16];
+            *out = [if 0u64.wrapping_sub(lo) <= span { u64::MAX } else { 0 }; 16];
+            return;
         }
-        super::unpack::range_bits(width, self.block_words(block), lo, span)
+        super::unpack::range_bits(width, self.block_words(block), lo, span, out)
     }
 
     /// The value at `index`.

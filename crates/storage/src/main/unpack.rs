@@ -143,9 +143,10 @@ const FUSED_MAX_WIDTH: usize = 32;
 
 /// The values of a block of `width`-bit values (`words` holds exactly
 /// `16 * width` words) with `value - lo <= span` (wrapping), as a bitmap in
-/// row order.
+/// row order, written to `out` (where the caller keeps it: the AVX-512
+/// kernel's word stores are then read back by loads of the same size).
 #[inline]
-pub(crate) fn range_bits(width: usize, words: &[u64], lo: u64, span: u64) -> [u64; 16] {
+pub(crate) fn range_bits(width: usize, words: &[u64], lo: u64, span: u64, out: &mut [u64; 16]) {
     debug_assert_eq!(words.len(), 16 * width);
     #[cfg(target_arch = "x86_64")]
     if (1..=FUSED_MAX_WIDTH).contains(&width) {
@@ -153,14 +154,16 @@ pub(crate) fn range_bits(width: usize, words: &[u64], lo: u64, span: u64) -> [u6
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: AVX-512F is available (checked just above); the width
             // is within the fused range.
-            return unsafe { range_bits_avx512(width, words, lo, span) };
+            unsafe { range_bits_avx512(width, words, lo, span, out) };
+            return;
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: as above, for AVX2.
-            return unsafe { range_bits_avx2(width, words, lo, span) };
+            *out = unsafe { range_bits_avx2(width, words, lo, span) };
+            return;
         }
     }
-    range_bits_unfused(width, words, lo, span)
+    *out = range_bits_unfused(width, words, lo, span);
 }
 
 /// [`range_bits`] by unpacking the block, then comparing.
@@ -200,31 +203,59 @@ macro_rules! dispatch_width {
     };
 }
 
-dispatch_width!(range_bits_avx512, "avx512f", range_bits_avx512_width);
+/// [`range_bits`] with AVX-512, for widths 1..=32.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn range_bits_avx512(width: usize, words: &[u64], lo: u64, span: u64, out: &mut [u64; 16]) {
+    assert_eq!(words.len(), 16 * width, "16 words per bit of width");
+    seq_macro::seq!(W in 1..=32 {
+        match width {
+            // SAFETY: `words` has 16 * W words (asserted above).
+            #(W => unsafe { range_bits_avx512_width::<W>(words.as_ptr(), lo, span, out) },)*
+            _ => unreachable!("fused widths are 1..=32"),
+        }
+    })
+}
+
+/// The rows whose 16 values are bits `16 * p .. 16 * p + 16` of the bitmap:
+/// `FL_ORDER` is its own inverse.
+const fn row_of_piece(p: usize) -> usize {
+    fastlanes::FL_ORDER[p % 8] * 8 + p / 8
+}
 
 /// One width, eight lanes per AVX-512 register: a row is two registers,
 /// whose unsigned compares give its 16 bits.
+///
+/// The rows are taken in the order of their pieces of the bitmap, so each
+/// bitmap word is put together from four rows in a general register and
+/// stored once. (Storing each row's 16 bits, and reading the words back,
+/// made every such load wait for four stores to retire: a fifth of the
+/// kernel's time.)
 ///
 /// # Safety
 /// AVX-512F must be available; `words` must point to `16 * W` readable words.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::identity_op, clippy::erasing_op, clippy::eq_op)] // `R * W`, `R / 8` with R = 0 or 8 in the expansion
+#[allow(clippy::identity_op, clippy::erasing_op, clippy::eq_op)] // `R * W`, `P / 8` with P = 0 or 8 in the expansion
 #[inline]
-unsafe fn range_bits_avx512_width<const W: usize>(words: *const u64, lo: u64, span: u64) -> [u64; 16] {
+unsafe fn range_bits_avx512_width<const W: usize>(words: *const u64, lo: u64, span: u64, out: &mut [u64; 16]) {
     use std::arch::x86_64::*;
     let mask = _mm512_set1_epi64(((1u64 << W) - 1) as i64);
     let lo_v = _mm512_set1_epi64(lo as i64);
     let span_v = _mm512_set1_epi64(span as i64);
-    let mut out = [0u16; 64];
     let load = |row: usize, half: usize| {
         // SAFETY: word row `r * W / 64`, and the next one when the row
         // straddles (so at most row W - 1), lies within the 16 * W words.
         unsafe { _mm512_loadu_si512(words.add(row * 16 + half * 8).cast()) }
     };
-    seq_macro::seq!(R in 0..64 {{
-        let (row, shift) = (R * W / 64, R * W % 64);
-        let mut bits = 0u16;
+    let mut word = 0u64;
+    seq_macro::seq!(P in 0..64 {{
+        let r = row_of_piece(P);
+        let (row, shift) = (r * W / 64, r * W % 64);
+        let mut bits = 0u64;
         for half in 0..2 {
             let mut v = load(row, half);
             if shift > 0 {
@@ -238,14 +269,25 @@ unsafe fn range_bits_avx512_width<const W: usize>(words: *const u64, lo: u64, sp
                 v = _mm512_and_si512(v, mask);
             }
             let hits = _mm512_cmple_epu64_mask(_mm512_sub_epi64(v, lo_v), span_v);
-            bits |= u16::from(hits) << (half * 8);
+            bits |= u64::from(hits) << (half * 8);
         }
-        out[(fastlanes::FL_ORDER[R / 8] * 16 + (R % 8) * 128) / 16] = bits;
+        // Keeps LLVM's SLP vectoriser from gathering the rows' bits into
+        // vector registers with byte inserts and variable shifts (slower
+        // than the four shifts and ORs a word takes in a register).
+        // SAFETY: an empty instruction string; `bits` stays as it is.
+        unsafe { std::arch::asm!("/* {0} */", inout(reg) bits, options(pure, nomem, nostack, preserves_flags)) };
+        if P % 4 == 0 {
+            word = bits;
+        } else {
+            word |= bits << (16 * (P % 4));
+        }
+        if P % 4 == 3 {
+            // Volatile, so that the 16 word stores are not merged into
+            // vector stores built with inserts (the same vectoriser).
+            // SAFETY: `P / 4 < 16`: within `out`.
+            unsafe { std::ptr::write_volatile(out.as_mut_ptr().add(P / 4), word) };
+        }
     }});
-    // SAFETY: 64 `u16`s are 16 `u64`s; the bitmap's bit `i` is bit `i %
-    // 16` of `out[i / 16]`, which on little-endian x86 is bit `i % 64` of
-    // word `i / 64`.
-    unsafe { std::mem::transmute::<[u16; 64], [u64; 16]>(out) }
 }
 
 dispatch_width!(range_bits_avx2, "avx2", range_bits_avx2_width);
@@ -404,15 +446,17 @@ mod tests {
                 (next(), next()),
             ];
             for (lo, span) in tests {
-                let mut kernels: Vec<(&str, [u64; 16])> = vec![
-                    ("dispatched", range_bits(width, &packed, lo, span)),
-                    ("unfused", range_bits_unfused(width, &packed, lo, span)),
-                ];
+                let mut dispatched = [0u64; 16];
+                range_bits(width, &packed, lo, span, &mut dispatched);
+                let mut kernels: Vec<(&str, [u64; 16])> =
+                    vec![("dispatched", dispatched), ("unfused", range_bits_unfused(width, &packed, lo, span))];
                 #[cfg(target_arch = "x86_64")]
                 if width <= FUSED_MAX_WIDTH {
                     if std::arch::is_x86_feature_detected!("avx512f") {
+                        let mut bits = [0u64; 16];
                         // SAFETY: AVX-512F is available; the width is fused.
-                        kernels.push(("avx512", unsafe { range_bits_avx512(width, &packed, lo, span) }));
+                        unsafe { range_bits_avx512(width, &packed, lo, span, &mut bits) };
+                        kernels.push(("avx512", bits));
                     }
                     if std::arch::is_x86_feature_detected!("avx2") {
                         // SAFETY: AVX2 is available; the width is fused.
