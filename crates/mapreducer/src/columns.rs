@@ -252,9 +252,9 @@ impl<'a> ColumnSource<'a> {
         }
         match enc {
             KeyEncoding::BitPacked(bp) if b - a >= UNPACK_THRESHOLD => {
-                bp.decode_block_from(block, |reference| key_value_i64(self.physical, reference) as u64, &mut scratch.block);
-                dst.extend(scratch.block[a..b].iter().map(|&v| v as i64));
+                bp.extend_block_i64(block, |reference| key_value_i64(self.physical, reference) as u64, a..b, dst);
             }
+            KeyEncoding::Sequence(seq) => seq.extend_block_i64(block, |key| key_value_i64(self.physical, key) as u64, a..b, dst),
             _ => {
                 gather_keys(enc, block * LANES, col.len(), Sel::Range(a, b), scratch);
                 // Signed keys are stored with their sign bit flipped.

@@ -19,6 +19,8 @@
 //! The same structure stores dictionary codes and string offsets, so it is
 //! the workhorse of main storage.
 
+use std::ops::Range;
+
 use fastlanes::BitPacking;
 
 use super::BLOCK_SIZE;
@@ -176,6 +178,37 @@ impl BitPacked {
         self.decode_block_from(block, base, out);
     }
 
+    /// Appends rows `rows` of block `block` to `dst`, decoded as in
+    /// [`Self::decode_block_i64`]: unpacked straight into `dst`'s spare
+    /// capacity when it has room for a whole block, with no copy in
+    /// between; through a block on the stack otherwise (never growing
+    /// `dst` by more than the rows).
+    pub fn extend_block_i64(&self, block: usize, base: impl FnOnce(u64) -> u64, rows: Range<usize>, dst: &mut Vec<i64>) {
+        assert!(rows.start <= rows.end && rows.end <= BLOCK_SIZE, "rows {rows:?} of a block");
+        let f = self.frames[block];
+        let (width, words, base) = (f.width as usize, self.block_words(block), base(f.reference));
+        if dst.capacity() - dst.len() < BLOCK_SIZE {
+            let mut values = [0u64; BLOCK_SIZE];
+            super::unpack::unpack_for(width, words, base, &mut values);
+            dst.extend(values[rows].iter().map(|&v| v as i64));
+            return;
+        }
+        let len = dst.len();
+        // SAFETY: the spare capacity holds BLOCK_SIZE values past `len`
+        // (checked above), which the unpack writes (an `i64` takes any
+        // `u64`'s bits); the rows kept are moved to the front, so the
+        // first `rows.len()` of them are initialised when the length
+        // grows.
+        unsafe {
+            let spare = dst.as_mut_ptr().add(len).cast::<u64>();
+            super::unpack::unpack_for_raw(width, words, base, spare);
+            if rows.start > 0 {
+                std::ptr::copy(spare.add(rows.start), spare, rows.len());
+            }
+            dst.set_len(len + rows.len());
+        }
+    }
+
     /// Unpacks block `block` in one pass as the low 32 bits of `value -
     /// minus` (wrapping) for every value: slot numbers straight from the
     /// keys, for keys known to lie in `minus..minus + 2^32`.
@@ -281,6 +314,44 @@ mod tests {
                 let f = p.frames()[b];
                 let sum = chunk.iter().fold(0u64, |s, &k| s.wrapping_add(k - f.reference));
                 assert_eq!(f.delta_sum, sum, "width {width} block {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_block_decoder_gives_the_keys() {
+        for width in [0u32, 1, 7, 20, 32, 33, 64] {
+            let n = 3 * BLOCK_SIZE - 100;
+            let keys: Vec<u64> = (0..n as u64)
+                .map(|i| {
+                    let span = if width == 64 { u64::MAX } else { (1u64 << width) - 1 };
+                    (1u64 << 40).wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) & span)
+                })
+                .collect();
+            let p = BitPacked::encode(&keys);
+            let minus = keys.iter().copied().min().unwrap_or(0);
+            let shift = |k: u64| k.wrapping_add(7);
+            for b in 0..3 {
+                let rows = (n - b * BLOCK_SIZE).min(BLOCK_SIZE);
+                let block = &keys[b * BLOCK_SIZE..b * BLOCK_SIZE + rows];
+                let mut wide = [0i64; BLOCK_SIZE];
+                p.decode_block_i64(b, shift, &mut wide);
+                assert!(block.iter().zip(&wide).all(|(&k, &v)| v == shift(k) as i64), "i64, width {width} block {b}");
+                let mut narrow = [0u32; BLOCK_SIZE];
+                p.decode_block_u32(b, minus, &mut narrow);
+                assert!(block.iter().zip(&narrow).all(|(&k, &v)| v == (k - minus) as u32), "u32, width {width} block {b}");
+                // Into spare capacity, and (without room for a block)
+                // through the stack; from the block's start and not.
+                for (room, a, z) in [(BLOCK_SIZE + 5, 0, rows), (BLOCK_SIZE + 5, 3, rows), (rows, 0, rows), (rows - 3, 3, rows)] {
+                    let mut dst: Vec<i64> = Vec::with_capacity(room + 2);
+                    dst.extend([-1, -2]);
+                    p.extend_block_i64(b, shift, a..z, &mut dst);
+                    let expected: Vec<i64> = [-1, -2].into_iter().chain(block[a..z].iter().map(|&k| shift(k) as i64)).collect();
+                    assert_eq!(dst, expected, "extend, width {width} block {b} rows {a}..{z} room {room}");
+                    if room < BLOCK_SIZE {
+                        assert_eq!(dst.capacity(), room + 2, "the stack path does not grow the vector");
+                    }
+                }
             }
         }
     }

@@ -42,14 +42,26 @@ impl Lane for u32 {
 /// (wrapping) and keeping the low `T::BITS` bits of each.
 #[inline]
 pub(crate) fn unpack_for<T: Lane>(width: usize, words: &[u64], reference: u64, out: &mut [T; BLOCK_SIZE]) {
+    // SAFETY: `out` holds BLOCK_SIZE values.
+    unsafe { unpack_for_raw(width, words, reference, out.as_mut_ptr()) }
+}
+
+/// [`unpack_for`] into memory that may be uninitialised, such as a
+/// vector's spare capacity.
+///
+/// # Safety
+/// `out` must be valid for writes of `BLOCK_SIZE` values of `T`.
+#[inline]
+pub(crate) unsafe fn unpack_for_raw<T: Lane>(width: usize, words: &[u64], reference: u64, out: *mut T) {
     assert_eq!(words.len(), 16 * width, "16 words per bit of width");
     if width > T::BITS {
         // Only `u32` output of a block wider than 32 bits: unpack whole,
         // then narrow.
         let mut wide = [0u64; BLOCK_SIZE];
         unpack_for(width, words, reference, &mut wide);
-        for (o, &v) in out.iter_mut().zip(&wide) {
-            *o = T::from_u64(v);
+        for (i, &v) in wide.iter().enumerate() {
+            // SAFETY: `i < BLOCK_SIZE`, within `out` (the caller's promise).
+            unsafe { out.add(i).write(T::from_u64(v)) };
         }
         return;
     }
@@ -58,7 +70,8 @@ pub(crate) fn unpack_for<T: Lane>(width: usize, words: &[u64], reference: u64, o
         prefetch_next_block(words);
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: AVX-512F is available (checked just above); `words`
-            // holds 16 * width words and width <= T::BITS (checked above).
+            // holds 16 * width words and width <= T::BITS (checked above);
+            // `out` takes BLOCK_SIZE values (the caller's promise).
             unsafe { unpack_avx512(width, words, reference, out) };
             return;
         }
@@ -91,13 +104,29 @@ fn prefetch_next_block(words: &[u64]) {
 }
 
 /// One width's unpack loop: lanes outermost, as FastLanes vectorises.
+///
+/// # Safety
+/// `out` must be valid for writes of `BLOCK_SIZE` values of `T`.
 #[inline(always)]
-fn unpack_width<const W: usize, const B: usize, T: Lane>(words: &[u64; B], reference: u64, out: &mut [T; BLOCK_SIZE]) {
+unsafe fn unpack_width<const W: usize, const B: usize, T: Lane>(words: &[u64; B], reference: u64, out: *mut T) {
     use fastlanes::FastLanes;
     for lane in 0..u64::LANES {
         fastlanes::unpack!(u64, W, words, lane, |$idx, $elem| {
-            out[$idx] = T::from_u64($elem.wrapping_add(reference))
+            // SAFETY: FastLanes' indices are below 1,024 = BLOCK_SIZE.
+            unsafe { out.add($idx).write(T::from_u64($elem.wrapping_add(reference))) }
         });
+    }
+}
+
+/// Writes `value` to the `BLOCK_SIZE` values at `out`.
+///
+/// # Safety
+/// As [`unpack_width`].
+#[inline(always)]
+unsafe fn fill_block<T: Lane>(out: *mut T, value: T) {
+    for i in 0..BLOCK_SIZE {
+        // SAFETY: `i < BLOCK_SIZE` (the caller's promise).
+        unsafe { out.add(i).write(value) };
     }
 }
 
@@ -107,26 +136,31 @@ macro_rules! dispatch_unpack {
     ($name:ident $(, $feature:literal)?) => {
         /// # Safety
         /// The CPU must have the function's target feature (if any);
-        /// `words` must hold `16 * width` words, and `width <= T::BITS`.
+        /// `words` must hold `16 * width` words, `width <= T::BITS`, and
+        /// `out` must be valid for writes of `BLOCK_SIZE` values.
         $(#[cfg(target_arch = "x86_64")] #[target_feature(enable = $feature)])?
         #[allow(clippy::identity_op)] // `W * 16` with W = 1 in the expansion
-        unsafe fn $name<T: Lane>(width: usize, words: &[u64], reference: u64, out: &mut [T; BLOCK_SIZE]) {
-            if T::BITS == 32 {
-                seq_macro::seq!(W in 1..=32 {
-                    match width {
-                        0 => out.fill(T::from_u64(reference)),
-                        #(W => unpack_width::<W, { W * 16 }, T>(words.try_into().expect("16 words per bit of width"), reference, out),)*
-                        _ => unreachable!("u32 output is unpacked from at most 32 bits"),
-                    }
-                })
-            } else {
-                seq_macro::seq!(W in 1..=64 {
-                    match width {
-                        0 => out.fill(T::from_u64(reference)),
-                        #(W => unpack_width::<W, { W * 16 }, T>(words.try_into().expect("16 words per bit of width"), reference, out),)*
-                        _ => unreachable!("widths are at most 64"),
-                    }
-                })
+        unsafe fn $name<T: Lane>(width: usize, words: &[u64], reference: u64, out: *mut T) {
+            // SAFETY: `out` takes BLOCK_SIZE values (the caller's promise),
+            // which is what every arm writes.
+            unsafe {
+                if T::BITS == 32 {
+                    seq_macro::seq!(W in 1..=32 {
+                        match width {
+                            0 => fill_block(out, T::from_u64(reference)),
+                            #(W => unpack_width::<W, { W * 16 }, T>(words.try_into().expect("16 words per bit of width"), reference, out),)*
+                            _ => unreachable!("u32 output is unpacked from at most 32 bits"),
+                        }
+                    })
+                } else {
+                    seq_macro::seq!(W in 1..=64 {
+                        match width {
+                            0 => fill_block(out, T::from_u64(reference)),
+                            #(W => unpack_width::<W, { W * 16 }, T>(words.try_into().expect("16 words per bit of width"), reference, out),)*
+                            _ => unreachable!("widths are at most 64"),
+                        }
+                    })
+                }
             }
         }
     };
@@ -375,11 +409,11 @@ mod tests {
                 unpack_for(width, &packed, base, &mut out32);
                 expect32("dispatched", &out32);
                 // SAFETY: `packed` holds 16 * width words; no CPU feature.
-                unsafe { unpack_baseline(width, &packed, base, &mut out) };
+                unsafe { unpack_baseline(width, &packed, base, out.as_mut_ptr()) };
                 expect("baseline", &out);
                 if width <= 32 {
                     // SAFETY: as above, and width <= 32.
-                    unsafe { unpack_baseline(width, &packed, base, &mut out32) };
+                    unsafe { unpack_baseline(width, &packed, base, out32.as_mut_ptr()) };
                     expect32("baseline", &out32);
                 }
                 #[cfg(target_arch = "x86_64")]
@@ -396,14 +430,14 @@ mod tests {
                     // holds 16 * width words; u32 output only to 32 bits.
                     unsafe {
                         if kernel == "avx512" {
-                            unpack_avx512(width, &packed, base, &mut out);
+                            unpack_avx512(width, &packed, base, out.as_mut_ptr());
                             if width <= 32 {
-                                unpack_avx512(width, &packed, base, &mut out32);
+                                unpack_avx512(width, &packed, base, out32.as_mut_ptr());
                             }
                         } else {
-                            unpack_avx2(width, &packed, base, &mut out);
+                            unpack_avx2(width, &packed, base, out.as_mut_ptr());
                             if width <= 32 {
-                                unpack_avx2(width, &packed, base, &mut out32);
+                                unpack_avx2(width, &packed, base, out32.as_mut_ptr());
                             }
                         }
                     }
