@@ -28,7 +28,6 @@ use datafusion::error::Result;
 use datafusion::physical_expr::expressions::{Column as PColumn, Literal as PLiteral};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
-use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::filter::FilterExec;
@@ -101,7 +100,6 @@ fn unconstrained(plan: &Arc<dyn ExecutionPlan>) -> HashSet<usize> {
         let merges = node.downcast_ref::<CoalescePartitionsExec>().is_some() || node.downcast_ref::<SortPreservingMergeExec>().is_some();
         let keeps = node.downcast_ref::<ProjectionExec>().is_some()
             || node.downcast_ref::<FilterExec>().is_some()
-            || node.downcast_ref::<CoalesceBatchesExec>().is_some()
             || node.downcast_ref::<CooperativeExec>().is_some()
             || node.downcast_ref::<SortExec>().is_some()
             || node.downcast_ref::<GlobalLimitExec>().is_some()
