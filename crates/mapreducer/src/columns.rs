@@ -350,9 +350,14 @@ pub(crate) trait KeySource {
     /// `out` (through `scratch` unless the keys unpack straight into it).
     fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; LANES], scratch: &mut [u64; LANES]) {
         self.decode_block(block, scratch);
-        for (o, &k) in out.iter_mut().zip(scratch.iter()) {
-            *o = k.wrapping_sub(minus) as u32;
-        }
+        narrow_keys(scratch, minus, out);
+    }
+}
+
+/// The low 32 bits of `key - minus` for every key.
+fn narrow_keys(keys: &[u64; LANES], minus: u64, out: &mut [u32; LANES]) {
+    for (o, &k) in out.iter_mut().zip(keys) {
+        *o = k.wrapping_sub(minus) as u32;
     }
 }
 
@@ -369,9 +374,7 @@ impl KeySource for KeyEncoding {
             KeyEncoding::BitPacked(bp) => bp.decode_block_u32(block, minus, out),
             _ => {
                 KeyEncoding::decode_block(self, block, scratch);
-                for (o, &k) in out.iter_mut().zip(scratch.iter()) {
-                    *o = k.wrapping_sub(minus) as u32;
-                }
+                narrow_keys(scratch, minus, out);
             }
         }
     }
