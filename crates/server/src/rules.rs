@@ -91,12 +91,11 @@ fn address(node: &Arc<dyn ExecutionPlan>) -> usize {
 /// merge them into one (`CoalescePartitionsExec`,
 /// `SortPreservingMergeExec`, which free their input whatever is above
 /// them). A join or an aggregate above stops it: their inputs must be
-/// partitioned as they say.
+/// partitioned as they say. A node reached by more than one path (a
+/// shared subplan) is free only if every path frees it.
 fn unconstrained(plan: &Arc<dyn ExecutionPlan>) -> HashSet<usize> {
-    fn walk(node: &Arc<dyn ExecutionPlan>, free: bool, out: &mut HashSet<usize>) {
-        if free {
-            out.insert(address(node));
-        }
+    fn walk(node: &Arc<dyn ExecutionPlan>, free: bool, found: &mut (HashSet<usize>, HashSet<usize>)) {
+        if free { &mut found.0 } else { &mut found.1 }.insert(address(node));
         let merges = node.downcast_ref::<CoalescePartitionsExec>().is_some() || node.downcast_ref::<SortPreservingMergeExec>().is_some();
         let keeps = node.downcast_ref::<ProjectionExec>().is_some()
             || node.downcast_ref::<FilterExec>().is_some()
@@ -105,12 +104,13 @@ fn unconstrained(plan: &Arc<dyn ExecutionPlan>) -> HashSet<usize> {
             || node.downcast_ref::<GlobalLimitExec>().is_some()
             || node.downcast_ref::<LocalLimitExec>().is_some();
         for child in node.children() {
-            walk(child, merges || (keeps && free), out);
+            walk(child, merges || (keeps && free), found);
         }
     }
-    let mut out = HashSet::new();
-    walk(plan, true, &mut out);
-    out
+    let mut found = (HashSet::new(), HashSet::new());
+    walk(plan, true, &mut found);
+    let (free, constrained) = found;
+    free.difference(&constrained).copied().collect()
 }
 
 /// A chain of wrappers over a quiverdb scan, folded: the scan, the map
@@ -466,6 +466,31 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn a_shared_subplan_is_free_only_if_every_path_frees_it() {
+        use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+        use datafusion::physical_plan::empty::EmptyExec;
+        use datafusion::physical_plan::projection::ProjectionExec;
+        use datafusion::physical_plan::union::UnionExec;
+        use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
+
+        use super::{address, unconstrained};
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let shared: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(Arc::clone(&schema)));
+        let alone: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(schema));
+        // A union's inputs keep their own partitions in its output, so
+        // they are not free; a merge frees its input whatever is above.
+        let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(Arc::clone(&shared)));
+        let merged_alone: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(Arc::clone(&alone)));
+        let union = UnionExec::try_new(vec![Arc::clone(&shared), Arc::clone(&merged), Arc::clone(&merged_alone)]).unwrap();
+        let root: Arc<dyn ExecutionPlan> = Arc::new(ProjectionExec::try_new(Vec::<(Arc<dyn PhysicalExpr>, String)>::new(), Arc::clone(&union)).unwrap());
+        let free = unconstrained(&root);
+        assert!(free.contains(&address(&root)) && free.contains(&address(&union)));
+        assert!(!free.contains(&address(&merged)) && !free.contains(&address(&merged_alone)));
+        assert!(free.contains(&address(&alone)), "under a merge only");
+        assert!(!free.contains(&address(&shared)), "under a merge, and directly under the union");
     }
 
     #[tokio::test]
