@@ -27,7 +27,7 @@ use crate::vector::{Bits, LANES, NumVector, Sel, Values, WORDS};
 /// From this many requested rows in one block on, a fetch unpacks the
 /// whole block rather than reading values one by one (FastLanes measures
 /// the crossover at "~10 values"; see the same constant in storage).
-pub(crate) const UNPACK_THRESHOLD: usize = 16;
+const UNPACK_THRESHOLD: usize = 16;
 
 /// Scratch buffers for decoding keys, allocated once per reducer.
 #[derive(Debug)]

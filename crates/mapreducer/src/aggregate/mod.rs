@@ -32,7 +32,7 @@ use quiverdb_storage::main::strings::StrDict;
 
 use self::groups::{float_group_bits, BytesMap, Groups, HashMapKeys, IntMap, KeyId, KeyMap, KeyValue, MAX_KEYS};
 use self::state::{MinMaxDomain, StateColumn, StateKind, SumDomain};
-use crate::columns::{ColumnSource, KeySource, Scratch, ShardColumns, UNPACK_THRESHOLD, gather_keys, key_to_num};
+use crate::columns::{ColumnSource, KeySource, Scratch, ShardColumns, gather_keys, key_to_num};
 use crate::error::{Error, Result};
 use crate::expr::{CompiledExpr, MapExpr, Operand, Side};
 use crate::output::{bytes_array, f64_array, i64_array, native_array, nulls_from};
@@ -717,19 +717,9 @@ impl AggregateKernel {
     ) -> Result<()> {
         let bc = &mut self.by_code;
         bc.begin(acc, &self.spec.kinds, slots, len, lo)?;
-        let base = lo.unwrap_or(0);
-        match sel {
-            // A whole block's slots, unpacked straight from the keys.
-            Sel::Mask(..) | Sel::Range(0, _) if rows >= UNPACK_THRESHOLD => {
-                keys.decode_block_u32(block, base, &mut self.gids, &mut scratch.keys);
-            }
-            _ => {
-                gather_keys(keys, block * LANES, len, sel, scratch);
-                for (g, &key) in self.gids[..rows].iter_mut().zip(&scratch.keys[..rows]) {
-                    *g = (key - base) as u32;
-                }
-            }
-        }
+        // The whole block's slots (the caller folds whole blocks),
+        // unpacked straight from the keys.
+        keys.decode_block_u32(block, lo.unwrap_or(0), &mut self.gids, &mut scratch.keys);
         for (i, input) in self.inputs.iter_mut().enumerate() {
             grouped::fold(&mut bc.states[i], &self.spec.kinds[i], input, cols, Side::Main(block), sel, scratch, &self.gids)?;
         }

@@ -15,41 +15,36 @@ use super::leaf::{KeySet, KeyTest};
 /// Keys of main block `block` that pass `test`, read from the encoding,
 /// written to `out`.
 pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyTest, codes: Option<&KeyTest>, scratch: &mut Scratch, out: &mut Bits) {
-    *out = match enc {
-        KeyEncoding::Constant { key, .. } => {
-            if test.test(*key) { Bits::first(len) } else { Bits::EMPTY }
-        }
-        KeyEncoding::BitPacked(bp) => return packed_block(bp, block, len, test, scratch, out),
-        KeyEncoding::Dict(d) => match codes {
-            Some(c) => return packed_block(d.codes(), block, len, c, scratch, out),
-            None => {
-                let keys = scratch.keys_mut();
-                d.codes().decode_block(block, keys);
-                for k in keys.iter_mut() {
-                    *k = d.values()[*k as usize];
-                }
-                test.mask(keys, len)
+    match (enc, codes) {
+        (KeyEncoding::BitPacked(bp), _) => packed_block(bp, block, len, test, scratch, out),
+        (KeyEncoding::Dict(d), Some(c)) => packed_block(d.codes(), block, len, c, scratch, out),
+        (KeyEncoding::Constant { key, .. }, _) => *out = if test.test(*key) { Bits::first(len) } else { Bits::EMPTY },
+        (KeyEncoding::Dict(d), None) => {
+            let keys = scratch.keys_mut();
+            d.codes().decode_block(block, keys);
+            for k in keys.iter_mut() {
+                *k = d.values()[*k as usize];
             }
-        },
-        KeyEncoding::RunEnd(re) => {
+            *out = test.mask(keys, len);
+        }
+        (KeyEncoding::RunEnd(re), _) => {
             let start = block * LANES;
-            let mut bits = Bits::EMPTY;
+            *out = Bits::EMPTY;
             let mut r = re.run_of(start);
             let mut row = start;
             while row < start + len {
                 let end = (re.ends()[r] as usize).min(start + len);
                 if test.test(re.values()[r]) {
-                    bits = bits.or(&Bits::range(row - start, end - start));
+                    *out = out.or(&Bits::range(row - start, end - start));
                 }
                 row = end;
                 r += 1;
             }
-            bits
         }
         _ => {
             let keys = scratch.keys_mut();
             enc.decode_block(block, keys);
-            test.mask(keys, len)
+            *out = test.mask(keys, len);
         }
     }
 }
@@ -61,32 +56,28 @@ pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyT
 /// unpacking.
 pub(super) fn packed_block(bp: &BitPacked, block: usize, len: usize, test: &KeyTest, scratch: &mut Scratch, out: &mut Bits) {
     let reference = bp.frames()[block].reference;
-    *out = match test {
-        KeyTest::Range { empty: true, .. } => Bits::EMPTY,
-        &KeyTest::Range { lo, hi, empty: false } => {
-            if hi < reference {
-                *out = Bits::EMPTY;
-                return;
-            }
+    match test {
+        KeyTest::Range { empty: true, .. } => *out = Bits::EMPTY,
+        &KeyTest::Range { hi, .. } if hi < reference => *out = Bits::EMPTY,
+        &KeyTest::Range { lo, hi, .. } => {
             // lo <= hi, so the shifted bounds keep their order.
             let (lo, hi) = (lo.saturating_sub(reference), hi - reference);
             bp.block_delta_range_bits(block, lo, hi - lo, &mut out.0);
             if len < LANES {
                 *out = out.and(&Bits::first(len));
             }
-            return;
         }
         KeyTest::Set(KeySet { dense: Some((lo, words)), .. }) => {
             // The bitset's first key shifted by the reference, as for
             // ranges: `delta - (lo - reference)` is `key - lo`.
             let keys = scratch.keys_mut();
             bp.decode_block_deltas(block, keys);
-            kernels::bitset_mask(keys, len, lo.wrapping_sub(reference), words)
+            *out = kernels::bitset_mask(keys, len, lo.wrapping_sub(reference), words);
         }
         KeyTest::Set(_) => {
             let keys = scratch.keys_mut();
             bp.decode_block(block, keys);
-            test.mask(keys, len)
+            *out = test.mask(keys, len);
         }
     }
 }

@@ -447,45 +447,35 @@ fn leaf_cond(
         }
         Node::Bytes { col, test, codes } => {
             let src = cols.column(*col);
-            *cond = match side {
+            match side {
                 Side::Main(block) => {
                     let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
                     match (main.encoding(), codes) {
-                        (Encoding::StrDict(d), Some(c)) => {
-                            packed_block(d.codes(), block, len, c, scratch, cond);
-                            return leaf_validity(cols, *col, side, sel, validity, test.null_in_list());
-                        }
+                        (Encoding::StrDict(d), Some(c)) => packed_block(d.codes(), block, len, c, scratch, cond),
                         _ => {
                             let start = block * LANES;
-                            let mut m = Bits::EMPTY;
+                            *cond = Bits::EMPTY;
                             for i in 0..len {
                                 if test.test(src.main_bytes(start + i)) {
-                                    m.set(i);
+                                    cond.set(i);
                                 }
                             }
-                            m
                         }
                     }
                 }
                 Side::Delta(chunk) => {
-                    let mut m = Bits::EMPTY;
+                    *cond = Bits::EMPTY;
                     for i in 0..len {
                         if test.test(src.delta_bytes(chunk, i)) {
-                            m.set(i);
+                            cond.set(i);
                         }
                     }
-                    m
                 }
-            };
+            }
             (*col, test.null_in_list())
         }
         _ => return Ok(None),
     };
-    leaf_validity(cols, col, side, sel, validity, null_in_list)
-}
-
-/// The rest of [`leaf_cond`]: the validity of column `col` on `sel`.
-fn leaf_validity(cols: &ShardColumns<'_>, col: usize, side: Side, sel: Sel<'_>, validity: &mut Bits, null_in_list: bool) -> Result<Option<Leaf>> {
     let src = cols.column(col);
     let found = match side {
         Side::Main(block) => src.main_validity(block, sel),

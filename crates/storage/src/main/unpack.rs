@@ -193,7 +193,7 @@ pub(crate) fn range_bits(width: usize, words: &[u64], lo: u64, span: u64, out: &
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: as above, for AVX2.
-            *out = unsafe { range_bits_avx2(width, words, lo, span) };
+            unsafe { range_bits_avx2(width, words, lo, span, out) };
             return;
         }
     }
@@ -218,18 +218,18 @@ fn range_bits_unfused(width: usize, words: &[u64], lo: u64, span: u64) -> [u64; 
 // values of the block, so a row's 16 results are one aligned 16-bit piece
 // of the bitmap.
 
-/// `$name(width, words, lo, span)`, compiled with `$feature`: calls
+/// `$name(width, words, lo, span, out)`, compiled with `$feature`: calls
 /// `$kernel::<W>` for the block's width W (1..=32).
 macro_rules! dispatch_width {
     ($name:ident, $feature:literal, $kernel:ident) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $feature)]
-        unsafe fn $name(width: usize, words: &[u64], lo: u64, span: u64) -> [u64; 16] {
+        unsafe fn $name(width: usize, words: &[u64], lo: u64, span: u64, out: &mut [u64; 16]) {
             assert_eq!(words.len(), 16 * width, "16 words per bit of width");
             seq_macro::seq!(W in 1..=32 {
                 match width {
                     // SAFETY: `words` has 16 * W words (asserted above).
-                    #(W => unsafe { $kernel::<W>(words.as_ptr(), lo, span) },)*
+                    #(W => unsafe { $kernel::<W>(words.as_ptr(), lo, span, out) },)*
                     _ => unreachable!("fused widths are 1..=32"),
                 }
             })
@@ -237,22 +237,7 @@ macro_rules! dispatch_width {
     };
 }
 
-/// [`range_bits`] with AVX-512, for widths 1..=32.
-///
-/// # Safety
-/// AVX-512F must be available.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn range_bits_avx512(width: usize, words: &[u64], lo: u64, span: u64, out: &mut [u64; 16]) {
-    assert_eq!(words.len(), 16 * width, "16 words per bit of width");
-    seq_macro::seq!(W in 1..=32 {
-        match width {
-            // SAFETY: `words` has 16 * W words (asserted above).
-            #(W => unsafe { range_bits_avx512_width::<W>(words.as_ptr(), lo, span, out) },)*
-            _ => unreachable!("fused widths are 1..=32"),
-        }
-    })
-}
+dispatch_width!(range_bits_avx512, "avx512f", range_bits_avx512_width);
 
 /// The rows whose 16 values are bits `16 * p .. 16 * p + 16` of the bitmap:
 /// `FL_ORDER` is its own inverse.
@@ -337,7 +322,7 @@ dispatch_width!(range_bits_avx2, "avx2", range_bits_avx2_width);
 #[target_feature(enable = "avx2")]
 #[allow(clippy::identity_op, clippy::erasing_op, clippy::eq_op)] // `R * W`, `R / 8` with R = 0 or 8 in the expansion
 #[inline]
-unsafe fn range_bits_avx2_width<const W: usize>(words: *const u64, lo: u64, span: u64) -> [u64; 16] {
+unsafe fn range_bits_avx2_width<const W: usize>(words: *const u64, lo: u64, span: u64, out: &mut [u64; 16]) {
     use std::arch::x86_64::*;
     const SIGN: u64 = 1 << 63;
     let mask = _mm256_set1_epi64x(((1u64 << W) - 1) as i64);
@@ -368,7 +353,7 @@ unsafe fn range_bits_avx2_width<const W: usize>(words: *const u64, lo: u64, span
             miss[at / 64] |= m << (at % 64 + q * 4);
         }});
     }
-    miss.map(|m| !m)
+    *out = miss.map(|m| !m);
 }
 
 #[cfg(test)]
@@ -493,8 +478,10 @@ mod tests {
                         kernels.push(("avx512", bits));
                     }
                     if std::arch::is_x86_feature_detected!("avx2") {
+                        let mut bits = [0u64; 16];
                         // SAFETY: AVX2 is available; the width is fused.
-                        kernels.push(("avx2", unsafe { range_bits_avx2(width, &packed, lo, span) }));
+                        unsafe { range_bits_avx2(width, &packed, lo, span, &mut bits) };
+                        kernels.push(("avx2", bits));
                     }
                 }
                 for (kernel, bits) in kernels {
