@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
 
@@ -35,23 +36,41 @@ fn pool(threads: usize) -> Result<Arc<ThreadPool>> {
     Ok(p)
 }
 
+/// How long the calling thread, done with its share, polls for the
+/// helpers to finish before it blocks. The helpers take items from the
+/// same counter, so each is at most one item from done: polling covers
+/// the common tail, and blocking (a futex wait, then a wake-up that takes
+/// 20–50 µs on a virtual machine) is left for long items.
+const TAIL_POLL: Duration = Duration::from_micros(200);
+
 /// Runs `work` on `threads` workers at once: the calling thread is one of
 /// them, the others come from a pool of `threads - 1` threads, so a query
 /// waits for at most one wake-up and the caller never sits idle.
+///
+/// The caller, done with its share, polls for the helpers to finish (see
+/// [`TAIL_POLL`]) before it leaves the scope.
 fn on_workers<T: Send>(threads: usize, work: impl Fn() -> T + Sync) -> Result<Vec<T>> {
     if threads <= 1 {
         return Ok(vec![work()]);
     }
     let results: Mutex<Vec<T>> = Mutex::new(Vec::with_capacity(threads));
+    let helpers_done = AtomicUsize::new(0);
     pool(threads - 1)?.in_place_scope(|scope| {
         for _ in 1..threads {
             scope.spawn(|_| {
                 let r = work();
                 results.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+                helpers_done.fetch_add(1, Ordering::Release);
             });
         }
         let r = work();
         results.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+        let start = Instant::now();
+        while helpers_done.load(Ordering::Acquire) < threads - 1 && start.elapsed() < TAIL_POLL {
+            // Yields rather than spins, so that helpers outnumbering the
+            // cores still get one.
+            std::thread::yield_now();
+        }
     });
     Ok(results.into_inner().unwrap_or_else(|e| e.into_inner()))
 }
