@@ -197,6 +197,11 @@ impl Budget {
         }
     }
 
+    /// True when a limit is set.
+    pub(crate) fn is_limited(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// True when a limit is set and spent.
     pub(crate) fn exhausted(&self) -> bool {
         self.0.as_ref().is_some_and(|left| left.load(Ordering::Acquire) == 0)
@@ -224,10 +229,16 @@ pub(crate) fn scan_shard<R: MapReducer>(
     let mut acc = Some(acc);
     let mut ids = [0 as RecId; LANES];
     select(shard, compiled.as_mut(), id_buffer, |_| false, |sel| {
-        let want = sel.count();
-        let granted = budget.take(want);
-        if granted == 0 {
-            return Ok(Flow::Stop);
+        // The rows a limit leaves of the selection, when it cuts it (an
+        // unlimited scan does not count them).
+        let mut cut = None;
+        if budget.is_limited() {
+            let want = sel.count();
+            let granted = budget.take(want);
+            if granted == 0 {
+                return Ok(Flow::Stop);
+            }
+            cut = (granted < want).then_some(granted);
         }
         if reducer.is_none() {
             let open = open.take().ok_or_else(|| crate::Error::Internal("reducer opened twice".into()))?;
@@ -235,8 +246,8 @@ pub(crate) fn scan_shard<R: MapReducer>(
         }
         let r = reducer.as_mut().ok_or_else(|| crate::Error::Internal("reducer not open".into()))?;
         let a = acc.take().ok_or_else(|| crate::Error::Internal("accumulator lost".into()))?;
-        acc = Some(match sel {
-            _ if granted < want => {
+        acc = Some(match (cut, sel) {
+            (Some(granted), _) => {
                 // The budget's last rows: cut the selection.
                 let n = match sel {
                     Selection::Block(b) => b.write_ids(&mut ids),
@@ -247,10 +258,10 @@ pub(crate) fn scan_shard<R: MapReducer>(
                 };
                 r.stream(a, &ids[..n.min(granted)])
             }
-            Selection::Block(b) => r.stream_block(a, b),
-            Selection::Ids(v) => r.stream(a, v),
+            (None, Selection::Block(b)) => r.stream_block(a, b),
+            (None, Selection::Ids(v)) => r.stream(a, v),
         });
-        Ok(if granted < want { Flow::Stop } else { Flow::Continue })
+        Ok(if cut.is_some() { Flow::Stop } else { Flow::Continue })
     })?;
     let mut acc = acc.ok_or_else(|| crate::Error::Internal("accumulator lost".into()))?;
     if let Some(r) = reducer.as_mut() {

@@ -600,6 +600,9 @@ pub struct AggregateKernel {
     by_code: ByCode,
     /// The aggregate that is COUNT(*), if one is.
     count_star: Option<usize>,
+    /// No keys and every aggregate COUNT(*): a block adds how many rows
+    /// it selects, and reads nothing.
+    counts_only: bool,
     /// The key range of a memoised key's column in the open shard, when
     /// its blocks may fold by value (see [`ByCode`]).
     value_range: Option<(u64, u64)>,
@@ -648,10 +651,28 @@ impl AggregateKernel {
             .collect::<Result<Vec<_>>>()?;
         let key_ids = (0..keys.len()).map(|_| Box::new([0u32; LANES])).collect();
         let count_star = spec.aggregates.iter().position(|a| a.func == AggFunc::CountStar);
-        Ok(Self { spec, inputs, keys, key_ids, gids: Box::new([0; LANES]), by_code: ByCode::default(), count_star, value_range: None })
+        let counts_only = keys.is_empty() && inputs.iter().all(|i| matches!(i, Input::CountStar));
+        Ok(Self {
+            spec,
+            inputs,
+            keys,
+            key_ids,
+            gids: Box::new([0; LANES]),
+            by_code: ByCode::default(),
+            count_star,
+            counts_only,
+            value_range: None,
+        })
     }
 
     fn process(&mut self, cols: &ShardColumns<'_>, mut acc: AggregateAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> AggregateAcc {
+        if self.counts_only {
+            let n = sel.count() as u64;
+            for state in &mut acc.0.states {
+                state.add_count(0, n);
+            }
+            return acc;
+        }
         if acc.0.error.is_none()
             && sel.lanes() > 0
             && let Err(e) = self.fold(cols, &mut acc.0, side, sel, scratch)
