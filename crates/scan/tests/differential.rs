@@ -1383,7 +1383,9 @@ fn random_predicates_and_reducers_match_the_reference() {
             for o in [&full, &tiny] {
                 let out = run_aggregate(&snapshot, f, &[], &[Aggregate::count_star()], o);
                 let n = out.as_ref().map(|o| cells(o.values[0].as_ref())[0].clone());
-                m.check(n == Ok(Some(V::I(rows.len() as i128))), || format!("{}\n  COUNT(*) = {n:?}, expected {}", ctx("count", o), rows.len()));
+                m.check(n == Ok(Some(V::I(rows.len() as i128))), || {
+                    format!("{}\n  COUNT(*) = {n:?}, expected {}", ctx("count", o), rows.len())
+                });
             }
 
             // Grouped aggregates.
