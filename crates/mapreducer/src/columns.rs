@@ -348,17 +348,7 @@ pub(crate) trait KeySource {
     fn decode_block(&self, block: usize, out: &mut [u64; LANES]);
     /// The low 32 bits of `key - minus` for every key of the block, into
     /// `out` (through `scratch` unless the keys unpack straight into it).
-    fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; LANES], scratch: &mut [u64; LANES]) {
-        self.decode_block(block, scratch);
-        narrow_keys(scratch, minus, out);
-    }
-}
-
-/// The low 32 bits of `key - minus` for every key.
-fn narrow_keys(keys: &[u64; LANES], minus: u64, out: &mut [u32; LANES]) {
-    for (o, &k) in out.iter_mut().zip(keys) {
-        *o = k.wrapping_sub(minus) as u32;
-    }
+    fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; LANES], scratch: &mut [u64; LANES]);
 }
 
 impl KeySource for KeyEncoding {
@@ -374,7 +364,9 @@ impl KeySource for KeyEncoding {
             KeyEncoding::BitPacked(bp) => bp.decode_block_u32(block, minus, out),
             _ => {
                 KeyEncoding::decode_block(self, block, scratch);
-                narrow_keys(scratch, minus, out);
+                for (o, &k) in out.iter_mut().zip(scratch.iter()) {
+                    *o = k.wrapping_sub(minus) as u32;
+                }
             }
         }
     }
