@@ -37,7 +37,8 @@ fn bench(c: &mut Criterion) {
 
     let db = Database::new();
     seed::load_sql_table(&db, &batches).expect("seed table");
-    let quiver = quiverdb::session_context_with(&db, SessionOptions { target_partitions: 1, ..SessionOptions::default() });
+    let quiver =
+        quiverdb::session_context_with(&db, SessionOptions { target_partitions: 1, ..SessionOptions::default() });
 
     let memtable = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
     memtable

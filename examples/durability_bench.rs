@@ -100,7 +100,8 @@ fn main() -> Result<(), BoxError> {
     let bytes: usize = batches.iter().map(RecordBatch::get_array_memory_size).sum();
     eprintln!("seed table: {rows} rows, {:.0} MB as Arrow", bytes as f64 / 1e6);
 
-    let only = flags.iter().find(|(n, _)| n == "modes").map(|(_, v)| v.split(',').map(str::to_owned).collect::<Vec<_>>());
+    let only =
+        flags.iter().find(|(n, _)| n == "modes").map(|(_, v)| v.split(',').map(str::to_owned).collect::<Vec<_>>());
     let modes = [
         ("memory", Mode::Memory, 1),
         ("memory", Mode::Memory, writers),
@@ -143,7 +144,8 @@ fn main() -> Result<(), BoxError> {
     db.wait_for_background_rebuilds();
     drop(db);
     let durable = DurableOptions { sync: SyncMode::Always, checkpoint_bytes: 0, ..DurableOptions::default() };
-    let log_bytes: u64 = std::fs::read_dir(dir.join("wal"))?.map(|e| e.map_or(0, |e| e.metadata().map_or(0, |m| m.len()))).sum();
+    let log_bytes: u64 =
+        std::fs::read_dir(dir.join("wal"))?.map(|e| e.map_or(0, |e| e.metadata().map_or(0, |m| m.len()))).sum();
     let start = Instant::now();
     let db = Database::open(&dir, durable)?;
     let from_log = start.elapsed();
@@ -161,7 +163,10 @@ fn main() -> Result<(), BoxError> {
     drop(db);
     std::fs::remove_dir_all(&root)?;
 
-    println!("| ingest of {rows} rows ({} batches) | writers | ms | rows/s | vs in memory | log syncs |", batches.len());
+    println!(
+        "| ingest of {rows} rows ({} batches) | writers | ms | rows/s | vs in memory | log syncs |",
+        batches.len()
+    );
     println!("|---|---|---|---|---|---|");
     for (label, w, secs, rate, syncs) in &results {
         println!("| {label} | {w} | {:.0} | {:.1}M | {:.2}× | {syncs} |", secs * 1e3, rate / 1e6, rate / memory);

@@ -103,7 +103,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (name, ms) in in_process {
         let (adbc, flight) = (figure(&format!("adbc_{name}_ms"))?, figure(&format!("flight_{name}_ms"))?);
         let target = if name == "floor" { "(the client's fixed cost)" } else { "within 1 ms of in-process" };
-        println!("| {name} round trip | {ms:.2} ms | {adbc:.2} ms ({:+.2}) | {flight:.2} ms ({:+.2}) | {target} |", adbc - ms, flight - ms);
+        println!(
+            "| {name} round trip | {ms:.2} ms | {adbc:.2} ms ({:+.2}) | {flight:.2} ms ({:+.2}) | {target} |",
+            adbc - ms,
+            flight - ms
+        );
     }
     println!(
         "| full-table export ({:.0} MB) | | {:.2} GB/s | {:.2} GB/s | ≥ 1 GB/s |",
@@ -111,14 +115,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         figure("adbc_export_gb_per_s")?,
         figure("flight_export_gb_per_s")?
     );
-    println!("| 1,000 × 250 result | | {:.2} ms | {:.2} ms | ≤ 4 ms |", figure("adbc_wide_ms")?, figure("flight_wide_ms")?);
+    println!(
+        "| 1,000 × 250 result | | {:.2} ms | {:.2} ms | ≤ 4 ms |",
+        figure("adbc_wide_ms")?,
+        figure("flight_wide_ms")?
+    );
     println!("| ingest ({rows} rows) | | {:.2}M rows/s | | ≥ 10M rows/s |", figure("ingest_rows_per_s")? / 1e6);
     Ok(())
 }
 
 /// The test suite's virtual environment if it exists, else `python3`.
 fn default_python() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"), PathBuf::from);
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"), PathBuf::from);
     let venv = target.join("tmp/python-venv/bin/python");
     if venv.exists() { venv } else { PathBuf::from("python3") }
 }

@@ -64,7 +64,11 @@ fn queries() -> Vec<Query> {
         q("Q4", "SELECT COUNT(*) FROM t WHERE value > 500000", Check::Rows),
         q("Q5", "SELECT category % 100 AS c, COUNT(*) FROM t GROUP BY category % 100", Check::Rows),
         q("Q6", "SELECT name, SUM(value) FROM t GROUP BY name", Check::Rows),
-        Query { name: "Q7", sql: format!("SELECT COUNT(*) FROM t WHERE category IN ({})", in_list.join(", ")), check: Check::Rows },
+        Query {
+            name: "Q7",
+            sql: format!("SELECT COUNT(*) FROM t WHERE category IN ({})", in_list.join(", ")),
+            check: Check::Rows,
+        },
         q("Q8", "SELECT COUNT(*) FROM t WHERE name = 'name_0042'", Check::Rows),
         q("Q9", "SELECT id, value FROM t WHERE id BETWEEN 1000000 AND 1000100", Check::Rows),
         q("Q10", "SELECT * FROM t", Check::Rows),
@@ -119,7 +123,8 @@ fn rows(batches: &[RecordBatch]) -> Result<Vec<String>, BoxError> {
     let options = FormatOptions::default().with_null("NULL");
     let mut out = Vec::new();
     for b in batches {
-        let formatters = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<Vec<_>, _>>()?;
+        let formatters =
+            b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<Vec<_>, _>>()?;
         for r in 0..b.num_rows() {
             out.push(formatters.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
         }
@@ -185,7 +190,8 @@ async fn main() -> Result<(), BoxError> {
 
     let mut results = Vec::new();
     for &p in &partitions {
-        let quiver = quiverdb::session_context_with(&db, SessionOptions { target_partitions: p, ..SessionOptions::default() });
+        let quiver =
+            quiverdb::session_context_with(&db, SessionOptions { target_partitions: p, ..SessionOptions::default() });
         let config = SessionConfig::new().with_target_partitions(p).with_batch_size(seed::BATCH_ROWS);
         let memtable = SessionContext::new_with_config(config);
         let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); p];
@@ -204,15 +210,27 @@ async fn main() -> Result<(), BoxError> {
                     println!("{} P={p} on {side}:\n{shown}", q.name);
                 }
             }
-            let (qp, qe, qa) = if run_quiver { measure(&quiver, &q.sql, runs).await? } else { (f64::NAN, f64::NAN, Vec::new()) };
-            let (mp, me, ma) = if run_memtable { measure(&memtable, &q.sql, runs).await? } else { (f64::NAN, f64::NAN, Vec::new()) };
+            let (qp, qe, qa) =
+                if run_quiver { measure(&quiver, &q.sql, runs).await? } else { (f64::NAN, f64::NAN, Vec::new()) };
+            let (mp, me, ma) =
+                if run_memtable { measure(&memtable, &q.sql, runs).await? } else { (f64::NAN, f64::NAN, Vec::new()) };
             let same = !(run_quiver && run_memtable) || same_answer(q.check, &qa, &ma)?;
-            results.push(Row { query: q.name, partitions: p, quiverdb_plan: qp, quiverdb_exec: qe, memtable_plan: mp, memtable_exec: me, same });
+            results.push(Row {
+                query: q.name,
+                partitions: p,
+                quiverdb_plan: qp,
+                quiverdb_exec: qe,
+                memtable_plan: mp,
+                memtable_exec: me,
+                same,
+            });
         }
     }
 
     println!("seed table: {rows_n} rows; medians of {runs} runs after a warm-up\n");
-    println!("| query | P | quiverdb plan ms | quiverdb exec ms | MemTable plan ms | MemTable exec ms | exec ratio | same answer |");
+    println!(
+        "| query | P | quiverdb plan ms | quiverdb exec ms | MemTable plan ms | MemTable exec ms | exec ratio | same answer |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for r in &results {
         println!(

@@ -24,7 +24,9 @@ use std::time::Instant;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{Array, RecordBatch};
-use quiverdb::mapreducer::{AggFunc, Aggregate, AggregateKernel, AggregateOutput, AggregateSpec, GatherKernel, GatherSpec, MapExpr, Scalar};
+use quiverdb::mapreducer::{
+    AggFunc, Aggregate, AggregateKernel, AggregateOutput, AggregateSpec, GatherKernel, GatherSpec, MapExpr, Scalar,
+};
 use quiverdb::scan::{CmpOp, Predicate, ScanOptions, SortKey, scan, scan_order};
 use quiverdb::{Database, TableOptions, TableSnapshot};
 
@@ -39,13 +41,24 @@ const VALUE: usize = 1;
 const CATEGORY: usize = 2;
 const NAME: usize = 3;
 
-fn aggregate(snap: &TableSnapshot, filter: Option<&Predicate>, keys: Vec<MapExpr>, aggs: Vec<Aggregate>, opts: &ScanOptions) -> Result<AggregateOutput, BoxError> {
+fn aggregate(
+    snap: &TableSnapshot,
+    filter: Option<&Predicate>,
+    keys: Vec<MapExpr>,
+    aggs: Vec<Aggregate>,
+    opts: &ScanOptions,
+) -> Result<AggregateOutput, BoxError> {
     let spec = Arc::new(AggregateSpec::new(keys, aggs, snap.schema())?);
     let acc = scan(snap, filter, opts, || AggregateKernel::new(Arc::clone(&spec)), || spec.new_acc())?;
     Ok(acc.finish()?)
 }
 
-fn gather(snap: &TableSnapshot, filter: Option<&Predicate>, cols: &[usize], opts: &ScanOptions) -> Result<Vec<RecordBatch>, BoxError> {
+fn gather(
+    snap: &TableSnapshot,
+    filter: Option<&Predicate>,
+    cols: &[usize],
+    opts: &ScanOptions,
+) -> Result<Vec<RecordBatch>, BoxError> {
     let spec = Arc::new(GatherSpec::columns(snap.schema(), Some(cols), seed::BATCH_ROWS)?);
     let acc = scan(snap, filter, opts, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc())?;
     Ok(acc.finish()?)
@@ -125,7 +138,9 @@ fn main() -> Result<(), BoxError> {
             all_values.push((v[i], id[i]));
         }
     }
-    let checksum = |m: &HashMap<i64, i64>| m.iter().map(|(k, s)| k.wrapping_mul(1_000_003).wrapping_add(*s)).fold(0i64, i64::wrapping_add);
+    let checksum = |m: &HashMap<i64, i64>| {
+        m.iter().map(|(k, s)| k.wrapping_mul(1_000_003).wrapping_add(*s)).fold(0i64, i64::wrapping_add)
+    };
     all_values.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let top_ids: i64 = all_values.iter().take(100).map(|x| x.1).fold(100i64.min(rows as i64), i64::wrapping_add);
     let between_rows = (1_000_000..=1_000_100).filter(|&i| i < rows as i64).count() as i64;
@@ -133,32 +148,92 @@ fn main() -> Result<(), BoxError> {
 
     type Query<'a> = Box<dyn Fn(&ScanOptions) -> Result<i64, BoxError> + 'a>;
     let gt_filter = Predicate::cmp(MapExpr::col(VALUE), CmpOp::Gt, Scalar::Int(500_000));
-    let in_filter = Predicate::InList { expr: MapExpr::col(CATEGORY), values: in_list.iter().map(|&c| Scalar::Int(c)).collect(), negated: false };
+    let in_filter = Predicate::InList {
+        expr: MapExpr::col(CATEGORY),
+        values: in_list.iter().map(|&c| Scalar::Int(c)).collect(),
+        negated: false,
+    };
     let name_filter = Predicate::cmp(MapExpr::col(NAME), CmpOp::Eq, Scalar::Bytes(b"name_0042".to_vec()));
-    let between_filter = Predicate::Between { expr: MapExpr::col(ID), low: Scalar::Int(1_000_000), high: Scalar::Int(1_000_100), negated: false };
+    let between_filter = Predicate::Between {
+        expr: MapExpr::col(ID),
+        low: Scalar::Int(1_000_000),
+        high: Scalar::Int(1_000_100),
+        negated: false,
+    };
     let sum_value = || vec![Aggregate::new(AggFunc::Sum, MapExpr::col(VALUE))];
     let queries: Vec<(&str, i64, Query<'_>)> = vec![
-        ("count", rows as i64, Box::new(|o| Ok(single_i64(&aggregate(&snap, None, vec![], vec![Aggregate::count_star()], o)?)))),
+        (
+            "count",
+            rows as i64,
+            Box::new(|o| Ok(single_i64(&aggregate(&snap, None, vec![], vec![Aggregate::count_star()], o)?))),
+        ),
         ("sum_value", sum, Box::new(|o| Ok(single_i64(&aggregate(&snap, None, vec![], sum_value(), o)?)))),
-        ("count_value_gt", gt, Box::new(|o| Ok(single_i64(&aggregate(&snap, Some(&gt_filter), vec![], vec![Aggregate::count_star()], o)?)))),
-        ("sum_by_category", checksum(&by_cat), Box::new(|o| Ok(grouped_checksum(&aggregate(&snap, None, vec![MapExpr::col(CATEGORY)], sum_value(), o)?)))),
-        ("sum_by_name", checksum(&by_name), Box::new(|o| Ok(grouped_checksum(&aggregate(&snap, None, vec![MapExpr::col(NAME)], sum_value(), o)?)))),
-        ("count_category_in", in_count, Box::new(|o| Ok(single_i64(&aggregate(&snap, Some(&in_filter), vec![], vec![Aggregate::count_star()], o)?)))),
-        ("count_name_eq", name42, Box::new(|o| Ok(single_i64(&aggregate(&snap, Some(&name_filter), vec![], vec![Aggregate::count_star()], o)?)))),
-        ("id_between", between.wrapping_add(between_rows), Box::new(|o| Ok(rows_checksum(&gather(&snap, Some(&between_filter), &[ID, VALUE], o)?)))),
+        (
+            "count_value_gt",
+            gt,
+            Box::new(|o| {
+                Ok(single_i64(&aggregate(&snap, Some(&gt_filter), vec![], vec![Aggregate::count_star()], o)?))
+            }),
+        ),
+        (
+            "sum_by_category",
+            checksum(&by_cat),
+            Box::new(|o| Ok(grouped_checksum(&aggregate(&snap, None, vec![MapExpr::col(CATEGORY)], sum_value(), o)?))),
+        ),
+        (
+            "sum_by_name",
+            checksum(&by_name),
+            Box::new(|o| Ok(grouped_checksum(&aggregate(&snap, None, vec![MapExpr::col(NAME)], sum_value(), o)?))),
+        ),
+        (
+            "count_category_in",
+            in_count,
+            Box::new(|o| {
+                Ok(single_i64(&aggregate(&snap, Some(&in_filter), vec![], vec![Aggregate::count_star()], o)?))
+            }),
+        ),
+        (
+            "count_name_eq",
+            name42,
+            Box::new(|o| {
+                Ok(single_i64(&aggregate(&snap, Some(&name_filter), vec![], vec![Aggregate::count_star()], o)?))
+            }),
+        ),
+        (
+            "id_between",
+            between.wrapping_add(between_rows),
+            Box::new(|o| Ok(rows_checksum(&gather(&snap, Some(&between_filter), &[ID, VALUE], o)?))),
+        ),
         (
             "top100_value_desc",
             top_ids,
             Box::new(|o| {
                 let spec = Arc::new(GatherSpec::columns(snap.schema(), None, seed::BATCH_ROWS)?);
-                let acc = scan_order(&snap, None, &[SortKey::desc(MapExpr::col(VALUE))], 0, Some(100), o, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc())?;
+                let acc = scan_order(
+                    &snap,
+                    None,
+                    &[SortKey::desc(MapExpr::col(VALUE))],
+                    0,
+                    Some(100),
+                    o,
+                    || GatherKernel::new(Arc::clone(&spec)),
+                    || spec.new_acc(),
+                )?;
                 Ok(rows_checksum(&acc.finish()?))
             }),
         ),
-        ("gather_all", all_ids, Box::new(|o| Ok(rows_checksum(&gather(&snap, None, &[ID, VALUE, CATEGORY, NAME], o)?)))),
+        (
+            "gather_all",
+            all_ids,
+            Box::new(|o| Ok(rows_checksum(&gather(&snap, None, &[ID, VALUE, CATEGORY, NAME], o)?))),
+        ),
     ];
 
-    println!("seed table: {rows} rows, {} shards, {} bytes of main storage", snap.num_shards(), table.memory_usage().main_bytes());
+    println!(
+        "seed table: {rows} rows, {} shards, {} bytes of main storage",
+        snap.num_shards(),
+        table.memory_usage().main_bytes()
+    );
     println!("\n| query | threads | ms (median of {runs}) | rows/s | allocs | answer |");
     println!("|---|---:|---:|---:|---:|---|");
     let mut json = Vec::new();

@@ -61,8 +61,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let usage = table.memory_usage();
     let main_bytes = usage.main_bytes();
     println!("seed table: {rows} rows in {} shards", table.snapshot().num_shards());
-    println!("append : {:>8.1} ms  {:>12.0} rows/s (one thread, first load into fresh memory)", append_secs * 1e3, rows as f64 / append_secs);
-    println!("append : {:>8.1} ms  {:>12.0} rows/s (one thread, later loads reusing memory)", warm_append_secs * 1e3, rows as f64 / warm_append_secs);
+    println!(
+        "append : {:>8.1} ms  {:>12.0} rows/s (one thread, first load into fresh memory)",
+        append_secs * 1e3,
+        rows as f64 / append_secs
+    );
+    println!(
+        "append : {:>8.1} ms  {:>12.0} rows/s (one thread, later loads reusing memory)",
+        warm_append_secs * 1e3,
+        rows as f64 / warm_append_secs
+    );
     println!(
         "rebuild: {:>8.1} ms  {:>12.0} rows/s ({threads} threads, {:.0} rows/s per thread, median of {RUNS})",
         rebuild_secs * 1e3,

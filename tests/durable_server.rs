@@ -72,7 +72,8 @@ impl Server {
             let line = log.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|e| {
                 panic!("the server did not start ({e}): {startup:#?}");
             });
-            let found = line.split("Flight SQL on ").nth(1).and_then(|rest| rest.split_whitespace().next()?.parse().ok());
+            let found =
+                line.split("Flight SQL on ").nth(1).and_then(|rest| rest.split_whitespace().next()?.parse().ok());
             startup.push(line);
             if let Some(addr) = found {
                 break addr;
@@ -137,10 +138,8 @@ fn data_dir(name: &str) -> DataDir {
 }
 
 fn batch(ids: std::ops::Range<i64>) -> RecordBatch {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("name", DataType::Utf8, true),
-    ]));
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]));
     let names = StringArray::from_iter(ids.clone().map(|i| (i % 3 != 0).then(|| format!("row {i}"))));
     RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(ids)), Arc::new(names)]).unwrap()
 }
@@ -246,7 +245,10 @@ fn a_second_server_on_the_same_directory_is_refused() {
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("in use by another quiverdb") && stderr.contains(&first.child.id().to_string()), "{stderr}");
+    assert!(
+        stderr.contains("in use by another quiverdb") && stderr.contains(&first.child.id().to_string()),
+        "{stderr}"
+    );
     first.stop();
 }
 
@@ -308,7 +310,8 @@ fn killed_servers_keep_every_acknowledged_write_and_nothing_else() {
                 let got: BTreeSet<i64> = ids(&mut c, "SELECT id FROM t").await.into_iter().collect();
                 let missing: Vec<_> = known.present.difference(&got).take(5).collect();
                 assert!(missing.is_empty(), "cycle {cycle}: acknowledged ids lost, e.g. {missing:?}");
-                let extra: Vec<_> = got.difference(&known.present).filter(|id| !known.maybe.contains(id)).take(5).collect();
+                let extra: Vec<_> =
+                    got.difference(&known.present).filter(|id| !known.maybe.contains(id)).take(5).collect();
                 assert!(extra.is_empty(), "cycle {cycle}: ids never acknowledged appeared, e.g. {extra:?}");
                 known.present = got;
             }

@@ -24,16 +24,14 @@ use std::time::Duration;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
-use arrow_array::{
-    Array, ArrayRef, BinaryArray, Float64Array, Int64Array, RecordBatch, StringArray, UnionArray,
-};
+use arrow_array::{Array, ArrayRef, BinaryArray, Float64Array, Int64Array, RecordBatch, StringArray, UnionArray};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{
     CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetTables, CommandGetXdbcTypeInfo,
-    CommandStatementIngest, ProstMessageExt, SqlInfo, TableExistsOption,
-    TableNotExistOption, TicketStatementQuery, XdbcDataType,
+    CommandStatementIngest, ProstMessageExt, SqlInfo, TableExistsOption, TableNotExistOption, TicketStatementQuery,
+    XdbcDataType,
 };
 use arrow_flight::{Action, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, IpcMessage, Ticket};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -187,7 +185,9 @@ fn plain(t: &DataType) -> DataType {
 
 /// `schema` as the server reports it: views as plain types.
 fn plain_schema(schema: &Schema) -> SchemaRef {
-    Arc::new(Schema::new(schema.fields().iter().map(|f| f.as_ref().clone().with_data_type(plain(f.data_type()))).collect::<Vec<_>>()))
+    Arc::new(Schema::new(
+        schema.fields().iter().map(|f| f.as_ref().clone().with_data_type(plain(f.data_type()))).collect::<Vec<_>>(),
+    ))
 }
 
 /// `SELECT COUNT(*) FROM table`, in-process.
@@ -271,7 +271,11 @@ fn any_bytes(type_url: &str, value: &[u8]) -> Vec<u8> {
 }
 
 /// Ingests `batches` with `command`; the row count the server reports.
-async fn ingest(client: &mut Client, command: CommandStatementIngest, batches: Vec<RecordBatch>) -> Result<i64, FlightError> {
+async fn ingest(
+    client: &mut Client,
+    command: CommandStatementIngest,
+    batches: Vec<RecordBatch>,
+) -> Result<i64, FlightError> {
     client.execute_ingest(command, stream::iter(batches.into_iter().map(Ok))).await
 }
 
@@ -281,7 +285,8 @@ fn id_name_batch(ids: &[i64], names: &[Option<&str>], names_nullable: bool) -> R
         Field::new("id", DataType::Int64, false),
         Field::new("name", DataType::Utf8, names_nullable),
     ]));
-    let columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(StringArray::from(names.to_vec()))];
+    let columns: Vec<ArrayRef> =
+        vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(StringArray::from(names.to_vec()))];
     RecordBatch::try_new(schema, columns).expect("test batch")
 }
 
@@ -294,7 +299,8 @@ fn params(column: ArrayRef) -> RecordBatch {
 /// Creates `t (id BIGINT NOT NULL, grp INT, name VARCHAR, score DOUBLE)`
 /// with `rows` rows (some NULLs) through the server.
 async fn create_sample_table(client: &mut Client, rows: i64) -> Result<(), FlightError> {
-    update(client, "CREATE TABLE t (id BIGINT NOT NULL, grp INT, name VARCHAR, score DOUBLE, PRIMARY KEY (id))").await?;
+    update(client, "CREATE TABLE t (id BIGINT NOT NULL, grp INT, name VARCHAR, score DOUBLE, PRIMARY KEY (id))")
+        .await?;
     let inserted = update(
         client,
         &format!(
@@ -399,7 +405,8 @@ async fn calls_without_a_valid_token_are_unauthenticated() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn static_token_mode() -> TestResult {
-    let server = TestServer::start(FlightOptions { auth: Auth::Token("t0ken".into()), ..FlightOptions::default() }).await;
+    let server =
+        TestServer::start(FlightOptions { auth: Auth::Token("t0ken".into()), ..FlightOptions::default() }).await;
     let mut client = server.client().await;
     let s = status_of(client.execute("SELECT 1".into(), None).await);
     assert_eq!(s.code(), Code::Unauthenticated, "{s}");
@@ -432,9 +439,12 @@ async fn serve_refuses_unsafe_configurations() -> TestResult {
     // No authentication on a non-loopback address: refused before serving
     // (nothing connects to it).
     let listener = TcpListener::bind("0.0.0.0:0").await?;
-    let result = tokio::time::timeout(HANG_GUARD, serve(Database::new(), listener, FlightOptions::default(), std::future::pending()))
-        .await
-        .expect("serve started serving an unauthenticated public listener");
+    let result = tokio::time::timeout(
+        HANG_GUARD,
+        serve(Database::new(), listener, FlightOptions::default(), std::future::pending()),
+    )
+    .await
+    .expect("serve started serving an unauthenticated public listener");
     match result {
         Err(ServeError::Config(message)) => assert!(message.contains("authentication"), "{message}"),
         other => panic!("expected a configuration error, got {other:?}"),
@@ -617,7 +627,10 @@ async fn execute_update_reports_affected_rows() -> TestResult {
     let mut client = server.client().await;
     assert_eq!(update(&mut client, "CREATE TABLE u (id BIGINT NOT NULL, v INT, PRIMARY KEY (id))").await?, 0);
     assert!(server.db.contains_table("u"));
-    assert_eq!(update(&mut client, "INSERT INTO u SELECT value, CAST(value % 10 AS INT) FROM generate_series(1, 100)").await?, 100);
+    assert_eq!(
+        update(&mut client, "INSERT INTO u SELECT value, CAST(value % 10 AS INT) FROM generate_series(1, 100)").await?,
+        100
+    );
     assert_eq!(update(&mut client, "UPDATE u SET v = -1 WHERE v = 3").await?, 10);
     assert_eq!(update(&mut client, "DELETE FROM u WHERE v = 0").await?, 10);
     assert_eq!(update(&mut client, "DELETE FROM u WHERE v = 0").await?, 0);
@@ -647,7 +660,8 @@ async fn prepared_query_with_parameters() -> TestResult {
     let server = TestServer::open().await;
     let mut client = server.client().await;
     update(&mut client, "CREATE TABLE p (a BIGINT NOT NULL, b VARCHAR)").await?;
-    update(&mut client, "INSERT INTO p SELECT value, 'v' || CAST(value AS VARCHAR) FROM generate_series(1, 20)").await?;
+    update(&mut client, "INSERT INTO p SELECT value, 'v' || CAST(value AS VARCHAR) FROM generate_series(1, 20)")
+        .await?;
 
     let mut statement = client.prepare("SELECT a, b FROM p WHERE a > $1 ORDER BY a".into(), None).await?;
     let expected_schema = local(&server.db, "SELECT a, b FROM p WHERE a > 0 ORDER BY a").await.schema();
@@ -685,7 +699,8 @@ async fn prepared_insert_runs_once_per_parameter_row() -> TestResult {
 
     let mut statement = client.prepare("INSERT INTO pi VALUES ($1, $2)".into(), None).await?;
     let parameters = statement.parameter_schema()?.clone();
-    let described: Vec<(&str, &DataType)> = parameters.fields().iter().map(|f| (f.name().as_str(), f.data_type())).collect();
+    let described: Vec<(&str, &DataType)> =
+        parameters.fields().iter().map(|f| (f.name().as_str(), f.data_type())).collect();
     let columns = table_schema(&server.db, "pi").await;
     let expected: Vec<(&str, &DataType)> =
         vec![("$1", columns.field(0).data_type()), ("$2", columns.field(1).data_type())];
@@ -693,7 +708,10 @@ async fn prepared_insert_runs_once_per_parameter_row() -> TestResult {
 
     let batch = RecordBatch::try_new(
         Arc::new(Schema::new(vec![Field::new("$1", DataType::Int64, true), Field::new("$2", DataType::Utf8, true)])),
-        vec![Arc::new(Int64Array::from(vec![7, 8, 9])), Arc::new(StringArray::from(vec![Some("seven"), None, Some("nine")]))],
+        vec![
+            Arc::new(Int64Array::from(vec![7, 8, 9])),
+            Arc::new(StringArray::from(vec![Some("seven"), None, Some("nine")])),
+        ],
     )?;
     statement.set_parameters(batch)?;
     assert_eq!(statement.execute_update().await?, 3);
@@ -730,10 +748,8 @@ async fn prepared_parameter_of_the_wrong_type_is_invalid_argument() -> TestResul
     update(&mut client, "CREATE TABLE p (a BIGINT NOT NULL, b VARCHAR)").await?;
     update(&mut client, "INSERT INTO p VALUES (1, 'one'), (2, 'two')").await?;
 
-    let wrong: [ArrayRef; 2] = [
-        Arc::new(BinaryArray::from(vec![&b"\x01\x02"[..]])),
-        Arc::new(StringArray::from(vec!["not a number"])),
-    ];
+    let wrong: [ArrayRef; 2] =
+        [Arc::new(BinaryArray::from(vec![&b"\x01\x02"[..]])), Arc::new(StringArray::from(vec!["not a number"]))];
     for column in wrong {
         let data_type = column.data_type().clone();
         let mut statement = client.prepare("SELECT a, b FROM p WHERE a > $1".into(), None).await?;
@@ -767,12 +783,15 @@ async fn catalogs_schemas_and_table_types() -> TestResult {
 
     let info = client.get_db_schemas(CommandGetDbSchemas { catalog: None, db_schema_filter_pattern: None }).await?;
     let schemas = fetch(&mut client, &info).await?;
-    let mut pairs: Vec<(String, String)> =
-        non_null_strings(&schemas, "catalog_name").into_iter().zip(non_null_strings(&schemas, "db_schema_name")).collect();
+    let mut pairs: Vec<(String, String)> = non_null_strings(&schemas, "catalog_name")
+        .into_iter()
+        .zip(non_null_strings(&schemas, "db_schema_name"))
+        .collect();
     pairs.sort();
     assert_eq!(pairs, vec![("quiverdb".into(), "information_schema".into()), ("quiverdb".into(), "public".into())]);
 
-    let request = CommandGetDbSchemas { catalog: Some("quiverdb".into()), db_schema_filter_pattern: Some("pub%".into()) };
+    let request =
+        CommandGetDbSchemas { catalog: Some("quiverdb".into()), db_schema_filter_pattern: Some("pub%".into()) };
     let info = client.get_db_schemas(request).await?;
     assert_eq!(non_null_strings(&fetch(&mut client, &info).await?, "db_schema_name"), vec!["public"]);
 
@@ -811,10 +830,8 @@ async fn get_tables_filters_and_includes_schemas() -> TestResult {
         })
         .collect();
     found.sort();
-    let expected: Vec<(String, String, String, String)> = ["t1", "t2"]
-        .iter()
-        .map(|t| ("quiverdb".into(), "public".into(), t.to_string(), "TABLE".into()))
-        .collect();
+    let expected: Vec<(String, String, String, String)> =
+        ["t1", "t2"].iter().map(|t| ("quiverdb".into(), "public".into(), t.to_string(), "TABLE".into())).collect();
     assert_eq!(found, expected);
 
     let names = non_null_strings(&tables, "table_name");
@@ -884,11 +901,14 @@ async fn sql_info_and_xdbc_type_info() -> TestResult {
     let batch = fetch(&mut client, &info).await?;
     assert_eq!(batch.num_rows(), 2);
     let ids = batch.column_by_name("info_name").expect("info_name").as_primitive::<UInt32Type>();
-    let values = batch.column_by_name("value").expect("value").as_any().downcast_ref::<UnionArray>().expect("a union column");
+    let values =
+        batch.column_by_name("value").expect("value").as_any().downcast_ref::<UnionArray>().expect("a union column");
     for row in 0..batch.num_rows() {
         let value = values.value(row);
         match ids.value(row) {
-            id if id == SqlInfo::FlightSqlServerName as u32 => assert_eq!(value.as_string::<i32>().value(0), "quiverdb"),
+            id if id == SqlInfo::FlightSqlServerName as u32 => {
+                assert_eq!(value.as_string::<i32>().value(0), "quiverdb")
+            }
             id if id == SqlInfo::FlightSqlServerReadOnly as u32 => assert!(!value.as_boolean().value(0)),
             other => panic!("SqlInfo {other} was not asked for"),
         }
@@ -949,7 +969,8 @@ async fn ingest_create_append_replace() -> TestResult {
     let n = ingest(&mut client, ingest_command("ing", NotExist::Create, Exists::Fail), sent.clone()).await?;
     assert_eq!(n, 5);
     let schema = table_schema(&server.db, "ing").await;
-    let described: Vec<(&str, &DataType)> = schema.fields().iter().map(|f| (f.name().as_str(), f.data_type())).collect();
+    let described: Vec<(&str, &DataType)> =
+        schema.fields().iter().map(|f| (f.name().as_str(), f.data_type())).collect();
     assert_eq!(described, vec![("id", &DataType::Int64), ("name", &DataType::Utf8)]);
     let rows = local(&server.db, "SELECT id, name FROM ing ORDER BY id").await;
     let expected = concat_batches(&sent[0].schema(), &sent)?;
@@ -980,10 +1001,12 @@ async fn ingest_create_append_replace() -> TestResult {
             Arc::new(Float64Array::from(vec![Some(1.5), None, Some(-2.0), Some(0.0)])),
         ],
     )?;
-    let n = ingest(&mut client, ingest_command("ing", NotExist::Create, Exists::Replace), vec![replacement.clone()]).await?;
+    let n = ingest(&mut client, ingest_command("ing", NotExist::Create, Exists::Replace), vec![replacement.clone()])
+        .await?;
     assert_eq!(n, 4);
     let schema = table_schema(&server.db, "ing").await;
-    let described: Vec<(&str, &DataType)> = schema.fields().iter().map(|f| (f.name().as_str(), f.data_type())).collect();
+    let described: Vec<(&str, &DataType)> =
+        schema.fields().iter().map(|f| (f.name().as_str(), f.data_type())).collect();
     assert_eq!(described, vec![("k", &DataType::Utf8), ("score", &DataType::Float64)]);
     let rows = query(&mut client, "SELECT k, score FROM ing ORDER BY k").await?;
     assert_eq!(rows.columns(), replacement.columns());
@@ -1007,15 +1030,22 @@ async fn ingest_rejects_bad_batches_and_applies_nothing() -> TestResult {
 
     // A column of the wrong type.
     let wrong_type = RecordBatch::try_new(
-        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Int64, false)])),
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Int64, false),
+        ])),
         vec![Arc::new(Int64Array::from(vec![10])), Arc::new(Int64Array::from(vec![10]))],
     )?;
     let s = status_of(ingest(&mut client, append(), vec![wrong_type]).await);
     assert_eq!(s.code(), Code::InvalidArgument, "wrong type: {s}");
-    assert!(s.message().contains("strict") && !s.message().starts_with("External error"), "names the table plainly: {s}");
+    assert!(
+        s.message().contains("strict") && !s.message().starts_with("External error"),
+        "names the table plainly: {s}"
+    );
 
     // A NULL in a NOT NULL column, in the second batch of the request.
-    let batches = vec![id_name_batch(&[10, 11], &[Some("ten"), Some("eleven")], true), id_name_batch(&[12], &[None], true)];
+    let batches =
+        vec![id_name_batch(&[10, 11], &[Some("ten"), Some("eleven")], true), id_name_batch(&[12], &[None], true)];
     let s = status_of(ingest(&mut client, append(), batches).await);
     assert_eq!(s.code(), Code::InvalidArgument, "NULL in NOT NULL: {s}");
 
@@ -1032,10 +1062,15 @@ async fn ingest_rejects_bad_batches_and_applies_nothing() -> TestResult {
     let s = status_of(ingest(&mut client, append(), batches).await);
     assert!(matches!(s.code(), Code::InvalidArgument | Code::AlreadyExists), "duplicate of a stored key: {s}");
 
-    assert_eq!(local(&server.db, "SELECT * FROM strict ORDER BY id").await, before, "a rejected ingest left rows behind");
+    assert_eq!(
+        local(&server.db, "SELECT * FROM strict ORDER BY id").await,
+        before,
+        "a rejected ingest left rows behind"
+    );
 
     // Nullable fields in the stream are fine when they hold no NULLs.
-    let good = vec![id_name_batch(&[40], &[Some("forty")], true), id_name_batch(&[41, 42], &[Some("a"), Some("b")], true)];
+    let good =
+        vec![id_name_batch(&[40], &[Some("forty")], true), id_name_batch(&[41, 42], &[Some("a"), Some("b")], true)];
     assert_eq!(ingest(&mut client, append(), good).await?, 3);
     assert_eq!(count_rows(&server.db, "strict").await, 6);
     Ok(())
@@ -1080,7 +1115,10 @@ async fn malformed_tickets_are_invalid_arguments() -> TestResult {
 
     let tickets = [
         ("random bytes", vec![0xff; 16]),
-        ("a statement ticket with a garbage handle", any_bytes(TicketStatementQuery::type_url(), &proto_field(1, b"\x07garbage"))),
+        (
+            "a statement ticket with a garbage handle",
+            any_bytes(TicketStatementQuery::type_url(), &proto_field(1, b"\x07garbage")),
+        ),
         ("a statement ticket with an empty handle", any_bytes(TicketStatementQuery::type_url(), &[])),
         ("an unknown ticket type", any_bytes("type.googleapis.com/quiverdb.NoSuchTicket", b"x")),
     ];
@@ -1137,7 +1175,8 @@ const SMALL_MESSAGE_BYTES: usize = 64 << 10;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_oversized_message_is_rejected_and_the_server_keeps_serving() -> TestResult {
-    let server = TestServer::start(FlightOptions { max_message_bytes: SMALL_MESSAGE_BYTES, ..FlightOptions::default() }).await;
+    let server =
+        TestServer::start(FlightOptions { max_message_bytes: SMALL_MESSAGE_BYTES, ..FlightOptions::default() }).await;
     let mut client = server.client().await;
     // 131,072 BIGINTs: 1 MiB in one message (the client splits at 2 MiB).
     let values: Vec<i64> = (0..131_072).collect();
@@ -1169,7 +1208,11 @@ async fn a_query_over_the_memory_limit_fails_and_the_server_keeps_serving() -> T
     let server = TestServer::start(FlightOptions { session, ..FlightOptions::default() }).await;
     let mut client = server.client().await;
     update(&mut client, "CREATE TABLE big (id BIGINT NOT NULL, s VARCHAR)").await?;
-    update(&mut client, "INSERT INTO big SELECT value, 'row ' || CAST(value AS VARCHAR) FROM generate_series(1, 200000)").await?;
+    update(
+        &mut client,
+        "INSERT INTO big SELECT value, 'row ' || CAST(value AS VARCHAR) FROM generate_series(1, 200000)",
+    )
+    .await?;
     // A full sort of ~5 MB needs more than the 1 MiB pool and may not spill.
     let s = status_of(query(&mut client, "SELECT * FROM big ORDER BY s DESC").await);
     assert_eq!(s.code(), Code::ResourceExhausted, "{s}");
@@ -1183,7 +1226,8 @@ async fn a_query_over_the_memory_limit_fails_and_the_server_keeps_serving() -> T
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_result_larger_than_the_message_bound_still_streams() -> TestResult {
-    let server = TestServer::start(FlightOptions { max_message_bytes: SMALL_MESSAGE_BYTES, ..FlightOptions::default() }).await;
+    let server =
+        TestServer::start(FlightOptions { max_message_bytes: SMALL_MESSAGE_BYTES, ..FlightOptions::default() }).await;
     let mut client = server.client().await;
     update(&mut client, "CREATE TABLE wide (id BIGINT NOT NULL, s VARCHAR)").await?;
     let n = update(&mut client, "INSERT INTO wide SELECT value, repeat('x', CAST(value % 50 AS INT)) || CAST(value AS VARCHAR) FROM generate_series(1, 50000)").await?;
@@ -1199,13 +1243,19 @@ async fn a_result_larger_than_the_message_bound_still_streams() -> TestResult {
         assert!(total > 10 * SMALL_MESSAGE_BYTES, "{sql}: the result ({total} bytes) should dwarf the bound");
         for (i, m) in messages.iter().enumerate() {
             let size = m.data_header.len() + m.data_body.len() + m.app_metadata.len();
-            assert!(size <= SMALL_MESSAGE_BYTES, "{sql}: message {i} has {size} bytes, over the {SMALL_MESSAGE_BYTES}-byte bound");
+            assert!(
+                size <= SMALL_MESSAGE_BYTES,
+                "{sql}: message {i} has {size} bytes, over the {SMALL_MESSAGE_BYTES}-byte bound"
+            );
         }
         let remote = decode(messages, &schema).await?;
         assert_eq!(remote, local(&server.db, sql).await, "{sql}");
     }
     // And through the Flight SQL client.
-    assert_eq!(query(&mut client, "SELECT COUNT(*) AS n FROM wide").await?.column(0).as_primitive::<Int64Type>().value(0), 50_000);
+    assert_eq!(
+        query(&mut client, "SELECT COUNT(*) AS n FROM wide").await?.column(0).as_primitive::<Int64Type>().value(0),
+        50_000
+    );
     Ok(())
 }
 
@@ -1242,7 +1292,10 @@ async fn concurrent_clients_keep_counts_consistent() -> TestResult {
                 ]));
                 let batch = RecordBatch::try_new(
                     schema,
-                    vec![Arc::new(Int64Array::from_iter_values((500..510).map(|i| base + i))), Arc::new(Int64Array::from(vec![worker; 10]))],
+                    vec![
+                        Arc::new(Int64Array::from_iter_values((500..510).map(|i| base + i))),
+                        Arc::new(Int64Array::from(vec![worker; 10])),
+                    ],
                 )?;
                 let command = ingest_command("c", TableNotExistOption::Fail, TableExistsOption::Append);
                 assert_eq!(ingest(&mut client, command, vec![batch]).await?, 10);
@@ -1258,7 +1311,8 @@ async fn concurrent_clients_keep_counts_consistent() -> TestResult {
             }
             tokio::time::timeout(HANG_GUARD, inserted.wait()).await.expect("another worker failed");
             // Ids ending in 0: 10 from each SQL insert, 1 from each ingest.
-            let deleted = update(&mut client, &format!("DELETE FROM c WHERE worker = {worker} AND id % 10 = 0")).await?;
+            let deleted =
+                update(&mut client, &format!("DELETE FROM c WHERE worker = {worker} AND id % 10 = 0")).await?;
             assert_eq!(deleted, ROUNDS * 11);
             Ok::<_, FlightError>(())
         }));
@@ -1281,7 +1335,11 @@ async fn graceful_shutdown_lets_a_running_stream_finish() -> TestResult {
     let mut server = TestServer::open().await;
     let mut client = server.client().await;
     update(&mut client, "CREATE TABLE big (id BIGINT NOT NULL, s VARCHAR)").await?;
-    update(&mut client, "INSERT INTO big SELECT value, 'row ' || CAST(value AS VARCHAR) FROM generate_series(1, 200000)").await?;
+    update(
+        &mut client,
+        "INSERT INTO big SELECT value, 'row ' || CAST(value AS VARCHAR) FROM generate_series(1, 200000)",
+    )
+    .await?;
     let sql = "SELECT * FROM big ORDER BY id";
     let expected = local(&server.db, sql).await;
 
@@ -1293,7 +1351,9 @@ async fn graceful_shutdown_lets_a_running_stream_finish() -> TestResult {
 
     server.trigger_shutdown();
     let mut batches = vec![first];
-    while let Some(batch) = tokio::time::timeout(HANG_GUARD, stream.try_next()).await.expect("the stream stalled after shutdown")? {
+    while let Some(batch) =
+        tokio::time::timeout(HANG_GUARD, stream.try_next()).await.expect("the stream stalled after shutdown")?
+    {
         batches.push(batch);
     }
     assert_eq!(concat_batches(&schema, &batches)?, expected);

@@ -26,7 +26,8 @@ const PASSWORD: &str = "jdbc-pass";
 /// The driver jar in the local Maven repository, fetched if missing.
 fn driver_jar() -> PathBuf {
     let home = std::env::var_os("HOME").expect("HOME is set");
-    let jar = PathBuf::from(home).join(".m2/repository/org/apache/arrow/flight-sql-jdbc-driver/18.3.0/flight-sql-jdbc-driver-18.3.0.jar");
+    let jar = PathBuf::from(home)
+        .join(".m2/repository/org/apache/arrow/flight-sql-jdbc-driver/18.3.0/flight-sql-jdbc-driver-18.3.0.jar");
     if !jar.exists() {
         let status = Command::new("mvn")
             .args(["-q", "dependency:get", &format!("-Dartifact={DRIVER}"), "-Dtransitive=false"])
@@ -46,7 +47,8 @@ fn jdbc_driver_queries_and_reads_metadata() {
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("binding a loopback port");
     let addr = listener.local_addr().expect("listener address");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let options = FlightOptions { auth: Auth::Password { user: USER.into(), password: PASSWORD.into() }, ..Default::default() };
+    let options =
+        FlightOptions { auth: Auth::Password { user: USER.into(), password: PASSWORD.into() }, ..Default::default() };
     let server = runtime.spawn(serve(db.clone(), listener, options, async {
         let _ = stopped.await;
     }));

@@ -50,12 +50,11 @@ fn python_flight_sql_clients() {
         .enable_all()
         .build()
         .expect("building the tokio runtime");
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("binding a loopback port");
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("binding a loopback port");
     let addr = listener.local_addr().expect("listener address");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let options = FlightOptions { auth: Auth::Password { user: USER.into(), password: PASSWORD.into() }, ..Default::default() };
+    let options =
+        FlightOptions { auth: Auth::Password { user: USER.into(), password: PASSWORD.into() }, ..Default::default() };
     let server = runtime.spawn(serve(db.clone(), listener, options, async {
         // A dropped sender also stops the server.
         let _ = stopped.await;
@@ -72,7 +71,17 @@ fn python_flight_sql_clients() {
         .env("PYTHONUNBUFFERED", "1");
     // The clients only talk to the loopback server: a proxy from the
     // environment (which gRPC honours) must not get in the way.
-    for var in ["PYTHONPATH", "PYTHONHOME", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "grpc_proxy", "all_proxy", "ALL_PROXY"] {
+    for var in [
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "http_proxy",
+        "https_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "grpc_proxy",
+        "all_proxy",
+        "ALL_PROXY",
+    ] {
         script.env_remove(var);
     }
     let (status, output) = run_with_timeout(script, SCRIPT_TIMEOUT);

@@ -41,8 +41,8 @@ use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::common::tree_node::TreeNode;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
-use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use quiverdb::server::ScanSettings;
 use quiverdb::{Database, SessionOptions, TableOptions};
@@ -225,7 +225,8 @@ impl Gen {
         let mut cols = Vec::with_capacity(n);
         for i in 0..n {
             // The first column is an integer in every table (a join key).
-            let ty = if i == 0 { *self.pick(&[Ty::I32, Ty::I64, Ty::I64, Ty::I16, Ty::U32]) } else { *self.pick(TYPES) };
+            let ty =
+                if i == 0 { *self.pick(&[Ty::I32, Ty::I64, Ty::I64, Ty::I16, Ty::U32]) } else { *self.pick(TYPES) };
             let nullable = !self.chance(0.3);
             let default = if self.chance(0.25) { Some(self.lit_plain(ty)) } else { None };
             cols.push(Column { name: format!("c{i}"), ty, nullable, default });
@@ -316,7 +317,8 @@ impl Gen {
     /// their DEFAULT or NULL (an omitted NOT NULL column without a default
     /// fails on both sides).
     fn insert_columns(&mut self, t: &Table) -> String {
-        let mut cols: Vec<Column> = t.cols.iter().filter(|c| c.nullable || c.default.is_some() || self.chance(0.95)).cloned().collect();
+        let mut cols: Vec<Column> =
+            t.cols.iter().filter(|c| c.nullable || c.default.is_some() || self.chance(0.95)).cloned().collect();
         let optional: Vec<usize> = (0..cols.len()).filter(|&i| cols[i].nullable || cols[i].default.is_some()).collect();
         if !optional.is_empty() && self.chance(0.7) {
             let i = *self.pick(&optional);
@@ -328,8 +330,9 @@ impl Gen {
             cols.push(t.cols[0].clone());
         }
         let rows = self.rng.random_range(1..=8);
-        let values: Vec<String> =
-            (0..rows).map(|_| format!("({})", cols.iter().map(|c| self.value(c)).collect::<Vec<_>>().join(", "))).collect();
+        let values: Vec<String> = (0..rows)
+            .map(|_| format!("({})", cols.iter().map(|c| self.value(c)).collect::<Vec<_>>().join(", ")))
+            .collect();
         let names: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
         format!("INSERT INTO {} ({}) VALUES {}", t.name, names.join(", "), values.join(", "))
     }
@@ -389,10 +392,19 @@ impl Gen {
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let same = src.cols.iter().filter(|s| s.ty.class() == c.ty.class()).map(|s| s.name.clone()).collect::<Vec<_>>();
+                let same = src
+                    .cols
+                    .iter()
+                    .filter(|s| s.ty.class() == c.ty.class())
+                    .map(|s| s.name.clone())
+                    .collect::<Vec<_>>();
                 if !same.is_empty() && self.chance(0.8) {
                     let s = self.pick(&same).clone();
-                    if c.nullable { format!("{s} AS x{i}") } else { format!("coalesce({s}, CAST({} AS {})) AS x{i}", self.lit_plain(c.ty), c.ty.sql()) }
+                    if c.nullable {
+                        format!("{s} AS x{i}")
+                    } else {
+                        format!("coalesce({s}, CAST({} AS {})) AS x{i}", self.lit_plain(c.ty), c.ty.sql())
+                    }
                 } else {
                     format!("{} AS x{i}", self.value(c))
                 }
@@ -435,12 +447,26 @@ impl Gen {
     fn odd_lit(&mut self, ty: Ty) -> String {
         match ty.class() {
             Class::Int | Class::UInt => (*self.pick(&[
-                "-1", "300", "-300", "70000", "-70000", "5000000000", "-5000000000", "2.5", "-0.5", "18446744073709551615",
-                "CAST(3 AS TINYINT)", "CAST(7 AS TINYINT UNSIGNED)", "CAST(-2 AS SMALLINT)", "CAST(4.5 AS DECIMAL(5,2))",
+                "-1",
+                "300",
+                "-300",
+                "70000",
+                "-70000",
+                "5000000000",
+                "-5000000000",
+                "2.5",
+                "-0.5",
+                "18446744073709551615",
+                "CAST(3 AS TINYINT)",
+                "CAST(7 AS TINYINT UNSIGNED)",
+                "CAST(-2 AS SMALLINT)",
+                "CAST(4.5 AS DECIMAL(5,2))",
             ]))
             .into(),
             Class::Float => (*self.pick(&["3", "-2", "CAST(1.25 AS DECIMAL(5,2))", "1e300", "-1e-300"])).into(),
-            Class::Dec => (*self.pick(&["3", "-2", "1.125", "0.001", "99999.5", "CAST(2.5 AS DECIMAL(20,4))", "-1.5e1"])).into(),
+            Class::Dec => {
+                (*self.pick(&["3", "-2", "1.125", "0.001", "99999.5", "CAST(2.5 AS DECIMAL(20,4))", "-1.5e1"])).into()
+            }
             Class::Date => (*self.pick(&[
                 "TIMESTAMP '2024-01-05 12:00:00'",
                 "TIMESTAMP '2024-01-10 00:00:00'",
@@ -448,8 +474,13 @@ impl Gen {
                 "DATE '1970-01-01'",
             ]))
             .into(),
-            Class::Ts => (*self.pick(&["DATE '2024-01-01'", "DATE '2024-01-02'", "'2024-01-01'", "TIMESTAMP '2024-01-01 00:00:10.000001'"]))
-                .into(),
+            Class::Ts => (*self.pick(&[
+                "DATE '2024-01-01'",
+                "DATE '2024-01-02'",
+                "'2024-01-01'",
+                "TIMESTAMP '2024-01-01 00:00:10.000001'",
+            ]))
+            .into(),
             Class::Str => (*self.pick(&["'aa'", "'é'", "'ab '", "'A'", "'~'"])).into(),
             Class::Bool => (*self.pick(&["CAST('true' AS BOOLEAN)", "CAST(0 AS BOOLEAN)"])).into(),
         }
@@ -546,7 +577,8 @@ impl Gen {
                 _ => format!("{col} = {}", self.lit(Ty::Bool)),
             },
             Class::Str => {
-                let pattern = *self.pick(&["p%", "a%", "ab%", "%b", "a_", "%", "", "ab", "_", "%q%", "a\\_c", "é%", "A%"]);
+                let pattern =
+                    *self.pick(&["p%", "a%", "ab%", "%b", "a_", "%", "", "ab", "_", "%q%", "a\\_c", "é%", "A%"]);
                 let not = if self.chance(0.25) { "NOT " } else { "" };
                 match self.rng.random_range(0..7) {
                     0..=2 => format!("{col} {not}LIKE '{pattern}'"),
@@ -691,11 +723,14 @@ impl Gen {
             return self.pick(&same).name.clone();
         }
         match c.ty.class() {
-            Class::Int => (*self.pick(&["{c} + 1", "{c} - 1", "{c} % 10", "-{c}", "abs({c})", "{c} / 2"])).replace("{c}", col),
+            Class::Int => {
+                (*self.pick(&["{c} + 1", "{c} - 1", "{c} % 10", "-{c}", "abs({c})", "{c} / 2"])).replace("{c}", col)
+            }
             Class::UInt => (*self.pick(&["{c} + 1", "{c} % 10", "{c} / 2", "{c} - 1"])).replace("{c}", col),
             Class::Float => (*self.pick(&["{c} * 0.5", "{c} + 0.25", "-{c}", "floor({c})"])).replace("{c}", col),
             Class::Bool => format!("NOT {col}"),
-            Class::Str => (*self.pick(&["upper({c})", "substr({c} || 'p', 1, 3)", "lower({c})", "substr({c}, 2)"])).replace("{c}", col),
+            Class::Str => (*self.pick(&["upper({c})", "substr({c} || 'p', 1, 3)", "lower({c})", "substr({c}, 2)"]))
+                .replace("{c}", col),
             Class::Date => format!("{col} + INTERVAL '1 day'"),
             Class::Ts => format!("{col} + INTERVAL '1 second'"),
             Class::Dec => (*self.pick(&["{c} + 1", "-{c}", "{c} / 2", "{c} * 2 - 1"])).replace("{c}", col),
@@ -767,10 +802,16 @@ impl Gen {
             let aggs: Vec<String> = (0..na).map(|i| format!("{} AS a{i}", self.aggregate(&t, ""))).collect();
             let w = where_(self, &t, "");
             let named: Vec<String> = keys.iter().enumerate().map(|(i, k)| format!("{k} AS k{i}")).collect();
-            let mut sql =
-                format!("SELECT {}, {} FROM {}{w} GROUP BY {}", named.join(", "), aggs.join(", "), t.name, keys.join(", "));
+            let mut sql = format!(
+                "SELECT {}, {} FROM {}{w} GROUP BY {}",
+                named.join(", "),
+                aggs.join(", "),
+                t.name,
+                keys.join(", ")
+            );
             if self.chance(0.25) {
-                let h = *self.pick(&["COUNT(*) > 1", "COUNT(*) = 1", "MIN(c0) < 0", "MAX(c0) IS NOT NULL", "SUM(c0) > 10"]);
+                let h =
+                    *self.pick(&["COUNT(*) > 1", "COUNT(*) = 1", "MIN(c0) < 0", "MAX(c0) IS NOT NULL", "SUM(c0) > 10"]);
                 write!(sql, " HAVING {h}").expect("write to string");
             }
             // Sometimes only the keys (DISTINCT by GROUP BY) or ORDER BY all + LIMIT.
@@ -851,8 +892,15 @@ impl Gen {
             }
             let mut proj = self.projection(&t, "l.");
             let more = self.projection(&u, "r.");
-            proj.extend(more.into_iter().enumerate().map(|(i, p)| p.replace(&format!(" AS o{i}"), &format!(" AS p{i}"))));
-            return Query::multiset(format!("SELECT {} FROM {} l {kind} {} r ON {on}{w}", proj.join(", "), t.name, u.name));
+            proj.extend(
+                more.into_iter().enumerate().map(|(i, p)| p.replace(&format!(" AS o{i}"), &format!(" AS p{i}"))),
+            );
+            return Query::multiset(format!(
+                "SELECT {} FROM {} l {kind} {} r ON {on}{w}",
+                proj.join(", "),
+                t.name,
+                u.name
+            ));
         }
         if r < 95 && self.tables.len() > 1 {
             // IN / EXISTS subqueries and UNION ALL.
@@ -863,7 +911,12 @@ impl Gen {
             let pu = self.pred(&u, "", 1);
             let not = if self.chance(0.3) { "NOT " } else { "" };
             return Query::multiset(match self.rng.random_range(0..3) {
-                0 => format!("SELECT {} FROM {} WHERE {lk} {not}IN (SELECT {rk} FROM {} WHERE {pu})", proj.join(", "), t.name, u.name),
+                0 => format!(
+                    "SELECT {} FROM {} WHERE {lk} {not}IN (SELECT {rk} FROM {} WHERE {pu})",
+                    proj.join(", "),
+                    t.name,
+                    u.name
+                ),
                 1 => format!(
                     "SELECT {} FROM {} WHERE {not}EXISTS (SELECT 1 FROM {} WHERE {}.{rk} = {}.{lk} AND {pu})",
                     proj.join(", "),
@@ -1015,8 +1068,11 @@ fn rows_of(batches: &[RecordBatch]) -> Result<Output, DataFusionError> {
         if types.is_empty() {
             types = batch.schema().fields().iter().map(|f| f.data_type().clone()).collect();
         }
-        let formatters =
-            batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<Vec<_>, _>>()?;
+        let formatters = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+            .collect::<Result<Vec<_>, _>>()?;
         for r in 0..batch.num_rows() {
             rows.push(
                 batch
@@ -1182,18 +1238,26 @@ impl Engines {
             _ => return Err(format!("one side failed\n{}", describe(&query.sql, &q, &r))),
         };
         if !a.rows.is_empty() && !b.rows.is_empty() && a.types != b.types {
-            return Err(format!("output types differ: {:?} vs {:?}\n{}", a.types, b.types, describe(&query.sql, &q, &r)));
+            return Err(format!(
+                "output types differ: {:?} vs {:?}\n{}",
+                a.types,
+                b.types,
+                describe(&query.sql, &q, &r)
+            ));
         }
         let ok = match &query.check {
             Check::Multiset => rows_match(&sorted(a.rows.clone()), &sorted(b.rows.clone())),
             Check::Exact => rows_match(&a.rows, &b.rows),
             Check::Subset { full, limit } => {
-                let all = run_on(&self.reference, full).await.map_err(|e| format!("reference failed on {full}: {e}"))?;
+                let all =
+                    run_on(&self.reference, full).await.map_err(|e| format!("reference failed on {full}: {e}"))?;
                 a.rows.len() == (*limit).min(all.rows.len()) && sub_multiset(&a.rows, &all.rows)
             }
             Check::Prefix { keys, full, limit, offset } => {
-                let all = run_on(&self.reference, full).await.map_err(|e| format!("reference failed on {full}: {e}"))?;
-                prefix_ok(&a.rows, &all.rows, keys, *limit, *offset) && rows_match(&project(&a.rows, keys), &project(&b.rows, keys))
+                let all =
+                    run_on(&self.reference, full).await.map_err(|e| format!("reference failed on {full}: {e}"))?;
+                prefix_ok(&a.rows, &all.rows, keys, *limit, *offset)
+                    && rows_match(&project(&a.rows, keys), &project(&b.rows, keys))
             }
         };
         if ok { Ok(()) } else { Err(format!("results differ ({:?})\n{}", query.check, describe(&query.sql, &q, &r))) }
@@ -1217,7 +1281,8 @@ fn prefix_ok(got: &[Row], full: &[Row], keys: &[usize], limit: usize, offset: us
 fn sub_multiset(got: &[Row], full: &[Row]) -> bool {
     let mut pool: Vec<Option<&Row>> = full.iter().map(Some).collect();
     got.iter().all(|g| {
-        let slot = pool.iter_mut().find(|p| p.is_some_and(|f| rows_match(std::slice::from_ref(g), std::slice::from_ref(f))));
+        let slot =
+            pool.iter_mut().find(|p| p.is_some_and(|f| rows_match(std::slice::from_ref(g), std::slice::from_ref(f))));
         match slot {
             Some(s) => {
                 *s = None;
@@ -1253,7 +1318,9 @@ fn quiver_context(settings: Settings) -> (Database, SessionContext) {
         SessionOptions {
             target_partitions: settings.target_partitions,
             batch_size: settings.batch_size,
-            table_options: TableOptions::default().with_shard_capacity(settings.shard_capacity).with_background_rebuild(false),
+            table_options: TableOptions::default()
+                .with_shard_capacity(settings.shard_capacity)
+                .with_background_rebuild(false),
             scan: ScanSettings { id_buffer: settings.id_buffer },
             memory_limit: None,
         },
@@ -1268,15 +1335,18 @@ fn quiver_context(settings: Settings) -> (Database, SessionContext) {
 /// % 10 WHERE coalesce(a, 0) = 19` fails with "No field named
 /// __common_expr_3"). The reference stays correct without the rule.
 fn reference_context(settings: Settings) -> SessionContext {
-    let config = SessionConfig::new().with_target_partitions(settings.target_partitions).with_batch_size(settings.batch_size);
+    let config =
+        SessionConfig::new().with_target_partitions(settings.target_partitions).with_batch_size(settings.batch_size);
     let rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> =
         Optimizer::new().rules.into_iter().filter(|r| r.name() != "common_sub_expression_eliminate").collect();
-    let state = SessionStateBuilder::new().with_config(config).with_default_features().with_optimizer_rules(rules).build();
+    let state =
+        SessionStateBuilder::new().with_config(config).with_default_features().with_optimizer_rules(rules).build();
     SessionContext::new_with_state(state)
 }
 
 async fn run_seed(seed: u64, steps: usize, trace: bool) -> Result<(), String> {
-    let skip = std::env::var("QUIVERDB_DIFF_SKIP").unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect();
+    let skip =
+        std::env::var("QUIVERDB_DIFF_SKIP").unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect();
     let mut g = Gen { rng: StdRng::seed_from_u64(seed), tables: Vec::new(), skip };
     let mut settings = Settings {
         shard_capacity: *g.pick(&[1, 3, 7, 64, BIG_SHARD]),
@@ -1303,8 +1373,12 @@ async fn run_seed(seed: u64, steps: usize, trace: bool) -> Result<(), String> {
         }
     }
     result.map_err(|msg| {
-        let script =
-            e.log.iter().map(|s| if s.starts_with("--") { format!("    {s}") } else { format!("    {s};") }).collect::<Vec<_>>().join("\n");
+        let script = e
+            .log
+            .iter()
+            .map(|s| if s.starts_with("--") { format!("    {s}") } else { format!("    {s};") })
+            .collect::<Vec<_>>()
+            .join("\n");
         format!("seed {seed} {settings:?}:\n{msg}\n  statements so far:\n{script}")
     })
 }
@@ -1399,9 +1473,14 @@ fn replay_script(path: &str) {
         .split(',')
         .map(|n| n.trim().parse().expect("a number"))
         .collect();
-    let settings =
-        Settings { shard_capacity: numbers[0], batch_size: numbers[1], target_partitions: numbers[2], id_buffer: numbers[3] };
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let settings = Settings {
+        shard_capacity: numbers[0],
+        batch_size: numbers[1],
+        target_partitions: numbers[2],
+        id_buffer: numbers[3],
+    };
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     runtime.block_on(async {
         let (db, quiver) = quiver_context(settings);
         let reference = reference_context(settings);
@@ -1452,7 +1531,8 @@ fn sql_differential() {
     };
     let steps = env_number("QUIVERDB_DIFF_STEPS").map_or(DEFAULT_STEPS, |n| n as usize);
     let trace = std::env::var("QUIVERDB_DIFF_TRACE").is_ok_and(|v| v != "0");
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     // Two seeds at a time (planning a query is single-threaded).
     let parallel = if trace { 1 } else { 2 };
     let mut failures = runtime.block_on(async {

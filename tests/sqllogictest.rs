@@ -106,11 +106,8 @@ fn column_type(t: &DataType) -> DefaultColumnType {
 
 fn format_rows(batch: &RecordBatch) -> Result<Vec<Vec<String>>, DataFusionError> {
     let options = FormatOptions::default().with_null("NULL");
-    let formatters = batch
-        .columns()
-        .iter()
-        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-        .collect::<Result<Vec<_>, _>>()?;
+    let formatters =
+        batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<Vec<_>, _>>()?;
     Ok((0..batch.num_rows())
         .map(|r| {
             batch
@@ -172,7 +169,8 @@ fn slt_files() -> Vec<PathBuf> {
 }
 
 fn run_all(mode: Mode) {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     let mut failures = Vec::new();
     for file in slt_files() {
         let outcome = runtime.block_on(async {

@@ -39,8 +39,11 @@ pub(crate) fn batches(rows: usize) -> Vec<RecordBatch> {
             let value = Int64Array::from_iter_values((0..n).map(|_| rng.random_range(0..=1_000_000)));
             let category = Int64Array::from_iter_values((0..n).map(|_| rng.random_range(0..1000)));
             let name = StringArray::from_iter_values((0..n).map(|_| &names[rng.random_range(0..1000)]));
-            RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(id), Arc::new(value), Arc::new(category), Arc::new(name)])
-                .expect("seed batch matches its schema")
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(id), Arc::new(value), Arc::new(category), Arc::new(name)],
+            )
+            .expect("seed batch matches its schema")
         })
         .collect()
 }

@@ -93,7 +93,8 @@ fn parse_bytes(s: &str) -> Result<usize, String> {
 pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -120,7 +121,11 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         auth,
         tls,
         max_message_bytes: args.max_message_bytes,
-        session: SessionOptions { target_partitions: args.partitions, memory_limit: args.memory_limit, ..SessionOptions::default() },
+        session: SessionOptions {
+            target_partitions: args.partitions,
+            memory_limit: args.memory_limit,
+            ..SessionOptions::default()
+        },
         ..FlightOptions::default()
     };
     let db = if args.in_memory {
@@ -132,8 +137,10 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
             SyncArg::Batch => SyncMode::Batch(Duration::from_millis(args.sync_interval_ms.max(1))),
             SyncArg::Off => SyncMode::Off,
         };
-        let durable = DurableOptions { sync, checkpoint_bytes: args.checkpoint_bytes as u64, ..DurableOptions::default() };
-        let db = Database::open(&args.data_dir, durable).map_err(|e| format!("opening {}: {e}", args.data_dir.display()))?;
+        let durable =
+            DurableOptions { sync, checkpoint_bytes: args.checkpoint_bytes as u64, ..DurableOptions::default() };
+        let db =
+            Database::open(&args.data_dir, durable).map_err(|e| format!("opening {}: {e}", args.data_dir.display()))?;
         if let Some(r) = db.recovery() {
             info!(
                 "opened {} (sync {:?}): checkpoint through log record {} ({} tables, {} shard files), {} log records replayed, in {:.1} ms",
@@ -157,7 +164,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served = db.clone();
     let code = runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("binding {}: {e}", args.listen))?;
+        let listener =
+            tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("binding {}: {e}", args.listen))?;
         let addr = listener.local_addr()?;
         // Handlers first: a signal right after the line below must stop the server gracefully.
         let shutdown = shutdown_signal();

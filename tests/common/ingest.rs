@@ -3,7 +3,11 @@
 use arrow_flight::sql::{CommandStatementIngest, TableDefinitionOptions, TableExistsOption, TableNotExistOption};
 
 /// A `CommandStatementIngest` into `public.table`.
-pub(crate) fn ingest_command(table: &str, if_not_exist: TableNotExistOption, if_exists: TableExistsOption) -> CommandStatementIngest {
+pub(crate) fn ingest_command(
+    table: &str,
+    if_not_exist: TableNotExistOption,
+    if_exists: TableExistsOption,
+) -> CommandStatementIngest {
     CommandStatementIngest {
         table_definition_options: Some(TableDefinitionOptions {
             if_not_exist: if_not_exist as i32,

@@ -19,10 +19,18 @@ fn bench(c: &mut Criterion) {
     let mask = kernels::range_mask(&values, LANES, 0, 1 << 19);
     let mut group = c.benchmark_group("block kernels");
     group.throughput(Throughput::Elements(LANES as u64));
-    group.bench_function("range_mask 1024 u64", |b| b.iter(|| black_box(kernels::range_mask(black_box(&values), LANES, 1000, 500_000))));
-    group.bench_function("bitset_mask 1024 u64", |b| b.iter(|| black_box(kernels::bitset_mask(black_box(&values), LANES, 0, &bitset))));
-    group.bench_function("sum_small 1024 u64", |b| b.iter(|| black_box(kernels::sum_small(black_box(&values), 0, LANES))));
-    group.bench_function("masked_sum_small 1024 u64", |b| b.iter(|| black_box(kernels::masked_sum_small(black_box(&values), &mask))));
+    group.bench_function("range_mask 1024 u64", |b| {
+        b.iter(|| black_box(kernels::range_mask(black_box(&values), LANES, 1000, 500_000)))
+    });
+    group.bench_function("bitset_mask 1024 u64", |b| {
+        b.iter(|| black_box(kernels::bitset_mask(black_box(&values), LANES, 0, &bitset)))
+    });
+    group.bench_function("sum_small 1024 u64", |b| {
+        b.iter(|| black_box(kernels::sum_small(black_box(&values), 0, LANES)))
+    });
+    group.bench_function("masked_sum_small 1024 u64", |b| {
+        b.iter(|| black_box(kernels::masked_sum_small(black_box(&values), &mask)))
+    });
     group.bench_function("Bits::count", |b| b.iter(|| black_box(black_box(&mask).count())));
     let _ = Bits::EMPTY;
     group.finish();

@@ -193,7 +193,9 @@ impl<'a> ColumnSource<'a> {
         let lanes = sel.lanes();
         out.len = lanes;
         match col.encoding() {
-            Encoding::Keys(KeyEncoding::BitPacked(bp)) if is_int64_domain(self.physical) && lanes >= UNPACK_THRESHOLD => {
+            Encoding::Keys(KeyEncoding::BitPacked(bp))
+                if is_int64_domain(self.physical) && lanes >= UNPACK_THRESHOLD =>
+            {
                 // Unpacked straight into the vector, the block's
                 // reference value added in the same pass.
                 let Values::I64(dst) = &mut out.values else {
@@ -254,7 +256,9 @@ impl<'a> ColumnSource<'a> {
             KeyEncoding::BitPacked(bp) if b - a >= UNPACK_THRESHOLD => {
                 bp.extend_block_i64(block, |reference| key_value_i64(self.physical, reference) as u64, a..b, dst);
             }
-            KeyEncoding::Sequence(seq) => seq.extend_block_i64(block, |key| key_value_i64(self.physical, key) as u64, a..b, dst),
+            KeyEncoding::Sequence(seq) => {
+                seq.extend_block_i64(block, |key| key_value_i64(self.physical, key) as u64, a..b, dst)
+            }
             _ => {
                 gather_keys(enc, block * LANES, col.len(), Sel::Range(a, b), scratch);
                 // Signed keys are stored with their sign bit flipped.
@@ -445,10 +449,7 @@ fn key_value_i64(p: PhysicalType, key: u64) -> i64 {
 /// Converts keys to values of the physical type's domain.
 pub(crate) fn keys_to_values(physical: PhysicalType, keys: &[u64], out: &mut Values) -> Result<()> {
     match (physical, out) {
-        (
-            PhysicalType::Int8 | PhysicalType::Int16 | PhysicalType::Int32 | PhysicalType::Int64,
-            Values::I64(dst),
-        ) => {
+        (PhysicalType::Int8 | PhysicalType::Int16 | PhysicalType::Int32 | PhysicalType::Int64, Values::I64(dst)) => {
             for (d, &k) in dst.iter_mut().zip(keys) {
                 *d = (k ^ SIGN_BIT) as i64;
             }

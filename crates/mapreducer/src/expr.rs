@@ -359,8 +359,8 @@ impl Node {
 
     fn compile(expr: &MapExpr, schema: &TableSchema) -> Result<Self> {
         let data_type = expr.data_type(schema)?;
-        let domain = Domain::of(&data_type)
-            .ok_or_else(|| Error::Unsupported(format!("numeric evaluation of {data_type}")))?;
+        let domain =
+            Domain::of(&data_type).ok_or_else(|| Error::Unsupported(format!("numeric evaluation of {data_type}")))?;
         let kind = match expr {
             MapExpr::Column(i) => NodeKind::Column(*i),
             MapExpr::Literal { value, .. } => NodeKind::Literal(value.to_num(domain)),
@@ -604,7 +604,11 @@ fn div_by_constant(op: ArithOp, a: &[i64; LANES], y: i64, lanes: usize, dst: &mu
 
 /// The error of a failed integer division: by zero, or `MIN / -1`.
 fn division_error(by_zero: bool, op: ArithOp, t: &DataType) -> Error {
-    if by_zero { Error::DivideByZero } else { Error::Overflow(format!("{op} on {t}: the quotient of MIN / -1 does not fit")) }
+    if by_zero {
+        Error::DivideByZero
+    } else {
+        Error::Overflow(format!("{op} on {t}: the quotient of MIN / -1 does not fit"))
+    }
 }
 
 /// True if an active lane of the divisor `r` is zero.

@@ -226,10 +226,19 @@ enum ColumnBuilder {
     F64(Vec<f64>, BooleanBufferBuilder),
     I128(Vec<i128>, BooleanBufferBuilder),
     /// Offsets + bytes (Utf8, LargeUtf8, Binary, LargeBinary).
-    Bytes { offsets: Vec<i64>, bytes: Vec<u8>, valid: BooleanBufferBuilder },
+    Bytes {
+        offsets: Vec<i64>,
+        bytes: Vec<u8>,
+        valid: BooleanBufferBuilder,
+    },
     /// Views; buffer 0 holds copied values, later buffers are shared
     /// dictionaries.
-    Views { views: Vec<u128>, own: Vec<u8>, shared: Vec<Buffer>, valid: BooleanBufferBuilder },
+    Views {
+        views: Vec<u128>,
+        own: Vec<u8>,
+        shared: Vec<Buffer>,
+        valid: BooleanBufferBuilder,
+    },
 }
 
 impl ColumnBuilder {
@@ -374,7 +383,9 @@ impl ColumnBuilder {
                 } else {
                     // Offsets only grow: the last one bounds them all.
                     if offsets.last().is_some_and(|&o| o > i64::from(i32::MAX)) {
-                        return Err(Error::Unsupported("more than 2 GiB of strings in one batch; use LargeUtf8".into()));
+                        return Err(Error::Unsupported(
+                            "more than 2 GiB of strings in one batch; use LargeUtf8".into(),
+                        ));
                     }
                     let narrow: Vec<i32> = offsets.iter().map(|&o| o as i32).collect();
                     OffsetBuffer::new(ScalarBuffer::from(narrow)).into_inner().into_inner()
@@ -419,7 +430,10 @@ fn nulls(valid: &mut BooleanBufferBuilder) -> Option<NullBuffer> {
 #[derive(Debug)]
 enum Source {
     /// A numeric expression; `column` if it is a plain column reference.
-    Num { expr: Box<CompiledExpr>, column: Option<usize> },
+    Num {
+        expr: Box<CompiledExpr>,
+        column: Option<usize>,
+    },
     Bytes(usize),
 }
 
@@ -460,7 +474,14 @@ impl GatherKernel {
         Ok(Self { spec, sources, dict_views })
     }
 
-    fn process(&mut self, cols: &ShardColumns<'_>, mut acc: GatherAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> GatherAcc {
+    fn process(
+        &mut self,
+        cols: &ShardColumns<'_>,
+        mut acc: GatherAcc,
+        side: Side,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> GatherAcc {
         if acc.error.is_none()
             && sel.lanes() > 0
             && let Err(e) = self.fold(cols, &mut acc, side, sel, scratch)
@@ -470,7 +491,14 @@ impl GatherKernel {
         acc
     }
 
-    fn fold(&mut self, cols: &ShardColumns<'_>, acc: &mut GatherAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> Result<()> {
+    fn fold(
+        &mut self,
+        cols: &ShardColumns<'_>,
+        acc: &mut GatherAcc,
+        side: Side,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
         let lanes = sel.active();
         let dense = sel.dense().then(|| sel.lanes());
         for ((source, builder), views) in self.sources.iter_mut().zip(&mut acc.builders).zip(&mut self.dict_views) {
@@ -570,7 +598,9 @@ fn push_bytes_column(
                     Some(t) if t.buffer == index => t,
                     _ => {
                         let starts = dict.dict_offsets();
-                        let views = (0..dict.dict_len()).map(|code| make_view(dict.dict_value(code), index, starts[code])).collect();
+                        let views = (0..dict.dict_len())
+                            .map(|code| make_view(dict.dict_value(code), index, starts[code]))
+                            .collect();
                         dict_views.insert(DictViews { buffer: index, views })
                     }
                 };
@@ -648,11 +678,25 @@ impl Kernel for GatherKernel {
         out
     }
 
-    fn process_main_block(&mut self, cols: &ShardColumns<'_>, acc: GatherAcc, block: usize, sel: Sel<'_>, scratch: &mut Scratch) -> GatherAcc {
+    fn process_main_block(
+        &mut self,
+        cols: &ShardColumns<'_>,
+        acc: GatherAcc,
+        block: usize,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> GatherAcc {
         self.process(cols, acc, Side::Main(block), sel, scratch)
     }
 
-    fn process_delta_block(&mut self, cols: &ShardColumns<'_>, acc: GatherAcc, chunk: usize, sel: Sel<'_>, scratch: &mut Scratch) -> GatherAcc {
+    fn process_delta_block(
+        &mut self,
+        cols: &ShardColumns<'_>,
+        acc: GatherAcc,
+        chunk: usize,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> GatherAcc {
         self.process(cols, acc, Side::Delta(chunk), sel, scratch)
     }
 

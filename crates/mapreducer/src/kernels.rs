@@ -333,10 +333,15 @@ mod tests {
         let specials = [0, 1, u64::MAX, 1 << 63, (1 << 63) - 1, 99, 100, 101, 163, 164, 227, 228, 229, 5000];
         let mut v = [0u64; LANES];
         for (i, x) in v.iter_mut().enumerate() {
-            *x = if i % 3 == 0 { specials[i % specials.len()] } else { (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56 };
+            *x = if i % 3 == 0 {
+                specials[i % specials.len()]
+            } else {
+                (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56
+            };
         }
         for (lo, words) in [(100u64, 2usize), (0, 1), (u64::MAX - 10, 1), (1 << 63, 3), (37, 4)] {
-            let bitset: Vec<u64> = (0..words as u64).map(|w| 0xA5A5_5A5A_F00F_0FF0u64.rotate_left(w as u32 * 7) | 1 | (1 << 63)).collect();
+            let bitset: Vec<u64> =
+                (0..words as u64).map(|w| 0xA5A5_5A5A_F00F_0FF0u64.rotate_left(w as u32 * 7) | 1 | (1 << 63)).collect();
             let nbits = words as u64 * 64;
             for n in [LANES, 1000, 1] {
                 let m = bitset_mask(&v, n, lo, &bitset);
@@ -353,7 +358,8 @@ mod tests {
         // 1,024 bits (where AVX2 switches from registers to gathers).
         let spread: [u64; LANES] = std::array::from_fn(|i| (i as u64 * 7919) % 1300);
         for words in [1usize, 2, 7, 8, 9, 15, 16, 17, 20] {
-            let bitset: Vec<u64> = (0..words as u64).map(|w| 0x9E37_79B9_7F4A_7C15u64.rotate_left(w as u32 * 11) ^ w).collect();
+            let bitset: Vec<u64> =
+                (0..words as u64).map(|w| 0x9E37_79B9_7F4A_7C15u64.rotate_left(w as u32 * 11) ^ w).collect();
             for lo in [0u64, 5, 64, 300] {
                 let m = bitset_mask(&spread, LANES, lo, &bitset);
                 assert_eq!(m, bitset_mask_impl(&spread, LANES, lo, &bitset), "lo {lo} words {words}");

@@ -3,14 +3,11 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{BinaryBuilder, LargeBinaryBuilder, LargeStringBuilder, StringBuilder};
-use arrow_array::{
-    ArrayRef, BinaryViewArray, BooleanArray, Float32Array, Float64Array, StringViewArray,
-};
+use arrow_array::{ArrayRef, BinaryViewArray, BooleanArray, Float32Array, Float64Array, StringViewArray};
 use arrow_buffer::{ArrowNativeType, BooleanBuffer, NullBuffer};
 use arrow_schema::DataType;
 
 use crate::error::{Error, Result};
-
 
 /// A validity bitmap from per-row flags; `None` when every row is valid.
 pub(crate) fn nulls_from(valid: &[bool]) -> Option<NullBuffer> {
@@ -22,7 +19,11 @@ pub(crate) fn nulls_from(valid: &[bool]) -> Option<NullBuffer> {
 
 /// A primitive array of `data_type` from native values (storage's builder:
 /// the values buffer is moved in, not copied).
-pub(crate) fn native_array<T: ArrowNativeType>(data_type: &DataType, values: Vec<T>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+pub(crate) fn native_array<T: ArrowNativeType>(
+    data_type: &DataType,
+    values: Vec<T>,
+    nulls: Option<NullBuffer>,
+) -> Result<ArrayRef> {
     Ok(quiverdb_storage::primitive_array(data_type, values, nulls)?)
 }
 
@@ -30,10 +31,9 @@ pub(crate) fn native_array<T: ArrowNativeType>(data_type: &DataType, values: Vec
 /// 32 unsigned / 64 signed bits, dates, timestamps).
 pub(crate) fn i64_array(data_type: &DataType, values: Vec<i64>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
     Ok(match data_type {
-        DataType::Boolean => Arc::new(BooleanArray::new(
-            BooleanBuffer::collect_bool(values.len(), |i| values[i] != 0),
-            nulls,
-        )),
+        DataType::Boolean => {
+            Arc::new(BooleanArray::new(BooleanBuffer::collect_bool(values.len(), |i| values[i] != 0), nulls))
+        }
         DataType::Int8 => native_array(data_type, values.iter().map(|&v| v as i8).collect(), nulls)?,
         DataType::Int16 => native_array(data_type, values.iter().map(|&v| v as i16).collect(), nulls)?,
         DataType::Int32 | DataType::Date32 => {
@@ -58,7 +58,10 @@ pub(crate) fn f64_array(data_type: &DataType, values: Vec<f64>, nulls: Option<Nu
 }
 
 /// A byte array (any string or binary layout) from optional values.
-pub(crate) fn bytes_array<'v>(data_type: &DataType, values: impl Iterator<Item = Option<&'v [u8]>>) -> Result<ArrayRef> {
+pub(crate) fn bytes_array<'v>(
+    data_type: &DataType,
+    values: impl Iterator<Item = Option<&'v [u8]>>,
+) -> Result<ArrayRef> {
     let utf8 = |v: &'v [u8]| -> Result<&'v str> {
         std::str::from_utf8(v).map_err(|e| Error::Internal(format!("invalid UTF-8 in a string column: {e}")))
     };

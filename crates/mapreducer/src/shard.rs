@@ -135,7 +135,8 @@ impl<'a, K: Kernel> ShardMapReducer<'a, K> {
                 j += 1;
             }
             let base = (main + chunk * LANES) as RecId;
-            acc = self.kernel.process_delta_block(&self.cols, acc, chunk, Sel::Ids(&ids[i..j], base), &mut self.scratch);
+            acc =
+                self.kernel.process_delta_block(&self.cols, acc, chunk, Sel::Ids(&ids[i..j], base), &mut self.scratch);
             i = j;
         }
         acc

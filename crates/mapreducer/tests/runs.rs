@@ -28,12 +28,26 @@ impl Kernel for Recorder {
         vec![0]
     }
 
-    fn process_main_block(&mut self, _: &ShardColumns<'_>, mut acc: Vec<Call>, block: usize, sel: Sel<'_>, _: &mut Scratch) -> Vec<Call> {
+    fn process_main_block(
+        &mut self,
+        _: &ShardColumns<'_>,
+        mut acc: Vec<Call>,
+        block: usize,
+        sel: Sel<'_>,
+        _: &mut Scratch,
+    ) -> Vec<Call> {
         acc.push((true, block, ids_of(sel, block * LANES)));
         acc
     }
 
-    fn process_delta_block(&mut self, cols: &ShardColumns<'_>, mut acc: Vec<Call>, chunk: usize, sel: Sel<'_>, _: &mut Scratch) -> Vec<Call> {
+    fn process_delta_block(
+        &mut self,
+        cols: &ShardColumns<'_>,
+        mut acc: Vec<Call>,
+        chunk: usize,
+        sel: Sel<'_>,
+        _: &mut Scratch,
+    ) -> Vec<Call> {
         acc.push((false, chunk, ids_of(sel, cols.main_rows() + chunk * LANES)));
         acc
     }
@@ -54,12 +68,13 @@ fn ids_of(sel: Sel<'_>, base: usize) -> Vec<RecId> {
 fn shard_table() -> (Database, Table) {
     let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
     let db = Database::new();
-    let table = db
-        .create_table("t", &schema, TableOptions::default().with_background_rebuild(false))
-        .expect("create");
+    let table = db.create_table("t", &schema, TableOptions::default().with_background_rebuild(false)).expect("create");
     let batch = |from: i64, to: i64| {
-        RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(Int64Array::from_iter_values((from..to).map(|i| i * 10)))])
-            .expect("batch")
+        RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from_iter_values((from..to).map(|i| i * 10)))],
+        )
+        .expect("batch")
     };
     table.append(&batch(0, 3000)).expect("append");
     table.rebuild().expect("rebuild");
@@ -130,12 +145,17 @@ fn interleaved_sums_match() {
     let (_db, table) = shard_table();
     let snap = table.snapshot();
     let spec = Arc::new(
-        AggregateSpec::new(vec![], vec![Aggregate::new(AggFunc::Sum, MapExpr::col(0)), Aggregate::count_star()], snap.schema())
-            .expect("spec"),
+        AggregateSpec::new(
+            vec![],
+            vec![Aggregate::new(AggFunc::Sum, MapExpr::col(0)), Aggregate::count_star()],
+            snap.schema(),
+        )
+        .expect("spec"),
     );
     let mut rng = StdRng::seed_from_u64(6);
     let ids: Vec<RecId> = (0..2000).map(|_| rng.random_range(0..5500)).collect();
-    let mut r = ShardMapReducer::open(snap.shard(0), AggregateKernel::new(Arc::clone(&spec)).expect("kernel")).expect("open");
+    let mut r =
+        ShardMapReducer::open(snap.shard(0), AggregateKernel::new(Arc::clone(&spec)).expect("kernel")).expect("open");
     let mut acc = spec.new_acc();
     for chunk in ids.chunks(97) {
         acc = r.stream(acc, chunk);
@@ -157,7 +177,8 @@ fn gather_row_bounds_do_not_change_the_batches() {
     let spec = Arc::new(GatherSpec::columns(snap.schema(), None, 1000).expect("spec"));
     let ids: Vec<RecId> = (0..5500).collect();
     let gather = |acc: GatherAcc| {
-        let mut r = ShardMapReducer::open(snap.shard(0), GatherKernel::new(Arc::clone(&spec)).expect("kernel")).expect("open");
+        let mut r =
+            ShardMapReducer::open(snap.shard(0), GatherKernel::new(Arc::clone(&spec)).expect("kernel")).expect("open");
         let mut acc = acc;
         for chunk in ids.chunks(700) {
             acc = r.stream(acc, chunk);
@@ -165,7 +186,10 @@ fn gather_row_bounds_do_not_change_the_batches() {
         acc.finish().expect("finish")
     };
     let want = gather(spec.new_acc());
-    let values: Vec<i64> = want.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().expect("Int64").values().to_vec()).collect();
+    let values: Vec<i64> = want
+        .iter()
+        .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().expect("Int64").values().to_vec())
+        .collect();
     assert_eq!(values, (0..5500).map(|i| i * 10).collect::<Vec<_>>());
     for bound in [0, 1, 999, 1000, 2047, 5500, 100_000] {
         assert_eq!(gather(spec.new_acc_for(bound)), want, "bound {bound}");
@@ -179,25 +203,33 @@ fn gather_row_bounds_do_not_change_the_batches() {
 /// error instead of a result that would lack those rows.
 #[test]
 fn grouping_by_dictionary_code_needs_the_shard_finished() {
-    let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false), Field::new("v", DataType::Int64, false)]));
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false), Field::new("v", DataType::Int64, false)]));
     let db = Database::new();
     let table = db.create_table("t", &schema, TableOptions::default().with_background_rebuild(false)).expect("create");
     // 3,000 rows over 7 names; name_6 only in the last 952 rows.
     let name = |i: usize| if i >= 2048 { format!("name_{}", i % 7) } else { format!("name_{}", i % 6) };
     let names = arrow_array::StringArray::from_iter_values((0..3000).map(name));
     let values = Int64Array::from_iter_values(0..3000);
-    table.append(&RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(names), Arc::new(values)]).expect("batch")).expect("append");
+    table
+        .append(&RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(names), Arc::new(values)]).expect("batch"))
+        .expect("append");
     table.rebuild().expect("rebuild");
     let snap = table.snapshot();
     let spec = Arc::new(
-        AggregateSpec::new(vec![MapExpr::col(0)], vec![Aggregate::new(AggFunc::Sum, MapExpr::col(1)), Aggregate::count_star()], snap.schema())
-            .expect("spec"),
+        AggregateSpec::new(
+            vec![MapExpr::col(0)],
+            vec![Aggregate::new(AggFunc::Sum, MapExpr::col(1)), Aggregate::count_star()],
+            snap.schema(),
+        )
+        .expect("spec"),
     );
     // Blocks 0 and 1 whole (by code), then `tail`: the ids 2048..2100 of
     // block 2 (by lookup, after the codes of blocks 0 and 1 are mapped),
     // or block 2 whole (every row by code).
     let stream = |tail: Option<bool>, finish: bool| {
-        let mut r = ShardMapReducer::open(snap.shard(0), AggregateKernel::new(Arc::clone(&spec)).expect("kernel")).expect("open");
+        let mut r = ShardMapReducer::open(snap.shard(0), AggregateKernel::new(Arc::clone(&spec)).expect("kernel"))
+            .expect("open");
         let mut acc = spec.new_acc();
         let range = |start: u32, end: u32| quiverdb_mapreducer::BlockSelection::Range { start, end };
         for block in 0..2u32 {
@@ -216,8 +248,9 @@ fn grouping_by_dictionary_code_needs_the_shard_finished() {
         let keys = out.keys[0].as_any().downcast_ref::<arrow_array::StringArray>().expect("Utf8");
         let sums = out.values[0].as_any().downcast_ref::<Int64Array>().expect("Int64");
         let counts = out.values[1].as_any().downcast_ref::<Int64Array>().expect("Int64");
-        let mut got: Vec<(String, i64, i64)> =
-            (0..arrow_array::Array::len(keys)).map(|g| (keys.value(g).to_string(), sums.value(g), counts.value(g))).collect();
+        let mut got: Vec<(String, i64, i64)> = (0..arrow_array::Array::len(keys))
+            .map(|g| (keys.value(g).to_string(), sums.value(g), counts.value(g)))
+            .collect();
         got.sort();
         got
     };

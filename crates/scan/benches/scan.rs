@@ -63,10 +63,13 @@ fn bench(c: &mut Criterion) {
         for s in selectivities {
             let f = filter(kind, s);
             let label = format!("kept {:.0}/1024", s * 1024.0);
-            group.bench_function(BenchmarkId::new("unordered count", &label), |b| b.iter(|| black_box(count(&snap, &f, &opts))));
+            group.bench_function(BenchmarkId::new("unordered count", &label), |b| {
+                b.iter(|| black_box(count(&snap, &f, &opts)))
+            });
             group.bench_function(BenchmarkId::new("unordered gather", &label), |b| {
                 b.iter(|| {
-                    let acc = scan(&snap, Some(&f), &opts, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc()).expect("scan");
+                    let acc = scan(&snap, Some(&f), &opts, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc())
+                        .expect("scan");
                     black_box(acc.finish().expect("finish"))
                 })
             });
@@ -74,16 +77,34 @@ fn bench(c: &mut Criterion) {
                 group.bench_function(BenchmarkId::new("ordered gather", &label), |b| {
                     b.iter(|| {
                         let key = [SortKey::asc(MapExpr::col(0))];
-                        let acc = scan_order(&snap, Some(&f), &key, 0, None, &opts, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc())
-                            .expect("scan");
+                        let acc = scan_order(
+                            &snap,
+                            Some(&f),
+                            &key,
+                            0,
+                            None,
+                            &opts,
+                            || GatherKernel::new(Arc::clone(&spec)),
+                            || spec.new_acc(),
+                        )
+                        .expect("scan");
                         black_box(acc.finish().expect("finish"))
                     })
                 });
                 group.bench_function(BenchmarkId::new("ordered top 100", &label), |b| {
                     b.iter(|| {
                         let key = [SortKey::desc(MapExpr::col(0))];
-                        let acc = scan_order(&snap, Some(&f), &key, 0, Some(100), &opts, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc())
-                            .expect("scan");
+                        let acc = scan_order(
+                            &snap,
+                            Some(&f),
+                            &key,
+                            0,
+                            Some(100),
+                            &opts,
+                            || GatherKernel::new(Arc::clone(&spec)),
+                            || spec.new_acc(),
+                        )
+                        .expect("scan");
                         black_box(acc.finish().expect("finish"))
                     })
                 });

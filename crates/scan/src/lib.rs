@@ -64,9 +64,9 @@ mod predicate;
 mod unordered;
 
 pub use error::{Error, Result};
-pub use predicate::{CmpOp, Predicate};
 pub use mutate::{delete_where, matching_records, update_where};
 pub use ordered::{SortKey, scan_order};
+pub use predicate::{CmpOp, Predicate};
 pub use unordered::{ScanCursor, candidate_shards, scan};
 
 use quiverdb_storage::TableSnapshot;

@@ -12,16 +12,20 @@ use quiverdb_mapreducer::{GatherKernel, GatherSpec, MapExpr, MapReducer, RecId, 
 use quiverdb_storage::{ShardId, Table, TableSnapshot};
 
 use crate::error::{Error, Result};
+use crate::filter::{PreparedFilter, ShardFilter};
 use crate::predicate::Predicate;
 use crate::unordered::{Budget, Flow, Selection, select};
 use crate::{ScanOptions, parallel};
-use crate::filter::{PreparedFilter, ShardFilter};
 
 /// Rows per batch of an UPDATE's new row versions.
 const UPDATE_BATCH_ROWS: usize = 8192;
 
 /// The records of `snapshot` that pass `filter`, per shard.
-pub fn matching_records(snapshot: &TableSnapshot, filter: Option<&Predicate>, options: &ScanOptions) -> Result<Vec<(ShardId, Vec<RecId>)>> {
+pub fn matching_records(
+    snapshot: &TableSnapshot,
+    filter: Option<&Predicate>,
+    options: &ScanOptions,
+) -> Result<Vec<(ShardId, Vec<RecId>)>> {
     if let Some(p) = filter {
         p.validate(snapshot.schema())?;
     }
@@ -33,18 +37,24 @@ pub fn matching_records(snapshot: &TableSnapshot, filter: Option<&Predicate>, op
         let mut compiled = prepared.as_ref().map(|p| ShardFilter::new(shard, p)).transpose()?;
         let mut ids: Vec<RecId> = Vec::new();
         let mut buf = [0 as RecId; quiverdb_mapreducer::LANES];
-        select(shard, compiled.as_mut(), options.id_buffer(), |_| false, |sel| {
-            let want = sel.count();
-            let granted = budget.take(want);
-            match sel {
-                Selection::Ids(v) => ids.extend_from_slice(&v[..granted]),
-                Selection::Block(b) => {
-                    let n = b.write_ids(&mut buf);
-                    ids.extend_from_slice(&buf[..n.min(granted)]);
+        select(
+            shard,
+            compiled.as_mut(),
+            options.id_buffer(),
+            |_| false,
+            |sel| {
+                let want = sel.count();
+                let granted = budget.take(want);
+                match sel {
+                    Selection::Ids(v) => ids.extend_from_slice(&v[..granted]),
+                    Selection::Block(b) => {
+                        let n = b.write_ids(&mut buf);
+                        ids.extend_from_slice(&buf[..n.min(granted)]);
+                    }
                 }
-            }
-            Ok(if granted < want { Flow::Stop } else { Flow::Continue })
-        })?;
+                Ok(if granted < want { Flow::Stop } else { Flow::Continue })
+            },
+        )?;
         Ok((shard.id(), ids))
     })?;
     Ok(per_shard.into_iter().filter(|(_, ids)| !ids.is_empty()).collect())
@@ -65,14 +75,19 @@ pub fn delete_where(table: &Table, filter: Option<&Predicate>, options: &ScanOpt
 /// `UPDATE table SET column = expr, ... WHERE filter`: returns the number
 /// of rows updated. Each expression must have its column's type; it sees
 /// the row's old values.
-pub fn update_where(table: &Table, assignments: &[(usize, MapExpr)], filter: Option<&Predicate>, options: &ScanOptions) -> Result<usize> {
+pub fn update_where(
+    table: &Table,
+    assignments: &[(usize, MapExpr)],
+    filter: Option<&Predicate>,
+    options: &ScanOptions,
+) -> Result<usize> {
     let schema = table.schema().clone();
     let mut exprs: Vec<(MapExpr, String)> =
         (0..schema.len()).map(|c| (MapExpr::Column(c), schema.field(c).name().clone())).collect();
     for (col, expr) in assignments {
-        let field = (*col < schema.len()).then(|| schema.field(*col)).ok_or_else(|| {
-            Error::InvalidPredicate(format!("UPDATE assigns column #{col}, which does not exist"))
-        })?;
+        let field = (*col < schema.len())
+            .then(|| schema.field(*col))
+            .ok_or_else(|| Error::InvalidPredicate(format!("UPDATE assigns column #{col}, which does not exist")))?;
         let t = expr.data_type(&schema)?;
         if &t != field.data_type() {
             return Err(Error::InvalidPredicate(format!(

@@ -22,7 +22,10 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-use quiverdb_mapreducer::{Bits, CompiledExpr, Domain, Kernel, LANES, MapExpr, MapReducer, Num, Operand, RecId, Scratch, Sel, ShardColumns, ShardMapReducer, Side, Values, WORDS};
+use quiverdb_mapreducer::{
+    Bits, CompiledExpr, Domain, Kernel, LANES, MapExpr, MapReducer, Num, Operand, RecId, Scratch, Sel, ShardColumns,
+    ShardMapReducer, Side, Values, WORDS,
+};
 use quiverdb_storage::main::Encoding;
 use quiverdb_storage::types::KeyNative;
 use quiverdb_storage::{ShardSnapshot, TableSnapshot};
@@ -106,8 +109,20 @@ impl KeyColumn {
             (KeyColumn::Bytes { spans: sa, arena: aa }, KeyColumn::Bytes { spans: sb, arena: ab }) => {
                 match (sa[i], sb[j]) {
                     (None, None) => Ordering::Equal,
-                    (None, Some(_)) => if key.nulls_first { Ordering::Less } else { Ordering::Greater },
-                    (Some(_), None) => if key.nulls_first { Ordering::Greater } else { Ordering::Less },
+                    (None, Some(_)) => {
+                        if key.nulls_first {
+                            Ordering::Less
+                        } else {
+                            Ordering::Greater
+                        }
+                    }
+                    (Some(_), None) => {
+                        if key.nulls_first {
+                            Ordering::Greater
+                        } else {
+                            Ordering::Less
+                        }
+                    }
                     (Some((s1, n1)), Some((s2, n2))) => {
                         let o = aa[s1..s1 + n1].cmp(&ab[s2..s2 + n2]);
                         if key.descending { o.reverse() } else { o }
@@ -411,7 +426,11 @@ fn split_blocks(
     run: &mut dyn FnMut(Side, Sel<'_>, StepIds<'_>) -> Result<()>,
 ) -> Result<()> {
     let side_of = |id: usize| {
-        if id < main { (Side::Main(id / LANES), id / LANES * LANES) } else { (Side::Delta((id - main) / LANES), main + (id - main) / LANES * LANES) }
+        if id < main {
+            (Side::Main(id / LANES), id / LANES * LANES)
+        } else {
+            (Side::Delta((id - main) / LANES), main + (id - main) / LANES * LANES)
+        }
     };
     let mut lane_ids = [0 as RecId; LANES];
     match sel {
@@ -523,10 +542,16 @@ fn sorted_candidates(
         }
         Ok(())
     };
-    select(shard, compiled.as_mut(), id_buffer, |_| false, |sel| {
-        split_blocks(main, sel, &mut run)?;
-        Ok(Flow::Continue)
-    })?;
+    select(
+        shard,
+        compiled.as_mut(),
+        id_buffer,
+        |_| false,
+        |sel| {
+            split_blocks(main, sel, &mut run)?;
+            Ok(Flow::Continue)
+        },
+    )?;
     let mut cands = Candidates { shard: shard_pos, ids, keys: columns };
     let mut order: Vec<usize> = (0..cands.ids.len()).collect();
     let cmp = |&a: &usize, &b: &usize| compare(&cands, a, &cands, b, keys);
@@ -547,7 +572,9 @@ fn sorted_candidates(
         .into_iter()
         .map(|c| match c {
             KeyColumn::Num(v) => KeyColumn::Num(order.iter().map(|&i| v[i]).collect()),
-            KeyColumn::Bytes { spans, arena } => KeyColumn::Bytes { spans: order.iter().map(|&i| spans[i]).collect(), arena },
+            KeyColumn::Bytes { spans, arena } => {
+                KeyColumn::Bytes { spans: order.iter().map(|&i| spans[i]).collect(), arena }
+            }
         })
         .collect();
     Ok(cands)

@@ -108,7 +108,11 @@ pub(crate) fn fold_reduce<I: Sync, T: Send, S>(
 }
 
 /// Maps `items` on `threads` workers, keeping the results in item order.
-pub(crate) fn map_collect<I: Sync, T: Send>(threads: usize, items: &[I], map: impl Fn(&I) -> Result<T> + Sync) -> Result<Vec<T>> {
+pub(crate) fn map_collect<I: Sync, T: Send>(
+    threads: usize,
+    items: &[I],
+    map: impl Fn(&I) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
     let threads = effective_threads(threads).min(items.len()).max(1);
     if threads <= 1 {
         return items.iter().map(map).collect();

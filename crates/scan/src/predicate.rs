@@ -222,12 +222,9 @@ impl std::fmt::Display for Predicate {
             }
             Predicate::IsNull(e) => write!(f, "{e} IS NULL"),
             Predicate::IsNotNull(e) => write!(f, "{e} IS NOT NULL"),
-            Predicate::LikePrefix { expr, prefix, negated } => write!(
-                f,
-                "{expr} {}LIKE '{}%'",
-                if *negated { "NOT " } else { "" },
-                String::from_utf8_lossy(prefix)
-            ),
+            Predicate::LikePrefix { expr, prefix, negated } => {
+                write!(f, "{expr} {}LIKE '{}%'", if *negated { "NOT " } else { "" }, String::from_utf8_lossy(prefix))
+            }
             Predicate::And(v) => f.write_str(&join(v, " AND ")),
             Predicate::Or(v) => f.write_str(&join(v, " OR ")),
             Predicate::Not(p) => write!(f, "NOT ({p})"),

@@ -22,7 +22,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use quiverdb_mapreducer::{BlockSelection, Bits, Kernel, LANES, MapReducer, RecId, Scratch, ShardMapReducer, Side, WORDS};
+use quiverdb_mapreducer::{
+    Bits, BlockSelection, Kernel, LANES, MapReducer, RecId, Scratch, ShardMapReducer, Side, WORDS,
+};
 use quiverdb_storage::{ShardSnapshot, TableSnapshot};
 
 use crate::error::Result;
@@ -137,8 +139,12 @@ pub(crate) fn select(
             n_ids = 0;
         }
         let flow = match masked {
-            _ if count == len => emit(Selection::Block(BlockSelection::Range { start: start_id, end: start_id + len as RecId }))?,
-            true if dense => emit(Selection::Block(BlockSelection::Mask { start: start_id, len: len as u32, mask: &mask.0 }))?,
+            _ if count == len => {
+                emit(Selection::Block(BlockSelection::Range { start: start_id, end: start_id + len as RecId }))?
+            }
+            true if dense => {
+                emit(Selection::Block(BlockSelection::Mask { start: start_id, len: len as u32, mask: &mask.0 }))?
+            }
             true => {
                 let mut flow = Flow::Continue;
                 let mut err = None;
@@ -228,41 +234,47 @@ pub(crate) fn scan_shard<R: MapReducer>(
     let mut reducer: Option<R> = None;
     let mut acc = Some(acc);
     let mut ids = [0 as RecId; LANES];
-    select(shard, compiled.as_mut(), id_buffer, |_| false, |sel| {
-        // The rows a limit leaves of the selection, when it cuts it (an
-        // unlimited scan does not count them).
-        let mut cut = None;
-        if budget.is_limited() {
-            let want = sel.count();
-            let granted = budget.take(want);
-            if granted == 0 {
-                return Ok(Flow::Stop);
+    select(
+        shard,
+        compiled.as_mut(),
+        id_buffer,
+        |_| false,
+        |sel| {
+            // The rows a limit leaves of the selection, when it cuts it (an
+            // unlimited scan does not count them).
+            let mut cut = None;
+            if budget.is_limited() {
+                let want = sel.count();
+                let granted = budget.take(want);
+                if granted == 0 {
+                    return Ok(Flow::Stop);
+                }
+                cut = (granted < want).then_some(granted);
             }
-            cut = (granted < want).then_some(granted);
-        }
-        if reducer.is_none() {
-            let open = open.take().ok_or_else(|| crate::Error::Internal("reducer opened twice".into()))?;
-            reducer = Some(open()?);
-        }
-        let r = reducer.as_mut().ok_or_else(|| crate::Error::Internal("reducer not open".into()))?;
-        let a = acc.take().ok_or_else(|| crate::Error::Internal("accumulator lost".into()))?;
-        acc = Some(match (cut, sel) {
-            (Some(granted), _) => {
-                // The budget's last rows: cut the selection.
-                let n = match sel {
-                    Selection::Block(b) => b.write_ids(&mut ids),
-                    Selection::Ids(v) => {
-                        ids[..v.len()].copy_from_slice(v);
-                        v.len()
-                    }
-                };
-                r.stream(a, &ids[..n.min(granted)])
+            if reducer.is_none() {
+                let open = open.take().ok_or_else(|| crate::Error::Internal("reducer opened twice".into()))?;
+                reducer = Some(open()?);
             }
-            (None, Selection::Block(b)) => r.stream_block(a, b),
-            (None, Selection::Ids(v)) => r.stream(a, v),
-        });
-        Ok(if cut.is_some() { Flow::Stop } else { Flow::Continue })
-    })?;
+            let r = reducer.as_mut().ok_or_else(|| crate::Error::Internal("reducer not open".into()))?;
+            let a = acc.take().ok_or_else(|| crate::Error::Internal("accumulator lost".into()))?;
+            acc = Some(match (cut, sel) {
+                (Some(granted), _) => {
+                    // The budget's last rows: cut the selection.
+                    let n = match sel {
+                        Selection::Block(b) => b.write_ids(&mut ids),
+                        Selection::Ids(v) => {
+                            ids[..v.len()].copy_from_slice(v);
+                            v.len()
+                        }
+                    };
+                    r.stream(a, &ids[..n.min(granted)])
+                }
+                (None, Selection::Block(b)) => r.stream_block(a, b),
+                (None, Selection::Ids(v)) => r.stream(a, v),
+            });
+            Ok(if cut.is_some() { Flow::Stop } else { Flow::Continue })
+        },
+    )?;
     let mut acc = acc.ok_or_else(|| crate::Error::Internal("accumulator lost".into()))?;
     if let Some(r) = reducer.as_mut() {
         acc = r.finish(acc);
@@ -301,7 +313,13 @@ pub fn candidate_shards(snapshot: &TableSnapshot, filter: &Predicate) -> Result<
 /// shard. Shards run in parallel on `options.threads` threads; each worker
 /// folds the shards it takes into one accumulator started from `init()`,
 /// and the workers' accumulators are merged (MemCP's `reduce2`).
-pub fn scan<K, F, I>(snapshot: &TableSnapshot, filter: Option<&Predicate>, options: &ScanOptions, kernel: F, init: I) -> Result<K::Acc>
+pub fn scan<K, F, I>(
+    snapshot: &TableSnapshot,
+    filter: Option<&Predicate>,
+    options: &ScanOptions,
+    kernel: F,
+    init: I,
+) -> Result<K::Acc>
 where
     K: Kernel,
     K::Acc: Send,
@@ -368,7 +386,13 @@ where
 {
     /// A cursor over `snapshot`'s records that pass `filter`, folded into
     /// `acc` by a kernel from `kernel()`.
-    pub fn new(snapshot: TableSnapshot, filter: Option<Predicate>, options: &ScanOptions, kernel: F, acc: K::Acc) -> Result<Self> {
+    pub fn new(
+        snapshot: TableSnapshot,
+        filter: Option<Predicate>,
+        options: &ScanOptions,
+        kernel: F,
+        acc: K::Acc,
+    ) -> Result<Self> {
         if let Some(p) = &filter {
             p.validate(snapshot.schema())?;
         }

@@ -71,7 +71,9 @@ fn table(rows: usize) -> (Database, Table) {
             Arc::clone(&schema),
             vec![
                 Arc::new(Int64Array::from_iter_values((from..from + n).map(|i| i as i64))),
-                Arc::new(Int64Array::from_iter((from..from + n).map(|i| (i % 13 != 0).then_some(((i * 7919) % 1_000_000) as i64)))),
+                Arc::new(Int64Array::from_iter(
+                    (from..from + n).map(|i| (i % 13 != 0).then_some(((i * 7919) % 1_000_000) as i64)),
+                )),
                 Arc::new(Int64Array::from_iter_values((from..from + n).map(|i| (i % 100) as i64))),
                 Arc::new(StringArray::from_iter_values((from..from + n).map(|i| format!("name_{:02}", i % 50)))),
             ],
@@ -89,7 +91,12 @@ fn table(rows: usize) -> (Database, Table) {
     (db, table)
 }
 
-fn aggregate_allocations(snap: &TableSnapshot, filter: Option<&Predicate>, keys: Vec<MapExpr>, aggs: Vec<Aggregate>) -> u64 {
+fn aggregate_allocations(
+    snap: &TableSnapshot,
+    filter: Option<&Predicate>,
+    keys: Vec<MapExpr>,
+    aggs: Vec<Aggregate>,
+) -> u64 {
     let spec = Arc::new(AggregateSpec::new(keys, aggs, snap.schema()).expect("spec"));
     let opts = ScanOptions::default().with_threads(1);
     let (n, acc) = allocations_of(|| {
@@ -124,11 +131,8 @@ fn aggregates_allocate_the_same_for_10k_and_1m_rows() {
         CmpOp::Eq,
         Scalar::Int(3),
     ));
-    let in_list = Predicate::InList {
-        expr: MapExpr::col(2),
-        values: (0..90).map(Scalar::Int).collect(),
-        negated: false,
-    };
+    let in_list =
+        Predicate::InList { expr: MapExpr::col(2), values: (0..90).map(Scalar::Int).collect(), negated: false };
     let name = Predicate::cmp(MapExpr::col(3), CmpOp::Eq, Scalar::Bytes(b"name_07".to_vec()));
     let cases: Vec<(&str, Option<Predicate>, Vec<MapExpr>)> = vec![
         ("no filter", None, vec![]),
@@ -137,7 +141,11 @@ fn aggregates_allocate_the_same_for_10k_and_1m_rows() {
         ("IN list", Some(in_list), vec![]),
         ("string equality", Some(name), vec![]),
         ("group by category", None, vec![MapExpr::col(2)]),
-        ("group by category % 10, filtered", Some(gt), vec![MapExpr::col(2).arith(ArithOp::Rem, MapExpr::lit(Scalar::Int(10), DataType::Int64))]),
+        (
+            "group by category % 10, filtered",
+            Some(gt),
+            vec![MapExpr::col(2).arith(ArithOp::Rem, MapExpr::lit(Scalar::Int(10), DataType::Int64))],
+        ),
         ("group by name", None, vec![MapExpr::col(3)]),
         ("group by two keys", None, vec![MapExpr::col(3), MapExpr::col(2)]),
     ];
@@ -154,11 +162,16 @@ fn streaming_ids_allocates_nothing_per_row() {
     let (_b, large) = table(1_000_000);
     for snap in [small.snapshot(), large.snapshot()] {
         let spec = Arc::new(
-            AggregateSpec::new(vec![MapExpr::col(2)], vec![Aggregate::new(AggFunc::Sum, MapExpr::col(1))], snap.schema())
-                .expect("spec"),
+            AggregateSpec::new(
+                vec![MapExpr::col(2)],
+                vec![Aggregate::new(AggFunc::Sum, MapExpr::col(1))],
+                snap.schema(),
+            )
+            .expect("spec"),
         );
         let shard = snap.shard(0);
-        let mut reducer = ShardMapReducer::open(shard, AggregateKernel::new(Arc::clone(&spec)).expect("kernel")).expect("open");
+        let mut reducer =
+            ShardMapReducer::open(shard, AggregateKernel::new(Arc::clone(&spec)).expect("kernel")).expect("open");
         // Warm up: all groups exist.
         let warm: Vec<u32> = (0..1024).collect();
         let mut acc = reducer.stream(spec.new_acc(), &warm);
@@ -169,7 +182,11 @@ fn streaming_ids_allocates_nothing_per_row() {
             for round in 0..50u32 {
                 for (i, id) in ids.iter_mut().enumerate() {
                     let i = i as u32;
-                    *id = if i.is_multiple_of(3) { rows - 1 - (i * 7 + round) % 3000 } else { (i * 7919 + round * 31) % (rows - 3000) };
+                    *id = if i.is_multiple_of(3) {
+                        rows - 1 - (i * 7 + round) % 3000
+                    } else {
+                        (i * 7919 + round * 31) % (rows - 3000)
+                    };
                 }
                 acc = reducer.stream(acc, &ids);
             }
@@ -187,7 +204,12 @@ fn gather_allocates_per_batch_not_per_row() {
     let run = |snap: &TableSnapshot| {
         let spec = Arc::new(GatherSpec::columns(snap.schema(), None, 8192).expect("spec"));
         let opts = ScanOptions::default().with_threads(1);
-        allocations_of(|| scan(snap, None, &opts, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc()).expect("scan").finish().expect("finish"))
+        allocations_of(|| {
+            scan(snap, None, &opts, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc())
+                .expect("scan")
+                .finish()
+                .expect("finish")
+        })
     };
     let (a, small_batches) = run(&small.snapshot());
     let (b, large_batches) = run(&large.snapshot());
@@ -206,10 +228,19 @@ fn ordered_top_k_allocates_the_same_for_10k_and_1m_rows() {
         let opts = ScanOptions::default().with_threads(1);
         let key = [SortKey::desc(MapExpr::col(1))];
         allocations_of(|| {
-            scan_order(snap, None, &key, 5, Some(100), &opts, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc())
-                .expect("scan")
-                .finish()
-                .expect("finish")
+            scan_order(
+                snap,
+                None,
+                &key,
+                5,
+                Some(100),
+                &opts,
+                || GatherKernel::new(Arc::clone(&spec)),
+                || spec.new_acc(),
+            )
+            .expect("scan")
+            .finish()
+            .expect("finish")
         })
     };
     let (a, x) = run(&small.snapshot());

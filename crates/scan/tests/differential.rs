@@ -29,9 +29,12 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use quiverdb_mapreducer::{
-    AggFunc, Aggregate, AggregateKernel, AggregateOutput, AggregateSpec, ArithOp, GatherKernel, GatherSpec, MapExpr, Scalar,
+    AggFunc, Aggregate, AggregateKernel, AggregateOutput, AggregateSpec, ArithOp, GatherKernel, GatherSpec, MapExpr,
+    Scalar,
 };
-use quiverdb_scan::{CmpOp, Predicate, ScanOptions, SortKey, candidate_shards, delete_where, scan, scan_order, update_where};
+use quiverdb_scan::{
+    CmpOp, Predicate, ScanOptions, SortKey, candidate_shards, delete_where, scan, scan_order, update_where,
+};
 use quiverdb_storage::main::Encoding;
 use quiverdb_storage::{Database, RecId, Table, TableOptions, TableSnapshot, Value};
 use rand::rngs::StdRng;
@@ -56,7 +59,8 @@ const NCOLS: usize = 11;
 
 const NAMES: [&str; NCOLS] = ["rid", "a", "b", "c", "e", "f", "s", "t", "flag", "d", "day"];
 const NULLABLE: [bool; NCOLS] = [false, true, false, true, true, true, true, true, true, true, false];
-const TYS: [Ty; NCOLS] = [Ty::I64, Ty::I64, Ty::I32, Ty::U32, Ty::U64, Ty::F64, Ty::Str, Ty::Str, Ty::Bool, Ty::Dec, Ty::Date];
+const TYS: [Ty; NCOLS] =
+    [Ty::I64, Ty::I64, Ty::I32, Ty::U32, Ty::U64, Ty::F64, Ty::Str, Ty::Str, Ty::Bool, Ty::Dec, Ty::Date];
 
 /// Decimal values stay within ±10^17 so `d + literal` never leaves
 /// precision 18.
@@ -196,9 +200,7 @@ fn rid_of(row: &Row) -> i64 {
 }
 
 fn arrow_schema() -> SchemaRef {
-    Arc::new(Schema::new(
-        (0..NCOLS).map(|c| Field::new(NAMES[c], TYS[c].data_type(), NULLABLE[c])).collect::<Vec<_>>(),
-    ))
+    Arc::new(Schema::new((0..NCOLS).map(|c| Field::new(NAMES[c], TYS[c].data_type(), NULLABLE[c])).collect::<Vec<_>>()))
 }
 
 fn int(c: &Cell) -> Option<i128> {
@@ -248,7 +250,8 @@ fn batch_of(rows: &[Row]) -> RecordBatch {
 
 /// Appends one model row through `append_row`.
 fn append_row(table: &Table, row: &Row) {
-    let strings: Vec<Option<String>> = row.iter().map(|c| if let Some(V::S(_)) = c { string(c) } else { None }).collect();
+    let strings: Vec<Option<String>> =
+        row.iter().map(|c| if let Some(V::S(_)) = c { string(c) } else { None }).collect();
     let values: Vec<Value<'_>> = (0..NCOLS)
         .map(|c| match (&row[c], TYS[c]) {
             (None, _) => Value::Null,
@@ -451,7 +454,8 @@ impl Profile {
                     Shape::Extremes => pick(rng, &["", "\u{0}", "\u{10FFFF}", "ÿ", "a", POOL[12]]).to_string(),
                 };
                 // `t` has many distinct values (plain rather than dictionary strings).
-                let s = if c == T && rng.random_bool(0.8) { format!("{s}{}", rng.random_range(0..1_000_000)) } else { s };
+                let s =
+                    if c == T && rng.random_bool(0.8) { format!("{s}{}", rng.random_range(0..1_000_000)) } else { s };
                 V::S(s.into_bytes())
             }
             Ty::Bool => V::I(match self.shapes[c] {
@@ -994,7 +998,18 @@ fn gen_literal(rng: &mut StdRng, expr: &MapExpr, rows: &[Row]) -> Scalar {
         Ty::U64 => Scalar::UInt(*pick(rng, &[0, u64::MAX, 1 << 63, small.unsigned_abs()])),
         Ty::F64 => Scalar::Float(*pick(
             rng,
-            &[f64::NAN, -0.0, 0.0, f64::INFINITY, f64::NEG_INFINITY, f64::MAX, -f64::MAX, f64::MIN_POSITIVE, 0.25, small as f64 / 4.0],
+            &[
+                f64::NAN,
+                -0.0,
+                0.0,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::MAX,
+                -f64::MAX,
+                f64::MIN_POSITIVE,
+                0.25,
+                small as f64 / 4.0,
+            ],
         )),
         Ty::Dec => Scalar::Decimal(*pick(
             rng,
@@ -1002,7 +1017,8 @@ fn gen_literal(rng: &mut StdRng, expr: &MapExpr, rows: &[Row]) -> Scalar {
         )),
         Ty::Bool => Scalar::Boolean(rng.random_bool(0.5)),
         Ty::Str => Scalar::Bytes(
-            pick(rng, &[&b""[..], b"a", b"ab", b"abc", b"b", b"\xff", "ünï".as_bytes(), b"zzz", b"a\0", b"name_0042"]).to_vec(),
+            pick(rng, &[&b""[..], b"a", b"ab", b"abc", b"b", b"\xff", "ünï".as_bytes(), b"zzz", b"a\0", b"name_0042"])
+                .to_vec(),
         ),
     }
 }
@@ -1016,7 +1032,8 @@ fn gen_prefix(rng: &mut StdRng, c: usize, rows: &[Row]) -> Vec<u8> {
         let n = rng.random_range(0..=b.len().min(6));
         return b[..n].to_vec();
     }
-    pick(rng, &[&b""[..], b"a", b"ab", b"b", b"n", "ü".as_bytes(), b"\xc3", b"\xff", b"z\0", b"name_", b"s0000"]).to_vec()
+    pick(rng, &[&b""[..], b"a", b"ab", b"b", b"n", "ü".as_bytes(), b"\xc3", b"\xff", b"z\0", b"name_", b"s0000"])
+        .to_vec()
 }
 
 fn gen_op(rng: &mut StdRng) -> CmpOp {
@@ -1202,7 +1219,8 @@ fn run_aggregate(
     aggs: &[Aggregate],
     options: &ScanOptions,
 ) -> Result<AggregateOutput, String> {
-    let spec = Arc::new(AggregateSpec::new(keys.to_vec(), aggs.to_vec(), snapshot.schema()).map_err(|e| e.to_string())?);
+    let spec =
+        Arc::new(AggregateSpec::new(keys.to_vec(), aggs.to_vec(), snapshot.schema()).map_err(|e| e.to_string())?);
     let acc = scan(snapshot, filter, options, || AggregateKernel::new(Arc::clone(&spec)), || spec.new_acc())
         .map_err(|e| format!("scan: {e}"))?;
     acc.finish().map_err(|e| format!("finish: {e}"))
@@ -1247,7 +1265,11 @@ fn compare_aggregation(
     for (agg, a) in aggs.iter().zip(&out.values) {
         let want = agg_type(agg.func, agg.input.as_ref().map(ty_of));
         if a.data_type() != &want {
-            return Err(format!("{} has type {}, expected {want}", show_aggs(std::slice::from_ref(agg)), a.data_type()));
+            return Err(format!(
+                "{} has type {}, expected {want}",
+                show_aggs(std::slice::from_ref(agg)),
+                a.data_type()
+            ));
         }
     }
     let n = out.values[0].len();
@@ -1374,7 +1396,12 @@ fn random_predicates_and_reducers_match_the_reference() {
                 let out = run_aggregate(&snapshot, f, &[], &aggs, o);
                 let r = compare_aggregation(&out, &expected, &[], &aggs);
                 m.check(r.is_ok(), || {
-                    format!("{}\n  SELECT {}\n  {}", ctx("aggregate", o), show_aggs(&aggs), r.clone().expect_err("a mismatch"))
+                    format!(
+                        "{}\n  SELECT {}\n  {}",
+                        ctx("aggregate", o),
+                        show_aggs(&aggs),
+                        r.clone().expect_err("a mismatch")
+                    )
                 });
             }
 
@@ -1424,7 +1451,11 @@ fn random_predicates_and_reducers_match_the_reference() {
                         Err(e) => format!("quiverdb failed: {e}"),
                         Ok(g) => diff_rows(&expected, g),
                     };
-                    format!("{}\n  SELECT {} (batch size {batch_size})\n  {detail}", ctx("gather", o), show_exprs(&exprs))
+                    format!(
+                        "{}\n  SELECT {} (batch size {batch_size})\n  {detail}",
+                        ctx("gather", o),
+                        show_exprs(&exprs)
+                    )
                 });
             }
 
@@ -1436,18 +1467,25 @@ fn random_predicates_and_reducers_match_the_reference() {
                     pruned += 1;
                 }
                 let o = full.clone().with_shards(kept.clone().unwrap_or_default());
-                let got = kept.as_ref().map_err(Clone::clone).and_then(|_| run_gather(&snapshot, f, &exprs, batch_size, &o)).map(|mut g| {
-                    g.sort();
-                    g
-                });
+                let got = kept
+                    .as_ref()
+                    .map_err(Clone::clone)
+                    .and_then(|_| run_gather(&snapshot, f, &exprs, batch_size, &o))
+                    .map(|mut g| {
+                        g.sort();
+                        g
+                    });
                 m.check(got.as_ref() == Ok(&expected), || {
                     let detail = match &got {
                         Err(e) => format!("quiverdb failed: {e}"),
                         Ok(g) => diff_rows(&expected, g),
                     };
-                    format!("{}
+                    format!(
+                        "{}
   candidate shards {kept:?}
-  {detail}", ctx("gather over candidate shards", &o))
+  {detail}",
+                        ctx("gather over candidate shards", &o)
+                    )
                 });
             }
 
@@ -1462,7 +1500,12 @@ fn random_predicates_and_reducers_match_the_reference() {
                 g.len() == limit.min(rows.len()) && rids.len() == g.len() && rids.is_subset(&want)
             });
             m.check(ok, || {
-                format!("{}\n  LIMIT {limit} of {} matches: got {:?} rows", ctx("limited gather", &o), rows.len(), got.map(|g| g.len()))
+                format!(
+                    "{}\n  LIMIT {limit} of {} matches: got {:?} rows",
+                    ctx("limited gather", &o),
+                    rows.len(),
+                    got.map(|g| g.len())
+                )
             });
             let out = run_aggregate(&snapshot, f, &[], &[Aggregate::count_star()], &o);
             let n = out.as_ref().map(|o| cells(o.values[0].as_ref())[0].clone());
@@ -1495,12 +1538,18 @@ fn grouping_by_code_or_value_matches_the_reference() {
         let capacity = [100, 2500, 65_536][t as usize % 3];
         let (mut fx, mut rng) = Fixture::with_profile(seed, capacity, size, |p| {
             p.nulls[S] = 0.0;
-            p.shapes[S] = *pick(&mut size_rng, &[Shape::FewDistinct, Shape::Runs, Shape::Ascending, Shape::Ascending, Shape::Extremes]);
+            p.shapes[S] = *pick(
+                &mut size_rng,
+                &[Shape::FewDistinct, Shape::Runs, Shape::Ascending, Shape::Ascending, Shape::Extremes],
+            );
             // Integer keys: narrow ranges (folded by value), or a wide
             // sequence (not).
             for c in [A, B, C] {
                 p.nulls[c] = 0.0;
-                p.shapes[c] = *pick(&mut size_rng, &[Shape::SmallRange, Shape::FewDistinct, Shape::Runs, Shape::Ascending, Shape::Sequence]);
+                p.shapes[c] = *pick(
+                    &mut size_rng,
+                    &[Shape::SmallRange, Shape::FewDistinct, Shape::Runs, Shape::Ascending, Shape::Sequence],
+                );
             }
         });
         // Main storage of several blocks per shard; a few deleted rows in
@@ -1521,7 +1570,16 @@ fn grouping_by_code_or_value_matches_the_reference() {
         for q in 0..12 {
             let keys = match q % 4 {
                 0 | 1 => vec![col(S)],
-                2 => vec![pick(&mut rng, &[ar(col(B), ArithOp::Div, lit(Scalar::Int(10), Ty::I32)), ar(col(A), ArithOp::Rem, lit(Scalar::Int(7), Ty::I64))]).clone()],
+                2 => vec![
+                    pick(
+                        &mut rng,
+                        &[
+                            ar(col(B), ArithOp::Div, lit(Scalar::Int(10), Ty::I32)),
+                            ar(col(A), ArithOp::Rem, lit(Scalar::Int(7), Ty::I64)),
+                        ],
+                    )
+                    .clone(),
+                ],
                 _ => vec![ar(col(C), ArithOp::Rem, lit(Scalar::UInt(5), Ty::U32))],
             };
             // Random filters; a prefix of the ids (whole blocks, then part
@@ -1569,7 +1627,14 @@ fn grouping_by_code_or_value_matches_the_reference() {
                     *n > 0 && matches!(have, Some(Some(V::I(h))) if h >= *n)
                 }) && total == limit.min(rows.len()) as i128
             });
-            m.check(ok, || format!("{} query {q}: COUNT(*) GROUP BY {} WHERE {} LIMIT {limit}: {out:?}", fx.desc, show_exprs(&keys), show_filter(f)));
+            m.check(ok, || {
+                format!(
+                    "{} query {q}: COUNT(*) GROUP BY {} WHERE {} LIMIT {limit}: {out:?}",
+                    fx.desc,
+                    show_exprs(&keys),
+                    show_filter(f)
+                )
+            });
         }
     }
     m.assert_none("grouping_by_code_or_value_matches_the_reference");
@@ -1685,9 +1750,11 @@ fn random_ordered_scans_match_the_reference() {
                 limited += 1;
             }
             let key_exprs: Vec<MapExpr> = sort.iter().map(|k| k.expr.clone()).collect();
-            let mut expected: Vec<Vec<Cell>> = rows.iter().map(|r| key_exprs.iter().map(|e| eval(e, r)).collect()).collect();
+            let mut expected: Vec<Vec<Cell>> =
+                rows.iter().map(|r| key_exprs.iter().map(|e| eval(e, r)).collect()).collect();
             expected.sort_by(|a, b| cmp_keys(a, b, &sort));
-            let expected: Vec<Vec<Cell>> = expected.into_iter().skip(offset).take(limit.unwrap_or(usize::MAX)).collect();
+            let expected: Vec<Vec<Cell>> =
+                expected.into_iter().skip(offset).take(limit.unwrap_or(usize::MAX)).collect();
             let ctx = |o: &ScanOptions| {
                 format!(
                     "{} query {q}: ordered scan\n  WHERE {}\n  ORDER BY {} OFFSET {offset} LIMIT {limit:?}\n  {}",
@@ -1700,12 +1767,21 @@ fn random_ordered_scans_match_the_reference() {
             let nk = sort.len();
             let mut exprs = key_exprs.clone();
             exprs.extend((0..NCOLS).map(col));
-            let named: Vec<(MapExpr, String)> = exprs.iter().enumerate().map(|(i, e)| (e.clone(), format!("x{i}"))).collect();
-            let spec = Arc::new(GatherSpec::new(named, snapshot.schema(), *pick(&mut rng, &[3, 1024])).expect("gather spec"));
+            let named: Vec<(MapExpr, String)> =
+                exprs.iter().enumerate().map(|(i, e)| (e.clone(), format!("x{i}"))).collect();
+            let spec =
+                Arc::new(GatherSpec::new(named, snapshot.schema(), *pick(&mut rng, &[3, 1024])).expect("gather spec"));
             for o in gen_options(&mut rng) {
-                let out = scan_order(&snapshot, f, &sort, offset, limit, &o, || GatherKernel::new(Arc::clone(&spec)), || {
-                    spec.new_acc()
-                })
+                let out = scan_order(
+                    &snapshot,
+                    f,
+                    &sort,
+                    offset,
+                    limit,
+                    &o,
+                    || GatherKernel::new(Arc::clone(&spec)),
+                    || spec.new_acc(),
+                )
                 .map_err(|e| e.to_string())
                 .and_then(|acc| acc.finish().map_err(|e| e.to_string()));
                 let got = match out {
@@ -1737,7 +1813,9 @@ fn random_ordered_scans_match_the_reference() {
                         || f.is_some_and(|p| eval_pred(p, reference) != Some(true))
                         || key_exprs.iter().zip(&r[..nk]).any(|(e, k)| &eval(e, reference) != k)
                 });
-                m.check(bad.is_none(), || format!("{}\n  row {} is not a distinct matching row", ctx(&o), show_row(bad.expect("a bad row"))));
+                m.check(bad.is_none(), || {
+                    format!("{}\n  row {} is not a distinct matching row", ctx(&o), show_row(bad.expect("a bad row")))
+                });
 
                 // The same ordered scan into an aggregate.
                 if q % 3 == 0 {
@@ -1748,9 +1826,16 @@ fn random_ordered_scans_match_the_reference() {
                         Aggregate::new(AggFunc::Max, first_key),
                     ];
                     let aspec = Arc::new(AggregateSpec::new(vec![], aggs.clone(), snapshot.schema()).expect("spec"));
-                    let out = scan_order(&snapshot, f, &sort, offset, limit, &o, || AggregateKernel::new(Arc::clone(&aspec)), || {
-                        aspec.new_acc()
-                    })
+                    let out = scan_order(
+                        &snapshot,
+                        f,
+                        &sort,
+                        offset,
+                        limit,
+                        &o,
+                        || AggregateKernel::new(Arc::clone(&aspec)),
+                        || aspec.new_acc(),
+                    )
                     .map_err(|e| e.to_string())
                     .and_then(|acc| acc.finish().map_err(|e| e.to_string()));
                     let firsts: Vec<V> = expected.iter().filter_map(|k| k[0].clone()).collect();
@@ -1812,7 +1897,12 @@ fn random_delete_and_update_where_match_the_reference() {
                     let expected = matching(&fx.rows, f).len();
                     let got = delete_where(&fx.table, f, &options);
                     m.check(got.as_ref().ok() == Some(&expected), || {
-                        format!("{} step {step}: DELETE WHERE {} ({}) = {got:?}, expected {expected}", fx.desc, show_filter(f), show_opts(&options))
+                        format!(
+                            "{} step {step}: DELETE WHERE {} ({}) = {got:?}, expected {expected}",
+                            fx.desc,
+                            show_filter(f),
+                            show_opts(&options)
+                        )
                     });
                     fx.rows.retain(|r| f.is_some_and(|p| eval_pred(p, r) != Some(true)));
                     changed += expected;
@@ -1839,9 +1929,15 @@ fn random_delete_and_update_where_match_the_reference() {
                         }
                     }
                     let got = update_where(&fx.table, &assignments, f, &options);
-                    let set = assignments.iter().map(|(c, e)| format!("{} = {e}", NAMES[*c])).collect::<Vec<_>>().join(", ");
+                    let set =
+                        assignments.iter().map(|(c, e)| format!("{} = {e}", NAMES[*c])).collect::<Vec<_>>().join(", ");
                     m.check(got.as_ref().ok() == Some(&expected), || {
-                        format!("{} step {step}: UPDATE SET {set} WHERE {} ({}) = {got:?}, expected {expected}", fx.desc, show_filter(f), show_opts(&options))
+                        format!(
+                            "{} step {step}: UPDATE SET {set} WHERE {} ({}) = {got:?}, expected {expected}",
+                            fx.desc,
+                            show_filter(f),
+                            show_opts(&options)
+                        )
                     });
                     changed += expected;
                     format!("UPDATE SET {set} WHERE {}", show_filter(f))
@@ -1903,7 +1999,8 @@ fn row_ae(rid: i64, a: Option<i64>, e: Option<u64>) -> Row {
 }
 
 fn sum_of(table: &Table, keys: Vec<MapExpr>, input: MapExpr) -> Result<Vec<Cell>, String> {
-    let out = run_aggregate(&table.snapshot(), None, &keys, &[Aggregate::new(AggFunc::Sum, input)], &ScanOptions::default())?;
+    let out =
+        run_aggregate(&table.snapshot(), None, &keys, &[Aggregate::new(AggFunc::Sum, input)], &ScanOptions::default())?;
     Ok(cells(out.values[0].as_ref()))
 }
 
@@ -1966,7 +2063,13 @@ fn division_by_zero_is_an_error() {
         expect_error("SUM(a % 0)", sum_of(&t, vec![], ar(col(A), ArithOp::Rem, zero64.clone())));
         expect_error(
             "MAX(b / 0)",
-            run_aggregate(&snapshot, None, &[], &[Aggregate::new(AggFunc::Max, ar(col(B), ArithOp::Div, lit(Scalar::Int(0), Ty::I32)))], &o),
+            run_aggregate(
+                &snapshot,
+                None,
+                &[],
+                &[Aggregate::new(AggFunc::Max, ar(col(B), ArithOp::Div, lit(Scalar::Int(0), Ty::I32)))],
+                &o,
+            ),
         );
         expect_error(
             "GROUP BY a / 0",
@@ -1975,9 +2078,16 @@ fn division_by_zero_is_an_error() {
         expect_error("gather a % 0", run_gather(&snapshot, None, &[ar(col(A), ArithOp::Rem, zero64.clone())], 100, &o));
         // In an ordered scan's key.
         let spec = Arc::new(GatherSpec::columns(snapshot.schema(), Some(&[RID]), 100).expect("spec"));
-        let r = scan_order(&snapshot, None, &[SortKey::asc(ar(col(A), ArithOp::Div, zero64.clone()))], 0, Some(5), &o, || {
-            GatherKernel::new(Arc::clone(&spec))
-        }, || spec.new_acc())
+        let r = scan_order(
+            &snapshot,
+            None,
+            &[SortKey::asc(ar(col(A), ArithOp::Div, zero64.clone()))],
+            0,
+            Some(5),
+            &o,
+            || GatherKernel::new(Arc::clone(&spec)),
+            || spec.new_acc(),
+        )
         .map_err(|e| e.to_string())
         .and_then(|a| a.finish().map_err(|e| e.to_string()));
         expect_error("ORDER BY a / 0", r);
@@ -1988,15 +2098,18 @@ fn division_by_zero_is_an_error() {
         expected.sort();
         assert_eq!(stored_rows(&t.snapshot()), expected, "a failed UPDATE changed the table");
         // Float division by zero is IEEE, not an error.
-        let p = Predicate::cmp(ar(col(F), ArithOp::Div, lit(Scalar::Float(0.0), Ty::F64)), CmpOp::Eq, Scalar::Float(1.0));
+        let p =
+            Predicate::cmp(ar(col(F), ArithOp::Div, lit(Scalar::Float(0.0), Ty::F64)), CmpOp::Eq, Scalar::Float(1.0));
         let r = run_aggregate(&snapshot, Some(&p), &[], &[Aggregate::count_star()], &o);
         assert!(r.is_ok(), "f / 0.0: {r:?}");
         // A NULL divisor, or NULL dividends only, is no error: NULL.
         let p = Predicate::IsNull(ar(col(A), ArithOp::Div, lit(Scalar::Null, Ty::I64)));
-        let r = run_aggregate(&snapshot, Some(&p), &[], &[Aggregate::count_star()], &o).map(|o| cells(o.values[0].as_ref()));
+        let r = run_aggregate(&snapshot, Some(&p), &[], &[Aggregate::count_star()], &o)
+            .map(|o| cells(o.values[0].as_ref()));
         assert_eq!(r, Ok(vec![Some(V::I(50))]), "a / NULL IS NULL");
         let p = Predicate::IsNull(ar(col(C), ArithOp::Div, lit(Scalar::UInt(0), Ty::U32)));
-        let r = run_aggregate(&snapshot, Some(&p), &[], &[Aggregate::count_star()], &o).map(|o| cells(o.values[0].as_ref()));
+        let r = run_aggregate(&snapshot, Some(&p), &[], &[Aggregate::count_star()], &o)
+            .map(|o| cells(o.values[0].as_ref()));
         assert_eq!(r, Ok(vec![Some(V::I(50))]), "c / 0 over an all-NULL c");
     }
 }
@@ -2017,8 +2130,14 @@ fn deleted_rows_do_not_raise_errors() {
         // 100 / b = 10 holds for b = 10 only.
         let p = Predicate::cmp(ar(lit(Scalar::Int(100), Ty::I32), ArithOp::Div, col(B)), CmpOp::Eq, Scalar::Int(10));
         for threads in [1, 2] {
-            let r = run_aggregate(&snapshot, Some(&p), &[], &[Aggregate::count_star()], &ScanOptions::default().with_threads(threads))
-                .map(|o| cells(o.values[0].as_ref()));
+            let r = run_aggregate(
+                &snapshot,
+                Some(&p),
+                &[],
+                &[Aggregate::count_star()],
+                &ScanOptions::default().with_threads(threads),
+            )
+            .map(|o| cells(o.values[0].as_ref()));
             if r != Ok(vec![Some(V::I(1))]) {
                 failures.push(format!(
                     "COUNT(*) WHERE {p} over b = 1..20 after deleting the row with b = 0 (rebuilt before the delete: {rebuild}, threads {threads}) = {r:?}, expected 1"
@@ -2057,11 +2176,21 @@ fn invalid_predicates_are_errors() {
     let o = ScanOptions::default();
     let spec = Arc::new(GatherSpec::columns(snapshot.schema(), None, 100).expect("spec"));
     for p in &bad {
-        expect_error(&format!("COUNT(*) WHERE {p}"), run_aggregate(&snapshot, Some(p), &[], &[Aggregate::count_star()], &o));
+        expect_error(
+            &format!("COUNT(*) WHERE {p}"),
+            run_aggregate(&snapshot, Some(p), &[], &[Aggregate::count_star()], &o),
+        );
         expect_error(&format!("gather WHERE {p}"), run_gather(&snapshot, Some(p), &[col(RID)], 100, &o));
-        let r = scan_order(&snapshot, Some(p), &[SortKey::asc(col(A))], 0, Some(3), &o, || GatherKernel::new(Arc::clone(&spec)), || {
-            spec.new_acc()
-        })
+        let r = scan_order(
+            &snapshot,
+            Some(p),
+            &[SortKey::asc(col(A))],
+            0,
+            Some(3),
+            &o,
+            || GatherKernel::new(Arc::clone(&spec)),
+            || spec.new_acc(),
+        )
         .map(|_| ())
         .map_err(|e| e.to_string());
         expect_error(&format!("ORDER BY WHERE {p}"), r);
@@ -2090,12 +2219,26 @@ fn invalid_predicates_are_errors() {
     assert!(AggregateSpec::new(vec![], vec![Aggregate::new(AggFunc::Sum, col(S))], schema).is_err(), "SUM of a string");
     assert!(AggregateSpec::new(vec![], vec![Aggregate::new(AggFunc::Avg, col(S))], schema).is_err(), "AVG of a string");
     assert!(AggregateSpec::new(vec![col(99)], vec![Aggregate::count_star()], schema).is_err(), "GROUP BY #99");
-    let r = scan_order(&snapshot, None, &[SortKey::asc(col(99))], 0, None, &o, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc());
+    let r = scan_order(
+        &snapshot,
+        None,
+        &[SortKey::asc(col(99))],
+        0,
+        None,
+        &o,
+        || GatherKernel::new(Arc::clone(&spec)),
+        || spec.new_acc(),
+    );
     assert!(r.is_err(), "ORDER BY #99");
     assert!(update_where(&t, &[(A, col(B))], None, &o).is_err(), "SET a (Int64) = b (Int32)");
     assert!(update_where(&t, &[(99, col(A))], None, &o).is_err(), "SET #99");
     // NULL into a NOT NULL column fails whole.
-    let r = update_where(&t, &[(B, lit(Scalar::Null, Ty::I32))], Some(&Predicate::cmp(col(A), CmpOp::Gt, Scalar::Int(25))), &o);
+    let r = update_where(
+        &t,
+        &[(B, lit(Scalar::Null, Ty::I32))],
+        Some(&Predicate::cmp(col(A), CmpOp::Gt, Scalar::Int(25))),
+        &o,
+    );
     assert!(r.is_err(), "SET b (NOT NULL) = NULL: {r:?}");
     assert_eq!(stored_rows(&t.snapshot()), expected, "a failed UPDATE changed the table");
 }
@@ -2120,7 +2263,9 @@ fn between_with_a_null_bound_follows_sql() {
             let got = run_aggregate(&snapshot, Some(&p), &[], &[Aggregate::count_star()], &ScanOptions::default())
                 .map(|o| cells(o.values[0].as_ref()));
             if got != Ok(vec![Some(V::I(expected as i128))]) {
-                failures.push(format!("COUNT(*) WHERE {p} over a = 1..10 (rebuilt: {rebuild}) = {got:?}, expected {expected}"));
+                failures.push(format!(
+                    "COUNT(*) WHERE {p} over a = 1..10 (rebuilt: {rebuild}) = {got:?}, expected {expected}"
+                ));
             }
         }
     }
@@ -2137,9 +2282,18 @@ fn three_valued_logic_corner_cases() {
         Predicate::InList { expr: a(), values: vec![Scalar::Int(1), Scalar::Null], negated: true },
         Predicate::InList { expr: a(), values: vec![Scalar::Int(1), Scalar::Int(2)], negated: true },
         Predicate::Not(Box::new(Predicate::cmp(a(), CmpOp::Eq, Scalar::Null))),
-        Predicate::Or(vec![Predicate::cmp(a(), CmpOp::Eq, Scalar::Null), Predicate::cmp(a(), CmpOp::Eq, Scalar::Int(2))]),
-        Predicate::Not(Box::new(Predicate::And(vec![Predicate::cmp(a(), CmpOp::Gt, Scalar::Int(0)), Predicate::Const(false)]))),
-        Predicate::Not(Box::new(Predicate::Or(vec![Predicate::cmp(a(), CmpOp::Gt, Scalar::Int(1)), Predicate::IsNull(a())]))),
+        Predicate::Or(vec![
+            Predicate::cmp(a(), CmpOp::Eq, Scalar::Null),
+            Predicate::cmp(a(), CmpOp::Eq, Scalar::Int(2)),
+        ]),
+        Predicate::Not(Box::new(Predicate::And(vec![
+            Predicate::cmp(a(), CmpOp::Gt, Scalar::Int(0)),
+            Predicate::Const(false),
+        ]))),
+        Predicate::Not(Box::new(Predicate::Or(vec![
+            Predicate::cmp(a(), CmpOp::Gt, Scalar::Int(1)),
+            Predicate::IsNull(a()),
+        ]))),
         Predicate::cmp(ar(a(), ArithOp::Add, lit(Scalar::Null, Ty::I64)), CmpOp::NotEq, Scalar::Int(0)),
         Predicate::IsNull(ar(a(), ArithOp::Mul, lit(Scalar::Int(2), Ty::I64))),
         Predicate::Not(Box::new(Predicate::LikePrefix { expr: col(S), prefix: vec![], negated: false })),
@@ -2149,12 +2303,11 @@ fn three_valued_logic_corner_cases() {
         let snapshot = t.snapshot();
         for p in &cases {
             let expected: Vec<i64> = matching(&rows, Some(p)).iter().map(|r| rid_of(r)).collect();
-            let got = run_gather(&snapshot, Some(p), &[col(RID)], 100, &ScanOptions::default())
-                .map(|g| {
-                    let mut v: Vec<i64> = g.iter().map(rid_of).collect();
-                    v.sort();
-                    v
-                });
+            let got = run_gather(&snapshot, Some(p), &[col(RID)], 100, &ScanOptions::default()).map(|g| {
+                let mut v: Vec<i64> = g.iter().map(rid_of).collect();
+                v.sort();
+                v
+            });
             assert_eq!(got, Ok(expected), "WHERE {p} (rebuilt: {rebuild})");
         }
     }
@@ -2207,7 +2360,8 @@ fn string_group_keys_across_dictionary_shards() {
     let db = Database::new();
     let options = TableOptions::default().with_shard_capacity(4).with_background_rebuild(false);
     let t = db.create_table("t", &arrow_schema(), options).expect("create table");
-    let rows: Vec<Row> = ["a", "b", "a", "b", "c", "d", "c", "d"].iter().zip(1..).map(|(s, i)| string_row(i, s)).collect();
+    let rows: Vec<Row> =
+        ["a", "b", "a", "b", "c", "d", "c", "d"].iter().zip(1..).map(|(s, i)| string_row(i, s)).collect();
     t.append(&batch_of(&rows)).expect("append");
     let mut failures = Vec::new();
     for rebuild in [false, true] {
@@ -2216,9 +2370,17 @@ fn string_group_keys_across_dictionary_shards() {
         }
         let expected = ref_aggregation(&rows.iter().collect::<Vec<_>>(), &[col(S)], &[Aggregate::count_star()]);
         for threads in [1, 2] {
-            let out = run_aggregate(&t.snapshot(), None, &[col(S)], &[Aggregate::count_star()], &ScanOptions::default().with_threads(threads));
+            let out = run_aggregate(
+                &t.snapshot(),
+                None,
+                &[col(S)],
+                &[Aggregate::count_star()],
+                &ScanOptions::default().with_threads(threads),
+            );
             if let Err(e) = compare_aggregation(&out, &expected, &[col(S)], &[Aggregate::count_star()]) {
-                failures.push(format!("COUNT(*) GROUP BY s over s = a b a b | c d c d (rebuilt: {rebuild}, threads {threads}): {e}"));
+                failures.push(format!(
+                    "COUNT(*) GROUP BY s over s = a b a b | c d c d (rebuilt: {rebuild}, threads {threads}): {e}"
+                ));
             }
         }
     }
@@ -2232,10 +2394,13 @@ fn string_group_keys_across_dictionary_shards() {
 /// groups, and a zero divisor met only in some rows is still an error.
 #[test]
 fn memoised_integer_group_keys() {
-    let narrow: Vec<Row> = (1..=5000).map(|i| row_ae(i, (i % 11 != 0).then_some(i % 300 - 150), Some(i as u64))).collect();
-    let wide: Vec<Row> = (1..=5000).map(|i| row_ae(i, Some(i.wrapping_mul(1_000_003) % 1_000_000_007), Some(i as u64))).collect();
+    let narrow: Vec<Row> =
+        (1..=5000).map(|i| row_ae(i, (i % 11 != 0).then_some(i % 300 - 150), Some(i as u64))).collect();
+    let wide: Vec<Row> =
+        (1..=5000).map(|i| row_ae(i, Some(i.wrapping_mul(1_000_003) % 1_000_000_007), Some(i as u64))).collect();
     // Mostly in the window, with a few far-away values.
-    let mixed: Vec<Row> = (1..=5000).map(|i| row_ae(i, Some(if i % 97 == 0 { i * 1_000_000 } else { i % 50 }), Some(i as u64))).collect();
+    let mixed: Vec<Row> =
+        (1..=5000).map(|i| row_ae(i, Some(if i % 97 == 0 { i * 1_000_000 } else { i % 50 }), Some(i as u64))).collect();
     // Values, met twice over, that start above the lowest: the window has
     // to move down (falling), or, wider than it, cannot hold them all
     // (rising).
@@ -2244,11 +2409,16 @@ fn memoised_integer_group_keys() {
     let keys_sets = [
         vec![ar(col(A), ArithOp::Rem, lit(Scalar::Int(7), Ty::I64))],
         vec![ar(ar(col(A), ArithOp::Div, lit(Scalar::Int(3), Ty::I64)), ArithOp::Add, lit(Scalar::Int(1), Ty::I64))],
-        vec![ar(col(A), ArithOp::Rem, lit(Scalar::Int(7), Ty::I64)), ar(col(B), ArithOp::Rem, lit(Scalar::Int(3), Ty::I32))],
+        vec![
+            ar(col(A), ArithOp::Rem, lit(Scalar::Int(7), Ty::I64)),
+            ar(col(B), ArithOp::Rem, lit(Scalar::Int(3), Ty::I32)),
+        ],
     ];
     let aggs = [Aggregate::count_star(), Aggregate::new(AggFunc::Sum, col(A)), Aggregate::new(AggFunc::Min, col(B))];
     let mut failures = Vec::new();
-    for (name, rows) in [("narrow", &narrow), ("wide", &wide), ("mixed", &mixed), ("falling", &falling), ("rising", &rising)] {
+    for (name, rows) in
+        [("narrow", &narrow), ("wide", &wide), ("mixed", &mixed), ("falling", &falling), ("rising", &rising)]
+    {
         for rebuild in [false, true] {
             let (_db, t) = small_table(rows.clone(), rebuild);
             // Delete every 5th row: deleted rows are neither grouped nor evaluated.
@@ -2258,7 +2428,8 @@ fn memoised_integer_group_keys() {
             for keys in &keys_sets {
                 let expected = ref_aggregation(&live, keys, &aggs);
                 for threads in [1, 2] {
-                    let out = run_aggregate(&t.snapshot(), None, keys, &aggs, &ScanOptions::default().with_threads(threads));
+                    let out =
+                        run_aggregate(&t.snapshot(), None, keys, &aggs, &ScanOptions::default().with_threads(threads));
                     if let Err(e) = compare_aggregation(&out, &expected, keys, &aggs) {
                         failures.push(format!("{name} (rebuilt: {rebuild}, threads {threads}) GROUP BY {keys:?}: {e}"));
                     }
@@ -2272,10 +2443,21 @@ fn memoised_integer_group_keys() {
     let rows: Vec<Row> = (1..=3000).map(|i| row_ae(i, Some(if i == 2500 { 40 } else { i % 30 }), None)).collect();
     for rebuild in [false, true] {
         let (_db, t) = small_table(rows.clone(), rebuild);
-        let key = ar(lit(Scalar::Int(100), Ty::I64), ArithOp::Div, ar(col(A), ArithOp::Sub, lit(Scalar::Int(40), Ty::I64)));
-        expect_error("GROUP BY 100 / (a - 40)", run_aggregate(&t.snapshot(), None, std::slice::from_ref(&key), &[Aggregate::count_star()], &ScanOptions::default()));
+        let key =
+            ar(lit(Scalar::Int(100), Ty::I64), ArithOp::Div, ar(col(A), ArithOp::Sub, lit(Scalar::Int(40), Ty::I64)));
+        expect_error(
+            "GROUP BY 100 / (a - 40)",
+            run_aggregate(
+                &t.snapshot(),
+                None,
+                std::slice::from_ref(&key),
+                &[Aggregate::count_star()],
+                &ScanOptions::default(),
+            ),
+        );
         // Without the row where a = 40, no error.
-        delete_where(&t, Some(&Predicate::cmp(col(A), CmpOp::Eq, Scalar::Int(40))), &ScanOptions::default()).expect("delete");
+        delete_where(&t, Some(&Predicate::cmp(col(A), CmpOp::Eq, Scalar::Int(40))), &ScanOptions::default())
+            .expect("delete");
         let out = run_aggregate(&t.snapshot(), None, &[key], &[Aggregate::count_star()], &ScanOptions::default());
         assert!(out.is_ok(), "the deleted row still raised an error: {out:?}");
     }
@@ -2306,8 +2488,14 @@ fn unsatisfiable_comparisons_inside_or_and_not() {
             for p in [
                 n.clone(),
                 Predicate::Or(vec![n.clone(), Predicate::cmp(col(A), CmpOp::Gt, Scalar::Int(8))]),
-                Predicate::Or(vec![n.clone(), Predicate::cmp(ar(col(RID), ArithOp::Rem, lit(Scalar::Int(2), Ty::I64)), CmpOp::Eq, Scalar::Int(5))]),
-                Predicate::Not(Box::new(Predicate::And(vec![Predicate::Not(Box::new(n.clone())), Predicate::cmp(col(A), CmpOp::LtEq, Scalar::Int(8))]))),
+                Predicate::Or(vec![
+                    n.clone(),
+                    Predicate::cmp(ar(col(RID), ArithOp::Rem, lit(Scalar::Int(2), Ty::I64)), CmpOp::Eq, Scalar::Int(5)),
+                ]),
+                Predicate::Not(Box::new(Predicate::And(vec![
+                    Predicate::Not(Box::new(n.clone())),
+                    Predicate::cmp(col(A), CmpOp::LtEq, Scalar::Int(8)),
+                ]))),
             ] {
                 let expected = matching(&rows, Some(&p)).len();
                 let got = run_aggregate(&snapshot, Some(&p), &[], &[Aggregate::count_star()], &ScanOptions::default())

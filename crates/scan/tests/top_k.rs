@@ -15,7 +15,10 @@ use rand::{Rng, SeedableRng};
 
 /// Rows `(id, value)`; `value` is NULL for some rows and repeats often.
 fn table(rows: usize, seed: u64) -> (Database, Table, Vec<(i64, Option<i64>)>) {
-    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("value", DataType::Int64, true)]));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("value", DataType::Int64, true),
+    ]));
     let db = Database::new();
     let options = TableOptions::default().with_shard_capacity(8192).with_background_rebuild(false);
     let table = db.create_table("t", &schema, options).expect("create");
@@ -41,10 +44,28 @@ fn table(rows: usize, seed: u64) -> (Database, Table, Vec<(i64, Option<i64>)>) {
 fn expected(data: &[(i64, Option<i64>)], key: &SortKey, k: usize) -> Vec<Option<i64>> {
     let mut v: Vec<Option<i64>> = data.iter().map(|r| r.1).collect();
     v.sort_by(|a, b| match (a, b) {
-            (None, None) => std::cmp::Ordering::Equal,
-            (None, Some(_)) => if key.nulls_first { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater },
-            (Some(_), None) => if key.nulls_first { std::cmp::Ordering::Greater } else { std::cmp::Ordering::Less },
-            (Some(x), Some(y)) => if key.descending { y.cmp(x) } else { x.cmp(y) },
+        (None, None) => std::cmp::Ordering::Equal,
+        (None, Some(_)) => {
+            if key.nulls_first {
+                std::cmp::Ordering::Less
+            } else {
+                std::cmp::Ordering::Greater
+            }
+        }
+        (Some(_), None) => {
+            if key.nulls_first {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Less
+            }
+        }
+        (Some(x), Some(y)) => {
+            if key.descending {
+                y.cmp(x)
+            } else {
+                x.cmp(y)
+            }
+        }
     });
     v.truncate(k);
     v
@@ -54,9 +75,16 @@ fn top_k(table: &Table, key: &SortKey, k: usize, threads: usize) -> Vec<(i64, Op
     let snapshot = table.snapshot();
     let spec = Arc::new(GatherSpec::columns(snapshot.schema(), None, 1024).expect("spec"));
     let options = ScanOptions::default().with_threads(threads);
-    let batches = scan_order(&snapshot, None, std::slice::from_ref(key), 0, Some(k), &options, || {
-        GatherKernel::new(Arc::clone(&spec))
-    }, || spec.new_acc())
+    let batches = scan_order(
+        &snapshot,
+        None,
+        std::slice::from_ref(key),
+        0,
+        Some(k),
+        &options,
+        || GatherKernel::new(Arc::clone(&spec)),
+        || spec.new_acc(),
+    )
     .expect("ordered scan")
     .finish()
     .expect("finish");
@@ -99,7 +127,10 @@ fn check(table: &Table, live: &[(i64, Option<i64>)], what: &str) {
                 ids.sort_unstable();
                 ids.dedup();
                 assert_eq!(ids.len(), got.len(), "{what}: a row came back twice");
-                assert!(got.iter().all(|(id, v)| by_id.get(id) == Some(v)), "{what}: a row that is not live, or not its own value");
+                assert!(
+                    got.iter().all(|(id, v)| by_id.get(id) == Some(v)),
+                    "{what}: a row that is not live, or not its own value"
+                );
             }
         }
     }
@@ -119,8 +150,11 @@ fn top_k_after_deleting_the_best_rows() {
     let options = ScanOptions::default();
     // The highest and lowest values, spread over every shard and block.
     let gone = |v: i64| !(10..4_990).contains(&v);
-    let p = Predicate::cmp(MapExpr::col(1), CmpOp::Lt, Scalar::Int(10))
-        .or(Predicate::cmp(MapExpr::col(1), CmpOp::GtEq, Scalar::Int(4_990)));
+    let p = Predicate::cmp(MapExpr::col(1), CmpOp::Lt, Scalar::Int(10)).or(Predicate::cmp(
+        MapExpr::col(1),
+        CmpOp::GtEq,
+        Scalar::Int(4_990),
+    ));
     let deleted = delete_where(&table, Some(&p), &options).expect("delete");
     let live: Vec<(i64, Option<i64>)> = data.iter().copied().filter(|r| !r.1.is_some_and(gone)).collect();
     assert_eq!(deleted, data.len() - live.len());

@@ -86,8 +86,12 @@ impl QuiverSchema {
         let mut key = Vec::new();
         for c in mem.constraints().map(|c| c.iter()).into_iter().flatten() {
             match c {
-                Constraint::PrimaryKey(cols) if key.is_empty() => key = cols.iter().map(|&i| schema.field(i).name().clone()).collect(),
-                Constraint::PrimaryKey(_) => return Err(DataFusionError::Plan(format!("table '{name}' declares two primary keys"))),
+                Constraint::PrimaryKey(cols) if key.is_empty() => {
+                    key = cols.iter().map(|&i| schema.field(i).name().clone()).collect()
+                }
+                Constraint::PrimaryKey(_) => {
+                    return Err(DataFusionError::Plan(format!("table '{name}' declares two primary keys")));
+                }
                 Constraint::Unique(_) => {
                     return Err(DataFusionError::NotImplemented(format!(
                         "table '{name}': quiverdb does not support UNIQUE constraints (only a PRIMARY KEY)"
@@ -102,7 +106,9 @@ impl QuiverSchema {
             .collect();
         let mut partitions = Vec::with_capacity(mem.batches.len());
         for p in &mem.batches {
-            let batches = p.try_read().map_err(|_| DataFusionError::Execution(format!("the rows of new table '{name}' are locked")))?;
+            let batches = p
+                .try_read()
+                .map_err(|_| DataFusionError::Execution(format!("the rows of new table '{name}' are locked")))?;
             partitions.push(batches.clone());
         }
         let options = self.options.clone().with_primary_key(key);

@@ -54,7 +54,12 @@ pub(crate) fn scalar_for(v: &ScalarValue, target: &DataType) -> Option<Scalar> {
 fn is_bytes(t: &DataType) -> bool {
     matches!(
         t,
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+        DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
     )
 }
 

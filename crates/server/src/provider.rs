@@ -73,7 +73,12 @@ impl QuiverTable {
     /// filters, plus pruning conditions for the others), with the texts
     /// EXPLAIN shows; and the residual — every filter not evaluated
     /// exactly, run by DataFusion on the gathered rows.
-    fn scan_filter(&self, state: &dyn Session, filters: &[Expr], projection: &[usize]) -> Result<(ScanFilter, Residual)> {
+    fn scan_filter(
+        &self,
+        state: &dyn Session,
+        filters: &[Expr],
+        projection: &[usize],
+    ) -> Result<(ScanFilter, Residual)> {
         let schema = self.table.schema();
         let translator = Translator::logical(schema);
         let mut parts = Vec::new();
@@ -130,7 +135,11 @@ impl QuiverTable {
         let mut columns: Vec<usize> = if all_columns {
             (0..schema.len()).collect()
         } else {
-            residual_exprs.iter().flat_map(|e| e.column_refs()).map(|c| schema.arrow().index_of(&c.name)).collect::<Result<_, _>>()?
+            residual_exprs
+                .iter()
+                .flat_map(|e| e.column_refs())
+                .map(|c| schema.arrow().index_of(&c.name))
+                .collect::<Result<_, _>>()?
         };
         columns.sort_unstable();
         columns.dedup();
@@ -271,7 +280,10 @@ impl TableProvider for QuiverTable {
         let mut text = Vec::with_capacity(assignments.len());
         for (column, expr) in &assignments {
             let c = schema.index_of(column).map_err(|_| {
-                DataFusionError::Plan(format!("UPDATE sets column '{column}', which table '{}' does not have", self.table.name()))
+                DataFusionError::Plan(format!(
+                    "UPDATE sets column '{column}', which table '{}' does not have",
+                    self.table.name()
+                ))
             })?;
             exprs.push((c, state.create_physical_expr(expr.clone(), &full)?));
             text.push(format!("{column} = {expr}"));

@@ -96,7 +96,8 @@ fn address(node: &Arc<dyn ExecutionPlan>) -> usize {
 fn unconstrained(plan: &Arc<dyn ExecutionPlan>) -> HashSet<usize> {
     fn walk(node: &Arc<dyn ExecutionPlan>, free: bool, found: &mut (HashSet<usize>, HashSet<usize>)) {
         if free { &mut found.0 } else { &mut found.1 }.insert(address(node));
-        let merges = node.downcast_ref::<CoalescePartitionsExec>().is_some() || node.downcast_ref::<SortPreservingMergeExec>().is_some();
+        let merges = node.downcast_ref::<CoalescePartitionsExec>().is_some()
+            || node.downcast_ref::<SortPreservingMergeExec>().is_some();
         let keeps = node.downcast_ref::<ProjectionExec>().is_some()
             || node.downcast_ref::<FilterExec>().is_some()
             || node.downcast_ref::<CooperativeExec>().is_some()
@@ -301,7 +302,10 @@ fn push_aggregate_of(
     threads: usize,
     free: bool,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    if agg.group_expr().has_grouping_set() || agg.limit_options().is_some() || agg.filter_expr().iter().any(Option::is_some) {
+    if agg.group_expr().has_grouping_set()
+        || agg.limit_options().is_some()
+        || agg.filter_expr().iter().any(Option::is_some)
+    {
         return Ok(None);
     }
     let Some(folded) = fold(agg.input(), hash_ok) else { return Ok(None) };
@@ -345,14 +349,13 @@ fn push_aggregate_of(
     let Ok(spec) = AggregateSpec::new(keys, aggregates, table) else { return Ok(None) };
     let schema = top.schema();
     let types = QuiverAggregateExec::output_types(&spec, mode, table);
-    let same = types.len() == schema.fields().len() && types.iter().zip(schema.fields()).all(|(t, f)| t == f.data_type());
+    let same =
+        types.len() == schema.fields().len() && types.iter().zip(schema.fields()).all(|(t, f)| t == f.data_type());
     if !same {
         return Ok(None);
     }
-    let mut text = vec![format!(
-        "aggr=[{}]",
-        agg.aggr_expr().iter().map(|a| a.name().to_string()).collect::<Vec<_>>().join(", ")
-    )];
+    let mut text =
+        vec![format!("aggr=[{}]", agg.aggr_expr().iter().map(|a| a.name().to_string()).collect::<Vec<_>>().join(", "))];
     if !agg.group_expr().is_empty() {
         text.push(format!(
             "group_by=[{}]",
@@ -458,10 +461,12 @@ mod tests {
     fn groups(batches: &[RecordBatch], keys: usize) -> HashMap<String, Vec<i64>> {
         let mut out = HashMap::new();
         for b in batches {
-            let shown: Vec<_> = (0..keys).map(|k| ArrayFormatter::try_new(b.column(k), &FormatOptions::default()).unwrap()).collect();
+            let shown: Vec<_> =
+                (0..keys).map(|k| ArrayFormatter::try_new(b.column(k), &FormatOptions::default()).unwrap()).collect();
             for i in 0..b.num_rows() {
                 let key = shown.iter().map(|f| f.value(i).to_string()).collect::<Vec<_>>().join("|");
-                let values = (keys..b.num_columns()).map(|c| b.column(c).as_primitive::<Int64Type>().value(i)).collect();
+                let values =
+                    (keys..b.num_columns()).map(|c| b.column(c).as_primitive::<Int64Type>().value(i)).collect();
                 assert!(out.insert(key, values).is_none(), "a group twice");
             }
         }
@@ -484,8 +489,11 @@ mod tests {
         // they are not free; a merge frees its input whatever is above.
         let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(Arc::clone(&shared)));
         let merged_alone: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(Arc::clone(&alone)));
-        let union = UnionExec::try_new(vec![Arc::clone(&shared), Arc::clone(&merged), Arc::clone(&merged_alone)]).unwrap();
-        let root: Arc<dyn ExecutionPlan> = Arc::new(ProjectionExec::try_new(Vec::<(Arc<dyn PhysicalExpr>, String)>::new(), Arc::clone(&union)).unwrap());
+        let union =
+            UnionExec::try_new(vec![Arc::clone(&shared), Arc::clone(&merged), Arc::clone(&merged_alone)]).unwrap();
+        let root: Arc<dyn ExecutionPlan> = Arc::new(
+            ProjectionExec::try_new(Vec::<(Arc<dyn PhysicalExpr>, String)>::new(), Arc::clone(&union)).unwrap(),
+        );
         let free = unconstrained(&root);
         assert!(free.contains(&address(&root)) && free.contains(&address(&union)));
         assert!(!free.contains(&address(&merged)) && !free.contains(&address(&merged_alone)));
@@ -539,12 +547,18 @@ mod tests {
             let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
             let text = datafusion::physical_plan::displayable(plan.as_ref()).indent(false).to_string();
             if whole {
-                assert!(text.contains("QuiverAggregateExec: mode=final") && !text.contains("FinalPartitioned"), "{sql}: {text}");
+                assert!(
+                    text.contains("QuiverAggregateExec: mode=final") && !text.contains("FinalPartitioned"),
+                    "{sql}: {text}"
+                );
                 // The plan's result: nothing above needs it partitioned.
                 assert!(!text.contains("RepartitionExec"), "{sql}: {text}");
                 assert_eq!(plan.properties().partitioning.partition_count(), 1, "{sql}: {text}");
             } else {
-                assert!(text.contains("FinalPartitioned") && text.contains("QuiverAggregateExec: mode=partial"), "{sql}: {text}");
+                assert!(
+                    text.contains("FinalPartitioned") && text.contains("QuiverAggregateExec: mode=partial"),
+                    "{sql}: {text}"
+                );
             }
             let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await.unwrap();
             assert_eq!(groups(&batches, keys), expected, "{sql}");
@@ -560,7 +574,8 @@ mod tests {
         let text = datafusion::physical_plan::displayable(plan.as_ref()).indent(false).to_string();
         assert!(text.contains("HashJoinExec: mode=Partitioned"), "{text}");
         let lines: Vec<&str> = text.lines().collect();
-        let wholes: Vec<usize> = (0..lines.len()).filter(|&i| lines[i].contains("QuiverAggregateExec: mode=final")).collect();
+        let wholes: Vec<usize> =
+            (0..lines.len()).filter(|&i| lines[i].contains("QuiverAggregateExec: mode=final")).collect();
         assert_eq!(wholes.len(), 2, "{text}");
         for i in wholes {
             assert!(i > 0 && lines[i - 1].contains("RepartitionExec: partitioning=Hash([g@0], 4)"), "{text}");
@@ -568,9 +583,17 @@ mod tests {
         let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await.unwrap();
         let mut joined = HashMap::new();
         for b in &batches {
-            let (g, c, s) = (b.column(0).as_primitive::<Int64Type>(), b.column(1).as_primitive::<Int64Type>(), b.column(2).as_primitive::<Int64Type>());
+            let (g, c, s) = (
+                b.column(0).as_primitive::<Int64Type>(),
+                b.column(1).as_primitive::<Int64Type>(),
+                b.column(2).as_primitive::<Int64Type>(),
+            );
             for r in 0..b.num_rows() {
-                assert!(joined.insert(g.value(r).to_string(), vec![c.value(r), s.value(r)]).is_none(), "group {} twice", g.value(r));
+                assert!(
+                    joined.insert(g.value(r).to_string(), vec![c.value(r), s.value(r)]).is_none(),
+                    "group {} twice",
+                    g.value(r)
+                );
             }
         }
         assert_eq!(joined, by_g_again, "{sql}");

@@ -5,16 +5,16 @@ use std::sync::Arc;
 
 use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::{Column, DFSchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Column, DFSchemaRef};
 use datafusion::datasource::{DefaultTableSource, provider_as_source};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{Expr, LogicalPlan, WriteOp};
-use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -48,7 +48,13 @@ pub struct SessionOptions {
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        Self { target_partitions: 0, batch_size: 8192, table_options: TableOptions::default(), scan: ScanSettings::default(), memory_limit: None }
+        Self {
+            target_partitions: 0,
+            batch_size: 8192,
+            table_options: TableOptions::default(),
+            scan: ScanSettings::default(),
+            memory_limit: None,
+        }
     }
 }
 
@@ -126,7 +132,10 @@ impl AnalyzerRule for DmlGuard {
                 return Ok(Transformed::no(node));
             }
             let parts = dml_parts(&dml.op, &dml.input, &config)?;
-            let provider = dml.target.downcast_ref::<DefaultTableSource>().and_then(|s| s.table_provider.downcast_ref::<QuiverTable>());
+            let provider = dml
+                .target
+                .downcast_ref::<DefaultTableSource>()
+                .and_then(|s| s.table_provider.downcast_ref::<QuiverTable>());
             let Some(table) = provider else { return Ok(Transformed::no(node)) };
             let mut dml = dml.clone();
             dml.target = provider_as_source(Arc::new(table.bound_to(parts)));
@@ -167,7 +176,8 @@ fn dml_parts(op: &WriteOp, input: &LogicalPlan, config: &Arc<ConfigOptions>) -> 
             }
         }
         for e in node.expressions() {
-            let subquery = e.exists(|e| Ok(matches!(e, Expr::Exists(_) | Expr::InSubquery(_) | Expr::ScalarSubquery(_))))?;
+            let subquery =
+                e.exists(|e| Ok(matches!(e, Expr::Exists(_) | Expr::InSubquery(_) | Expr::ScalarSubquery(_))))?;
             if subquery {
                 return Err(DataFusionError::NotImplemented(format!(
                     "{statement} with a subquery (IN, EXISTS or scalar) is not supported: DataFusion would not pass \
@@ -202,7 +212,8 @@ fn dml_parts(op: &WriteOp, input: &LogicalPlan, config: &Arc<ConfigOptions>) -> 
 /// does), so that `name LIKE CAST('a%' AS Utf8View)` reaches the scan as a
 /// literal pattern and `1 = 0` as `false`.
 fn simplifier(schema: &DFSchemaRef, config: &Arc<ConfigOptions>) -> ExprSimplifier {
-    let context = SimplifyContext::builder().with_schema(Arc::clone(schema)).with_config_options(Arc::clone(config)).build();
+    let context =
+        SimplifyContext::builder().with_schema(Arc::clone(schema)).with_config_options(Arc::clone(config)).build();
     ExprSimplifier::new(context)
 }
 

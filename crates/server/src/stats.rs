@@ -54,7 +54,12 @@ impl Range {
 }
 
 /// Statistics of `projection` over the shards `shards` of `snapshot`.
-pub(crate) fn statistics(snapshot: &TableSnapshot, shards: &[usize], projection: &[usize], filtered: bool) -> Statistics {
+pub(crate) fn statistics(
+    snapshot: &TableSnapshot,
+    shards: &[usize],
+    projection: &[usize],
+    filtered: bool,
+) -> Statistics {
     let schema = snapshot.schema();
     let rows: usize = shards.iter().map(|&s| snapshot.shard(s).live_rows()).sum();
     let any_deletes = shards.iter().any(|&s| snapshot.shard(s).deletes().is_some());
@@ -166,7 +171,8 @@ fn delta_stats(shard: &ShardSnapshot<'_>, c: usize, physical: PhysicalType, rang
         let rows = reader.chunk_len(chunk);
         let mut validity = col.validity(chunk, &mut words).then_some(&words);
         if let Some(bits) = validity {
-            let valid: usize = (0..rows).step_by(64).map(|i| (bits[i / 64] & low_bits(rows - i)).count_ones() as usize).sum();
+            let valid: usize =
+                (0..rows).step_by(64).map(|i| (bits[i / 64] & low_bits(rows - i)).count_ones() as usize).sum();
             nulls += rows - valid;
             if valid == rows {
                 // A nullable column's chunk with no null: read it as one.
@@ -190,7 +196,14 @@ fn low_bits(n: usize) -> u64 {
 
 /// Adds the valid values of one delta chunk to `range`. `validity` holds
 /// one bit per row (`None`: all valid).
-fn add_delta_chunk(col: &DeltaColumnReader<'_>, physical: PhysicalType, chunk: usize, rows: usize, validity: Option<&[u64; 16]>, range: &mut Range) {
+fn add_delta_chunk(
+    col: &DeltaColumnReader<'_>,
+    physical: PhysicalType,
+    chunk: usize,
+    rows: usize,
+    validity: Option<&[u64; 16]>,
+    range: &mut Range,
+) {
     let valid = |i: usize| validity.is_none_or(|bits| is_set(bits, i));
     fn keys<T: KeyNative>(values: &[T], rows: usize, validity: Option<&[u64; 16]>, range: &mut Range) {
         let values = &values[..rows.min(values.len())];
@@ -198,9 +211,12 @@ fn add_delta_chunk(col: &DeltaColumnReader<'_>, physical: PhysicalType, chunk: u
         let bounds = |(lo, hi): (u64, u64), k: u64| (lo.min(k), hi.max(k));
         let (lo, hi) = match validity {
             None => values.iter().map(|v| v.to_key()).fold((u64::MAX, u64::MIN), bounds),
-            Some(bits) => {
-                values.iter().enumerate().filter(|&(i, _)| is_set(bits, i)).map(|(_, v)| v.to_key()).fold((u64::MAX, u64::MIN), bounds)
-            }
+            Some(bits) => values
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| is_set(bits, i))
+                .map(|(_, v)| v.to_key())
+                .fold((u64::MAX, u64::MIN), bounds),
         };
         if lo <= hi {
             range.add_key(lo);

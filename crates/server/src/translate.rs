@@ -118,7 +118,10 @@ impl<'a> Translator<'a> {
                     return None;
                 }
                 let want = matches!(e, Expr::IsTrue(_) | Expr::IsNotTrue(_));
-                let is = Predicate::And(vec![Predicate::IsNotNull(m.clone()), Predicate::cmp(m, CmpOp::Eq, Scalar::Boolean(want))]);
+                let is = Predicate::And(vec![
+                    Predicate::IsNotNull(m.clone()),
+                    Predicate::cmp(m, CmpOp::Eq, Scalar::Boolean(want)),
+                ]);
                 if matches!(e, Expr::IsNotTrue(_) | Expr::IsNotFalse(_)) { is.negate() } else { is }
             }
             Expr::IsUnknown(inner) => Predicate::IsNull(self.map(inner)?),
@@ -168,7 +171,9 @@ impl<'a> Translator<'a> {
                 let Expr::Literal(p, _) = pattern.as_ref() else { return None };
                 let pattern = p.try_as_str().flatten()?;
                 match like_prefix(pattern) {
-                    Some(prefix) => Predicate::LikePrefix { expr: m, prefix: prefix.as_bytes().to_vec(), negated: *negated },
+                    Some(prefix) => {
+                        Predicate::LikePrefix { expr: m, prefix: prefix.as_bytes().to_vec(), negated: *negated }
+                    }
                     // No wildcard at all: equality.
                     None if !pattern.contains(['%', '_', '\\']) => {
                         let p = Predicate::cmp(m, CmpOp::Eq, Scalar::Bytes(pattern.as_bytes().to_vec()));
@@ -211,7 +216,11 @@ impl<'a> Translator<'a> {
                 let Expr::Literal(p, _) = pattern.as_ref() else { return None };
                 let pattern = p.try_as_str().flatten()?;
                 let end = pattern.find(['%', '_', '\\'])?;
-                (end > 0).then(|| Predicate::LikePrefix { expr: m, prefix: pattern.as_bytes()[..end].to_vec(), negated: false })
+                (end > 0).then(|| Predicate::LikePrefix {
+                    expr: m,
+                    prefix: pattern.as_bytes()[..end].to_vec(),
+                    negated: false,
+                })
             }
             _ => None,
         }
@@ -225,9 +234,7 @@ impl<'a> Translator<'a> {
                 let t = v.data_type();
                 MapExpr::lit(scalar_for(v, &t)?, t)
             }
-            Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-                self.map(left)?.arith(arith_op(*op)?, self.map(right)?)
-            }
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => self.map(left)?.arith(arith_op(*op)?, self.map(right)?),
             Expr::Cast(Cast { expr, field }) => self.map(expr)?.cast(field.data_type().clone()),
             _ => return None,
         })
@@ -273,12 +280,14 @@ impl<'a> Translator<'a> {
         }
         if let Some(b) = e.downcast_ref::<PBinary>() {
             return Some(match b.op() {
-                Operator::And => {
-                    Predicate::And(vec![self.physical_predicate_inner(b.left())?, self.physical_predicate_inner(b.right())?])
-                }
-                Operator::Or => {
-                    Predicate::Or(vec![self.physical_predicate_inner(b.left())?, self.physical_predicate_inner(b.right())?])
-                }
+                Operator::And => Predicate::And(vec![
+                    self.physical_predicate_inner(b.left())?,
+                    self.physical_predicate_inner(b.right())?,
+                ]),
+                Operator::Or => Predicate::Or(vec![
+                    self.physical_predicate_inner(b.left())?,
+                    self.physical_predicate_inner(b.right())?,
+                ]),
                 op => {
                     let op = cmp_op(*op)?;
                     if let Some(l) = b.right().downcast_ref::<PLiteral>() {

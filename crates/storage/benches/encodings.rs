@@ -82,10 +82,8 @@ fn bench_main(c: &mut Criterion) {
 fn bench_delta(c: &mut Criterion) {
     let mut rng = StdRng::seed_from_u64(8);
     let pats = patterns(&mut rng);
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("v", DataType::Int64, false),
-        Field::new("s", DataType::Utf8, false),
-    ]));
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false), Field::new("s", DataType::Utf8, false)]));
     let batch = RecordBatch::try_new(
         Arc::clone(&schema),
         vec![
@@ -95,9 +93,7 @@ fn bench_delta(c: &mut Criterion) {
     )
     .expect("batch");
     let db = Database::new();
-    let table = db
-        .create_table("t", &schema, TableOptions::default().with_background_rebuild(false))
-        .expect("create");
+    let table = db.create_table("t", &schema, TableOptions::default().with_background_rebuild(false)).expect("create");
     table.append(&batch).expect("append");
     let snapshot = table.snapshot();
     let shard = snapshot.shard(0);
@@ -120,9 +116,8 @@ fn bench_delta(c: &mut Criterion) {
         let small = batch.slice(0, 8192);
         b.iter(|| {
             let db = Database::new();
-            let t = db
-                .create_table("a", &schema, TableOptions::default().with_background_rebuild(false))
-                .expect("create");
+            let t =
+                db.create_table("a", &schema, TableOptions::default().with_background_rebuild(false)).expect("create");
             for _ in 0..8 {
                 t.append(&small).expect("append");
             }

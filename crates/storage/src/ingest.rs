@@ -20,11 +20,7 @@ pub(crate) fn validate_batch(table: &str, schema: &TableSchema, batch: &RecordBa
     if batch.num_columns() != schema.len() {
         return Err(Error::SchemaMismatch {
             table: table.into(),
-            reason: format!(
-                "the table has {} columns, the data has {}",
-                schema.len(),
-                batch.num_columns()
-            ),
+            reason: format!("the table has {} columns, the data has {}", schema.len(), batch.num_columns()),
         });
     }
     let batch_schema = batch.schema();
@@ -163,18 +159,12 @@ mod tests {
     fn values_are_range_checked() {
         let f = Field::new("a", DataType::Int8, false);
         assert!(encode_value("t", &f, PhysicalType::Int8, &Value::Int(127)).is_ok());
-        assert!(matches!(
-            encode_value("t", &f, PhysicalType::Int8, &Value::Int(128)),
-            Err(Error::TypeMismatch { .. })
-        ));
+        assert!(matches!(encode_value("t", &f, PhysicalType::Int8, &Value::Int(128)), Err(Error::TypeMismatch { .. })));
         assert!(matches!(
             encode_value("t", &f, PhysicalType::Int8, &Value::Null),
             Err(Error::NullInNonNullable { .. })
         ));
-        assert!(matches!(
-            encode_value("t", &f, PhysicalType::Int8, &Value::Str("1")),
-            Err(Error::TypeMismatch { .. })
-        ));
+        assert!(matches!(encode_value("t", &f, PhysicalType::Int8, &Value::Str("1")), Err(Error::TypeMismatch { .. })));
         let d = Field::new("d", DataType::Decimal128(5, 2), true);
         assert!(encode_value("t", &d, PhysicalType::Decimal128, &Value::Int(999)).is_ok());
         assert!(encode_value("t", &d, PhysicalType::Decimal128, &Value::Int(1000)).is_err());

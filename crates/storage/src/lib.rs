@@ -82,9 +82,9 @@ mod table;
 pub mod types;
 
 pub use database::Database;
+pub use delta::{DeltaBytes, DeltaColumnReader, DeltaReader};
 pub use durable::store::{DurableOptions, RecoveryReport};
 pub use durable::wal::{LogStats, SyncMode};
-pub use delta::{DeltaBytes, DeltaColumnReader, DeltaReader};
 pub use error::{Error, Result};
 pub use main::{BLOCK_SIZE, EncodingKind, MainColumn};
 pub use memory::{ColumnMemory, EncodingUsage, MemoryUsage};
@@ -92,7 +92,6 @@ pub use output::primitive_array;
 pub use shard::{DeleteSet, RecId, ShardId};
 pub use snapshot::{ShardSnapshot, TableSnapshot};
 pub use table::{
-    DEFAULT_REBUILD_DEAD_FRACTION, DEFAULT_SHARD_CAPACITY, MAX_SHARD_CAPACITY, Table, TableOptions,
-    Transaction,
+    DEFAULT_REBUILD_DEAD_FRACTION, DEFAULT_SHARD_CAPACITY, MAX_SHARD_CAPACITY, Table, TableOptions, Transaction,
 };
 pub use types::{PhysicalType, TableSchema, Value};

@@ -65,10 +65,7 @@ pub struct MemoryUsage {
 impl MemoryUsage {
     /// Bytes of main storage (values, dictionaries, zone maps, validity).
     pub fn main_bytes(&self) -> usize {
-        self.columns
-            .iter()
-            .map(|c| c.main_bytes + c.dictionary_bytes + c.zone_map_bytes + c.validity_bytes)
-            .sum()
+        self.columns.iter().map(|c| c.main_bytes + c.dictionary_bytes + c.zone_map_bytes + c.validity_bytes).sum()
     }
 
     /// Bytes of delta chunks.
@@ -90,8 +87,7 @@ impl fmt::Display for MemoryUsage {
             "column", "main", "dict", "zones", "validity", "delta"
         )?;
         for c in &self.columns {
-            let encodings: Vec<String> =
-                c.encodings.iter().map(|(k, u)| format!("{k}×{}", u.shards)).collect();
+            let encodings: Vec<String> = c.encodings.iter().map(|(k, u)| format!("{k}×{}", u.shards)).collect();
             writeln!(
                 f,
                 "{:<16} {:>12} {:>10} {:>10} {:>10} {:>12}  {}",

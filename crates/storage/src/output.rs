@@ -101,8 +101,7 @@ pub(crate) fn bytes_array<'a>(
 }
 
 fn view_offset(offset: usize) -> Result<u32> {
-    u32::try_from(offset)
-        .map_err(|_| Error::Arrow(arrow_schema::ArrowError::OffsetOverflowError(offset)))
+    u32::try_from(offset).map_err(|_| Error::Arrow(arrow_schema::ArrowError::OffsetOverflowError(offset)))
 }
 
 /// An offsets + bytes array; `O` is `i32` or `i64` to match `data_type`.

@@ -249,7 +249,9 @@ fn duplicate(table: &str, schema: &TableSchema, columns: &[usize], arrays: &[Arr
     let options = FormatOptions::default();
     let values: Vec<String> = arrays
         .iter()
-        .map(|a| ArrayFormatter::try_new(a.as_ref(), &options).map_or_else(|e| e.to_string(), |f| f.value(row).to_string()))
+        .map(|a| {
+            ArrayFormatter::try_new(a.as_ref(), &options).map_or_else(|e| e.to_string(), |f| f.value(row).to_string())
+        })
         .collect();
     Error::DuplicateKey { table: table.to_string(), key: format!("({}) = ({})", names.join(", "), values.join(", ")) }
 }

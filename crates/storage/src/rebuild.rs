@@ -125,12 +125,8 @@ impl RebuildQueue {
 /// cores, and returns when they are done.
 pub(crate) fn rebuild_table(table: &TableInner) -> Result<()> {
     let state = table.state.load_full();
-    let ids: Vec<ShardId> = state
-        .shards
-        .iter()
-        .filter(|s| s.delta_len > 0 || s.deleted() > 0)
-        .map(|s| s.data.id)
-        .collect();
+    let ids: Vec<ShardId> =
+        state.shards.iter().filter(|s| s.delta_len > 0 || s.deleted() > 0).map(|s| s.data.id).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(ids.len());
     let next = AtomicUsize::new(0);
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
@@ -161,10 +157,7 @@ pub(crate) fn rebuild_table(table: &TableInner) -> Result<()> {
 pub(crate) fn rebuild_shard(table: &TableInner, id: ShardId, thorough: bool) -> Result<()> {
     loop {
         let Some(data) = current_data(table, id) else { return Ok(()) };
-        let _rebuilding = data
-            .rebuild_lock
-            .lock()
-            .map_err(|_| Error::Internal("a rebuild panicked".into()))?;
+        let _rebuilding = data.rebuild_lock.lock().map_err(|_| Error::Internal("a rebuild panicked".into()))?;
         data.rebuild_queued.store(false, Ordering::Release);
         let state = table.state.load_full();
         let Some(pos) = state.shards.position(id) else { return Ok(()) };
@@ -186,11 +179,7 @@ pub(crate) fn rebuild_shard(table: &TableInner, id: ShardId, thorough: bool) -> 
 /// Main storage holding the live rows of `snap`, in order.
 fn build_main(table: &TableInner, snap: &ShardState) -> Result<Main> {
     let batch = ShardSnapshot::new(snap, &table.schema).to_record_batch(None)?;
-    let columns = batch
-        .columns()
-        .iter()
-        .map(|a| MainColumn::from_array(a.as_ref()))
-        .collect::<Result<Vec<_>>>()?;
+    let columns = batch.columns().iter().map(|a| MainColumn::from_array(a.as_ref())).collect::<Result<Vec<_>>>()?;
     Ok(Main::new(batch.num_rows(), columns))
 }
 
@@ -204,9 +193,8 @@ pub(crate) fn replay_rebuild(
     delta_len: usize,
     deleted: &[u32],
 ) -> Result<()> {
-    let mismatch = |what: String| {
-        Error::Internal(format!("the log rebuilds shard {shard} of table '{}', but {what}", table.name))
-    };
+    let mismatch =
+        |what: String| Error::Internal(format!("the log rebuilds shard {shard} of table '{}', but {what}", table.name));
     let state = table.state.load_full();
     let pos = state.shards.position(shard).ok_or_else(|| mismatch("the table has no such shard".into()))?;
     let cur = state.shards.get(pos);
@@ -220,7 +208,8 @@ pub(crate) fn replay_rebuild(
     if let Some(&id) = deleted.iter().find(|&&id| !cur.deletes.as_ref().is_some_and(|d| d.contains(id))) {
         return Err(not_deleted(id));
     }
-    let deletes = DeleteSet::from_ids(cur.data.capacity, cur.data.main.rows() + delta_len, deleted).map_err(not_deleted)?;
+    let deletes =
+        DeleteSet::from_ids(cur.data.capacity, cur.data.main.rows() + delta_len, deleted).map_err(not_deleted)?;
     let snap = ShardState { data: Arc::clone(&cur.data), delta_len, deletes };
     let main = build_main(table, &snap)?;
     publish(table, &snap, main)
@@ -234,10 +223,8 @@ fn current_data(table: &TableInner, id: ShardId) -> Option<Arc<ShardData>> {
 /// Step 3: carry over what changed since `snap`, publish the new version.
 fn publish(table: &TableInner, snap: &ShardState, main: Main) -> Result<()> {
     let data = &snap.data;
-    let mut writer = table
-        .writer
-        .lock()
-        .map_err(|_| Error::Internal(format!("a writer of table '{}' panicked", table.name)))?;
+    let mut writer =
+        table.writer.lock().map_err(|_| Error::Internal(format!("a writer of table '{}' panicked", table.name)))?;
     if table.dropped.load(Ordering::Acquire) {
         return Ok(()); // nothing reads it any more, and it must not be logged
     }
@@ -247,10 +234,7 @@ fn publish(table: &TableInner, snap: &ShardState, main: Main) -> Result<()> {
     };
     let cur = state.shards.get(pos);
     if !Arc::ptr_eq(&cur.data, data) {
-        return Err(Error::Internal(format!(
-            "shard {} was replaced while its rebuild held the rebuild lock",
-            data.id
-        )));
+        return Err(Error::Internal(format!("shard {} was replaced while its rebuild held the rebuild lock", data.id)));
     }
     let new_rows = main.rows();
     let carried = cur.delta_len - snap.delta_len;

@@ -105,11 +105,8 @@ impl DeleteSet {
     /// 1024`) into `out`, LSB first; bits past `len` are zero.
     pub fn words(&self, start: usize, len: usize, out: &mut [u64; 16]) {
         debug_assert!(len <= 1024);
-        let chunks = arrow_buffer::bit_chunk_iterator::BitChunks::new(
-            self.bits.values(),
-            self.bits.offset() + start,
-            len,
-        );
+        let chunks =
+            arrow_buffer::bit_chunk_iterator::BitChunks::new(self.bits.values(), self.bits.offset() + start, len);
         out.fill(0);
         for (slot, word) in out.iter_mut().zip(chunks.iter_padded()) {
             *slot = word;

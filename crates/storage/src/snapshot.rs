@@ -16,8 +16,8 @@ use arrow_select::interleave::interleave;
 
 use crate::delta::Delta;
 use crate::error::{Error, Result};
-use crate::main::decode::Rows;
 use crate::main::Main;
+use crate::main::decode::Rows;
 use crate::shard::{DeleteSet, RecId, ShardId, ShardState};
 use crate::table::TableState;
 use crate::types::TableSchema;
@@ -66,10 +66,7 @@ impl TableSnapshot {
     /// Decodes every live row, one batch per non-empty shard, with the
     /// columns `projection` (all when `None`) in that order.
     pub fn to_record_batches(&self, projection: Option<&[usize]>) -> Result<Vec<RecordBatch>> {
-        self.shards()
-            .filter(|s| s.live_rows() > 0)
-            .map(|s| s.to_record_batch(projection))
-            .collect()
+        self.shards().filter(|s| s.live_rows() > 0).map(|s| s.to_record_batch(projection)).collect()
     }
 }
 
@@ -164,7 +161,10 @@ impl<'a> ShardSnapshot<'a> {
             None => Ok(((0..self.schema.len()).collect(), Arc::clone(all))),
             Some(p) => {
                 if let Some(&bad) = p.iter().find(|&&c| c >= self.schema.len()) {
-                    return Err(Error::Internal(format!("projection of column {bad} of a {}-column table", self.schema.len())));
+                    return Err(Error::Internal(format!(
+                        "projection of column {bad} of a {}-column table",
+                        self.schema.len()
+                    )));
                 }
                 Ok((p.to_vec(), Arc::new(all.project(p)?)))
             }

@@ -197,11 +197,8 @@ impl PendingLog {
     }
 
     fn into_record(self, table: &str) -> LogRecord {
-        let deletes = self
-            .deletes
-            .into_iter()
-            .map(|(shard, (version, ids))| ShardDeletes { shard, version, ids })
-            .collect();
+        let deletes =
+            self.deletes.into_iter().map(|(shard, (version, ids))| ShardDeletes { shard, version, ids }).collect();
         LogRecord::Commit { table: table.into(), truncate: self.truncate, appends: self.appends, deletes }
     }
 }
@@ -228,12 +225,7 @@ pub struct Table {
 }
 
 impl Table {
-    pub(crate) fn new(
-        name: String,
-        schema: TableSchema,
-        options: TableOptions,
-        rebuilds: RebuildQueue,
-    ) -> Self {
+    pub(crate) fn new(name: String, schema: TableSchema, options: TableOptions, rebuilds: RebuildQueue) -> Self {
         let inner = Arc::new_cyclic(|self_ref| TableInner {
             name,
             schema,
@@ -380,9 +372,8 @@ pub struct Transaction<'t> {
 
 impl<'t> Transaction<'t> {
     fn begin(table: &'t TableInner) -> Result<Self> {
-        let writer = table.writer.lock().map_err(|_| {
-            Error::Internal(format!("a writer of table '{}' panicked", table.name))
-        })?;
+        let writer =
+            table.writer.lock().map_err(|_| Error::Internal(format!("a writer of table '{}' panicked", table.name)))?;
         if table.dropped.load(Ordering::Acquire) {
             return Err(Error::TableNotFound(table.name.clone()));
         }
@@ -391,7 +382,17 @@ impl<'t> Transaction<'t> {
         let keys = PendingKeys::new(&table.schema);
         let log = writer.log.is_on().then(PendingLog::default);
         let first_shard_id = writer.next_shard_id;
-        Ok(Self { table, writer, base, work, deletes: BTreeMap::new(), appended: Vec::new(), keys, log, first_shard_id })
+        Ok(Self {
+            table,
+            writer,
+            base,
+            work,
+            deletes: BTreeMap::new(),
+            appended: Vec::new(),
+            keys,
+            log,
+            first_shard_id,
+        })
     }
 
     /// The table as it was when the transaction began: the snapshot that
@@ -537,11 +538,7 @@ impl<'t> Transaction<'t> {
     /// Deletes a selection made on `snapshot` (which may be older than this
     /// transaction): fails with [`Error::Conflict`] if a chosen shard was
     /// rebuilt or removed since.
-    pub fn delete_selection(
-        &mut self,
-        snapshot: &TableSnapshot,
-        selection: &[(ShardId, Vec<RecId>)],
-    ) -> Result<usize> {
+    pub fn delete_selection(&mut self, snapshot: &TableSnapshot, selection: &[(ShardId, Vec<RecId>)]) -> Result<usize> {
         let mut total = 0;
         for (shard, ids) in selection {
             if ids.is_empty() {
@@ -601,7 +598,8 @@ impl<'t> Transaction<'t> {
         let snapshot = TableSnapshot::new(self.table.schema.clone(), Arc::clone(&self.base));
         for pos in 0..self.base.shards.len() {
             // A truncate in this transaction removed the shard.
-            let kept = pos < self.work.shards.len() && Arc::ptr_eq(&self.work.shards.get(pos).data, &self.base.shards.get(pos).data);
+            let kept = pos < self.work.shards.len()
+                && Arc::ptr_eq(&self.work.shards.get(pos).data, &self.base.shards.get(pos).data);
             if !kept {
                 continue;
             }

@@ -116,25 +116,17 @@ impl PhysicalType {
 /// declared as `declared`: the types are equal, or both are strings
 /// (Utf8 / LargeUtf8 / Utf8View), or both are binary.
 pub fn ingest_compatible(declared: &DataType, found: &DataType) -> bool {
-    declared == found
-        || (is_string(declared) && is_string(found))
-        || (is_binary(declared) && is_binary(found))
+    declared == found || (is_string(declared) && is_string(found)) || (is_binary(declared) && is_binary(found))
 }
 
 /// True for Utf8, LargeUtf8 and Utf8View.
 pub fn is_string(data_type: &DataType) -> bool {
-    matches!(
-        data_type,
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-    )
+    matches!(data_type, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 
 /// True for Binary, LargeBinary and BinaryView.
 pub fn is_binary(data_type: &DataType) -> bool {
-    matches!(
-        data_type,
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView
-    )
+    matches!(data_type, DataType::Binary | DataType::LargeBinary | DataType::BinaryView)
 }
 
 /// A validated table schema: the Arrow schema plus each column's physical
@@ -157,10 +149,7 @@ impl TableSchema {
         let mut physical = Vec::with_capacity(schema.fields().len());
         for (i, field) in schema.fields().iter().enumerate() {
             if schema.fields()[..i].iter().any(|f| f.name() == field.name()) {
-                return Err(Error::InvalidSchema(format!(
-                    "column '{}' is declared twice",
-                    field.name()
-                )));
+                return Err(Error::InvalidSchema(format!("column '{}' is declared twice", field.name())));
             }
             let ty = PhysicalType::of(field.data_type()).ok_or_else(|| Error::UnsupportedType {
                 column: field.name().clone(),
@@ -170,13 +159,11 @@ impl TableSchema {
         }
         let mut key = Vec::with_capacity(primary_key.len());
         for name in primary_key {
-            let idx = schema.index_of(name).map_err(|_| {
-                Error::InvalidSchema(format!("primary key column '{name}' is not a column"))
-            })?;
+            let idx = schema
+                .index_of(name)
+                .map_err(|_| Error::InvalidSchema(format!("primary key column '{name}' is not a column")))?;
             if key.contains(&idx) {
-                return Err(Error::InvalidSchema(format!(
-                    "primary key names column '{name}' twice"
-                )));
+                return Err(Error::InvalidSchema(format!("primary key names column '{name}' twice")));
             }
             key.push(idx);
         }
@@ -466,8 +453,7 @@ mod tests {
 
     #[test]
     fn prefix_key_is_monotone() {
-        let mut words: Vec<&[u8]> =
-            vec![b"", b"a", b"a\0", b"ab", b"abcdefgh", b"abcdefghi", b"b", "é".as_bytes()];
+        let mut words: Vec<&[u8]> = vec![b"", b"a", b"a\0", b"ab", b"abcdefgh", b"abcdefghi", b"b", "é".as_bytes()];
         words.sort();
         for w in words.windows(2) {
             assert!(prefix_key(w[0]) <= prefix_key(w[1]));
@@ -476,28 +462,16 @@ mod tests {
 
     #[test]
     fn schema_validation() {
-        let ok = Schema::new(vec![
-            Field::new("a", DataType::Int64, true),
-            Field::new("b", DataType::Utf8View, true),
-        ]);
+        let ok = Schema::new(vec![Field::new("a", DataType::Int64, true), Field::new("b", DataType::Utf8View, true)]);
         let s = TableSchema::try_new(&ok, &["a"]).unwrap();
         assert!(!s.field(0).is_nullable(), "key columns become NOT NULL");
         assert_eq!(s.physical(1), PhysicalType::Bytes);
 
         let bad = Schema::new(vec![Field::new("d", DataType::Float16, true)]);
-        assert!(matches!(
-            TableSchema::try_new(&bad, &[]),
-            Err(Error::UnsupportedType { .. })
-        ));
-        let dup = Schema::new(vec![
-            Field::new("a", DataType::Int64, true),
-            Field::new("a", DataType::Int32, true),
-        ]);
+        assert!(matches!(TableSchema::try_new(&bad, &[]), Err(Error::UnsupportedType { .. })));
+        let dup = Schema::new(vec![Field::new("a", DataType::Int64, true), Field::new("a", DataType::Int32, true)]);
         assert!(matches!(TableSchema::try_new(&dup, &[]), Err(Error::InvalidSchema(_))));
         assert!(matches!(TableSchema::try_new(&ok, &["zz"]), Err(Error::InvalidSchema(_))));
-        assert!(matches!(
-            TableSchema::try_new(&Schema::empty(), &[]),
-            Err(Error::InvalidSchema(_))
-        ));
+        assert!(matches!(TableSchema::try_new(&Schema::empty(), &[]), Err(Error::InvalidSchema(_))));
     }
 }

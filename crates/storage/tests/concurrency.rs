@@ -53,10 +53,7 @@ impl Clock {
 }
 
 fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, false),
-        Field::new("s", DataType::Utf8, true),
-    ]))
+    Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("s", DataType::Utf8, true)]))
 }
 
 fn keys(snapshot: &TableSnapshot) -> HashSet<i64> {

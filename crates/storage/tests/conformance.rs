@@ -9,7 +9,7 @@ use arrow_array::*;
 use arrow_schema::{DataType, Field, Schema};
 use common::{Plain, SHAPES, all_types, gen_array, plain};
 use proptest::prelude::*;
-use quiverdb_storage::{Database, EncodingKind, Error, MainColumn, PhysicalType, TableOptions, BLOCK_SIZE};
+use quiverdb_storage::{BLOCK_SIZE, Database, EncodingKind, Error, MainColumn, PhysicalType, TableOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -44,7 +44,8 @@ fn check_reads(
         assert_eq!(out.data_type(), data_type, "{label}: output type follows the schema");
         assert_eq!(plain(&out), &reference[start..start + len], "{label}: range {start}+{len}");
     }
-    let mut gathers: Vec<Vec<u32>> = vec![Vec::new(), (0..n as u32).rev().collect(), (0..n as u32).step_by(BLOCK_SIZE).collect()];
+    let mut gathers: Vec<Vec<u32>> =
+        vec![Vec::new(), (0..n as u32).rev().collect(), (0..n as u32).step_by(BLOCK_SIZE).collect()];
     if n > 0 {
         let mut sorted: Vec<u32> = (0..n as u32).filter(|_| rng.random_range(0..3) == 0).collect();
         sorted.sort_unstable();
@@ -200,7 +201,11 @@ fn integer_extremes() {
         Arc::new(UInt64Array::from(cycle(&[u64::MAX], n))),
         Arc::new(Float64Array::from(cycle(&[f64::NAN, -0.0, 0.0, f64::INFINITY, f64::NEG_INFINITY, -f64::NAN], n))),
         Arc::new(Float32Array::from(cycle(&[f32::NAN, -0.0, 0.0, f32::INFINITY, f32::MIN, f32::MAX], n))),
-        Arc::new(Decimal128Array::from(cycle(&[-(10i128.pow(38) - 1), 10i128.pow(38) - 1, 0, i64::MIN as i128 - 1], n)).with_precision_and_scale(38, 0).expect("valid")),
+        Arc::new(
+            Decimal128Array::from(cycle(&[-(10i128.pow(38) - 1), 10i128.pow(38) - 1, 0, i64::MIN as i128 - 1], n))
+                .with_precision_and_scale(38, 0)
+                .expect("valid"),
+        ),
         Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| i64::MAX - i))),
         Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| i.wrapping_mul(i64::MAX / 3)))),
         Arc::new(StringArray::from(cycle(&["", &"long ".repeat(1000), "ünï", "😀"], n))),

@@ -117,7 +117,10 @@ fn random_step(db: &Database, model: &mut BTreeMap<String, Vec<Row>>, rng: &mut 
     let name = names[rng.random_range(0..names.len())];
     let Some(expected) = model.get_mut(name) else {
         let t = db.create_table(name, &schema(), options(rng)).unwrap();
-        let rows = { let n = rng.random_range(0..300); random_rows(rng, next_id, n) };
+        let rows = {
+            let n = rng.random_range(0..300);
+            random_rows(rng, next_id, n)
+        };
         t.append(&batch(&rows)).unwrap();
         model.insert(name.into(), rows);
         return;
@@ -125,13 +128,20 @@ fn random_step(db: &Database, model: &mut BTreeMap<String, Vec<Row>>, rng: &mut 
     let t = db.table(name).unwrap();
     match rng.random_range(0..100) {
         0..30 => {
-            let rows = { let n = rng.random_range(1..400); random_rows(rng, next_id, n) };
+            let rows = {
+                let n = rng.random_range(1..400);
+                random_rows(rng, next_id, n)
+            };
             t.append(&batch(&rows)).unwrap();
             expected.extend(rows);
         }
         30..36 => {
             let row = random_rows(rng, next_id, 1).remove(0);
-            let values = [Value::Int(row.0), row.1.as_deref().map_or(Value::Null, Value::Str), row.2.map_or(Value::Null, Value::Float)];
+            let values = [
+                Value::Int(row.0),
+                row.1.as_deref().map_or(Value::Null, Value::Str),
+                row.2.map_or(Value::Null, Value::Float),
+            ];
             let (before, after) = {
                 let n = rng.random_range(0..50);
                 let before = random_rows(rng, next_id, n);
@@ -150,7 +160,10 @@ fn random_step(db: &Database, model: &mut BTreeMap<String, Vec<Row>>, rng: &mut 
         }
         36..38 => {
             // A transaction that makes shards and then fails changes nothing.
-            let rows = { let n = rng.random_range(1..400); random_rows(rng, next_id, n) };
+            let rows = {
+                let n = rng.random_range(1..400);
+                random_rows(rng, next_id, n)
+            };
             let failed = t.transaction(|tx| {
                 tx.append(&batch(&rows))?;
                 Err::<(), _>(Error::Conflict { table: name.into() })
@@ -193,7 +206,10 @@ fn random_step(db: &Database, model: &mut BTreeMap<String, Vec<Row>>, rng: &mut 
         }
         70..74 => {
             // Truncate and refill in one transaction.
-            let rows = { let n = rng.random_range(0..100); random_rows(rng, next_id, n) };
+            let rows = {
+                let n = rng.random_range(0..100);
+                random_rows(rng, next_id, n)
+            };
             t.transaction(|tx| {
                 tx.append(&batch(&random_rows(&mut StdRng::seed_from_u64(1), &mut 0, 5)))?;
                 tx.truncate();
@@ -210,7 +226,10 @@ fn random_step(db: &Database, model: &mut BTreeMap<String, Vec<Row>>, rng: &mut 
         88..95 => {
             // CREATE OR REPLACE ... AS: a filled table replaces the old one;
             // the fill appends, deletes and rebuilds before it is published.
-            let rows = { let n = rng.random_range(0..300); random_rows(rng, next_id, n) };
+            let rows = {
+                let n = rng.random_range(0..300);
+                random_rows(rng, next_id, n)
+            };
             let opts = options(rng);
             let kept = db
                 .create_table_with(name, &schema(), opts, true, |t| {
@@ -414,7 +433,6 @@ fn checkpointed(io: &SimulatedIo) -> Vec<Row> {
     drop((t, db));
     all
 }
-
 
 fn files_under(io: &SimulatedIo, dir: &str) -> Vec<PathBuf> {
     io.list(Path::new(dir)).unwrap().into_iter().map(|n| Path::new(dir).join(n)).collect()

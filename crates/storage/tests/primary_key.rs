@@ -26,7 +26,8 @@ fn int_batch(keys: &[i64]) -> RecordBatch {
 
 fn keyed_table(capacity: usize) -> (Database, Table) {
     let db = Database::new();
-    let options = TableOptions::default().with_shard_capacity(capacity).with_background_rebuild(false).with_primary_key(["k"]);
+    let options =
+        TableOptions::default().with_shard_capacity(capacity).with_background_rebuild(false).with_primary_key(["k"]);
     let t = db.create_table("t", &int_schema(), options).unwrap();
     (db, t)
 }
@@ -124,8 +125,14 @@ fn composite_string_and_decimal_keys() {
     let options = TableOptions::default().with_shard_capacity(5).with_primary_key(["a", "b"]);
     let t = db.create_table("c", &schema, options).unwrap();
     let batch = |a: &[&str], b: &[i32]| {
-        let d = Decimal128Array::from_iter_values(b.iter().map(|&x| i128::from(x) * 10i128.pow(30))).with_precision_and_scale(38, 2).unwrap();
-        RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(a.to_vec())), Arc::new(Int32Array::from(b.to_vec())), Arc::new(d)]).unwrap()
+        let d = Decimal128Array::from_iter_values(b.iter().map(|&x| i128::from(x) * 10i128.pow(30)))
+            .with_precision_and_scale(38, 2)
+            .unwrap();
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(StringArray::from(a.to_vec())), Arc::new(Int32Array::from(b.to_vec())), Arc::new(d)],
+        )
+        .unwrap()
     };
     t.append(&batch(&["x", "x", "y", "", "a long string beyond twelve bytes"], &[1, 2, 1, 1, 1])).unwrap();
     t.rebuild().unwrap();
@@ -151,9 +158,15 @@ fn composite_string_and_decimal_keys() {
 #[test]
 fn two_integer_columns_pack() {
     let db = Database::new();
-    let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false), Field::new("b", DataType::UInt8, false)]));
-    let t = db.create_table("p", &schema, TableOptions::default().with_shard_capacity(7).with_primary_key(["a", "b"])).unwrap();
-    let batch = |a: Vec<i64>, b: Vec<u8>| RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(a)), Arc::new(UInt8Array::from(b))]).unwrap();
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false), Field::new("b", DataType::UInt8, false)]));
+    let t = db
+        .create_table("p", &schema, TableOptions::default().with_shard_capacity(7).with_primary_key(["a", "b"]))
+        .unwrap();
+    let batch = |a: Vec<i64>, b: Vec<u8>| {
+        RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(a)), Arc::new(UInt8Array::from(b))])
+            .unwrap()
+    };
     t.append(&batch(vec![-1, -1, 0, i64::MIN, i64::MAX], vec![0, 255, 0, 1, 1])).unwrap();
     t.rebuild().unwrap();
     t.append(&batch(vec![-1, 1], vec![1, 0])).unwrap();

@@ -8,9 +8,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::*;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use quiverdb_storage::{
-    Database, EncodingKind, Error, RecId, ShardId, Table, TableOptions, TableSnapshot, Value,
-};
+use quiverdb_storage::{Database, EncodingKind, Error, RecId, ShardId, Table, TableOptions, TableSnapshot, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -147,10 +145,7 @@ fn run_sequence(capacity: usize, background: bool, seed: u64, steps: usize) {
                         for (shard, ids) in &selection {
                             t.delete(*shard, ids)?;
                         }
-                        replaced = keys
-                            .iter()
-                            .map(|&k| Row { k, v: Some(7777), s: Some("updated".into()) })
-                            .collect();
+                        replaced = keys.iter().map(|&k| Row { k, v: Some(7777), s: Some("updated".into()) }).collect();
                         t.append(&batch(&replaced))
                     })
                     .expect("update");
@@ -338,18 +333,12 @@ fn bad_input_is_rejected_whole() {
     assert!(matches!(table.append(&nulls), Err(Error::NullInNonNullable { .. })));
     // Single rows: arity, type, range, NULL.
     assert!(matches!(table.append_row(&[Value::Int(1)]), Err(Error::SchemaMismatch { .. })));
-    assert!(matches!(
-        table.append_row(&[Value::Str("x"), Value::Null, Value::Null]),
-        Err(Error::TypeMismatch { .. })
-    ));
+    assert!(matches!(table.append_row(&[Value::Str("x"), Value::Null, Value::Null]), Err(Error::TypeMismatch { .. })));
     assert!(matches!(
         table.append_row(&[Value::Int(1), Value::Int(1 << 40), Value::Null]),
         Err(Error::TypeMismatch { .. })
     ));
-    assert!(matches!(
-        table.append_row(&[Value::Null, Value::Null, Value::Null]),
-        Err(Error::NullInNonNullable { .. })
-    ));
+    assert!(matches!(table.append_row(&[Value::Null, Value::Null, Value::Null]), Err(Error::NullInNonNullable { .. })));
     // Deleting a record that does not exist changes nothing, even with a valid one beside it.
     let snapshot = table.snapshot();
     let shard = snapshot.shard(0).id();
@@ -387,9 +376,7 @@ fn unsupported_types_and_bad_options() {
 #[test]
 fn catalog() {
     let db = Database::new();
-    let t = db
-        .create_table("b", &schema(), TableOptions::default().with_primary_key(["k", "v"]))
-        .expect("create");
+    let t = db.create_table("b", &schema(), TableOptions::default().with_primary_key(["k", "v"])).expect("create");
     db.create_table("a", &schema(), TableOptions::default()).expect("create");
     assert!(matches!(db.create_table("a", &schema(), TableOptions::default()), Err(Error::TableExists(_))));
     assert_eq!(db.table_names(), ["a", "b"]);

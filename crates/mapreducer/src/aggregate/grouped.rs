@@ -45,10 +45,14 @@ pub(super) fn fold(
             match side {
                 Side::Main(block) => {
                     let start = block * LANES;
-                    sel_offsets(sel, &valid, |l, o| state.offer_bytes(gids[l] as usize, src.main_bytes(start + o), *max));
+                    sel_offsets(sel, &valid, |l, o| {
+                        state.offer_bytes(gids[l] as usize, src.main_bytes(start + o), *max)
+                    });
                 }
                 Side::Delta(chunk) => {
-                    sel_offsets(sel, &valid, |l, o| state.offer_bytes(gids[l] as usize, src.delta_bytes(chunk, o), *max));
+                    sel_offsets(sel, &valid, |l, o| {
+                        state.offer_bytes(gids[l] as usize, src.delta_bytes(chunk, o), *max)
+                    });
                 }
             }
         }
@@ -170,7 +174,13 @@ fn scatter(
                 return Err(Error::Overflow("decimal SUM".into()));
             }
         }
-        (state @ (StateColumn::MinMaxI { .. } | StateColumn::MinMaxU { .. } | StateColumn::MinMaxF { .. } | StateColumn::MinMaxD { .. }), values) => {
+        (
+            state @ (StateColumn::MinMaxI { .. }
+            | StateColumn::MinMaxU { .. }
+            | StateColumn::MinMaxF { .. }
+            | StateColumn::MinMaxD { .. }),
+            values,
+        ) => {
             let StateKind::MinMax { max, .. } = kind else {
                 return Err(Error::Internal("min/max state of another aggregate".into()));
             };

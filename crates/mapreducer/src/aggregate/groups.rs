@@ -98,7 +98,12 @@ impl IntMap {
     /// lane in a tight pass; values the window does not know (new or
     /// outside it) take a second, rare pass through [`IntMap::id`].
     #[inline]
-    pub(crate) fn ids(&mut self, x: &[i64; crate::vector::LANES], lanes: &crate::vector::Bits, out: &mut [u32; crate::vector::LANES]) {
+    pub(crate) fn ids(
+        &mut self,
+        x: &[i64; crate::vector::LANES],
+        lanes: &crate::vector::Bits,
+        out: &mut [u32; crate::vector::LANES],
+    ) {
         #[inline(always)]
         fn lookup(window: &[u32], base: i64, v: i64) -> u32 {
             let slot = v.wrapping_sub(base) as u64 as usize;

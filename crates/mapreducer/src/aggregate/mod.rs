@@ -30,7 +30,7 @@ use quiverdb_storage::TableSchema;
 use quiverdb_storage::main::Encoding;
 use quiverdb_storage::main::strings::StrDict;
 
-use self::groups::{float_group_bits, BytesMap, Groups, HashMapKeys, IntMap, KeyId, KeyMap, KeyValue, MAX_KEYS};
+use self::groups::{BytesMap, Groups, HashMapKeys, IntMap, KeyId, KeyMap, KeyValue, MAX_KEYS, float_group_bits};
 use self::state::{MinMaxDomain, StateColumn, StateKind, SumDomain};
 use crate::columns::{ColumnSource, KeySource, Scratch, ShardColumns, gather_keys, key_to_num};
 use crate::error::{Error, Result};
@@ -121,7 +121,13 @@ impl AggregateSpec {
                     }
                     Some(t)
                 }
-                _ => return Err(Error::InvalidExpression(format!("{:?} takes {} input", agg.func, if agg.func == AggFunc::CountStar { "no" } else { "one" }))),
+                _ => {
+                    return Err(Error::InvalidExpression(format!(
+                        "{:?} takes {} input",
+                        agg.func,
+                        if agg.func == AggFunc::CountStar { "no" } else { "one" }
+                    )));
+                }
             };
             let (mut kind, out) = state_kind(agg.func, input_type.as_ref())?;
             if let (StateKind::Sum { avg: false, implied, .. }, Some(e)) = (&mut kind, &agg.input) {
@@ -184,13 +190,16 @@ impl AggregateSpec {
 
 /// The state kind and output type of `func` over `input`.
 fn state_kind(func: AggFunc, input: Option<&DataType>) -> Result<(StateKind, DataType)> {
-    let unsupported = || Error::Unsupported(format!("{func:?} of {}", input.map_or("*".to_string(), |t| t.to_string())));
+    let unsupported =
+        || Error::Unsupported(format!("{func:?} of {}", input.map_or("*".to_string(), |t| t.to_string())));
     Ok(match (func, input) {
         (AggFunc::CountStar | AggFunc::Count, _) => (StateKind::Count, DataType::Int64),
         (AggFunc::Sum | AggFunc::Avg, Some(t)) => {
             let avg = func == AggFunc::Avg;
             let (domain, out) = match t {
-                DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => (SumDomain::Signed, DataType::Int64),
+                DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
+                    (SumDomain::Signed, DataType::Int64)
+                }
                 // Narrow unsigned values live in the I64 domain: exact
                 // signed sums, reported as UInt64.
                 DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => (SumDomain::Signed, DataType::UInt64),
@@ -391,10 +400,7 @@ fn key_array(data_type: &DataType, values: &[KeyValue<'_>]) -> Result<ArrayRef> 
             let v: Vec<i128> = values.iter().map(|v| if let KeyValue::I128(x) = v { *x } else { 0 }).collect();
             native_array(data_type, v, nulls)
         }
-        None => bytes_array(
-            data_type,
-            values.iter().map(|v| if let KeyValue::Bytes(b) = v { Some(*b) } else { None }),
-        ),
+        None => bytes_array(data_type, values.iter().map(|v| if let KeyValue::Bytes(b) = v { Some(*b) } else { None })),
     }
 }
 
@@ -403,7 +409,10 @@ fn key_array(data_type: &DataType, values: &[KeyValue<'_>]) -> Result<ArrayRef> 
 pub(super) enum Input {
     CountStar,
     /// A numeric column: encoding-aware fast paths, `expr` as fallback.
-    Column { col: usize, expr: CompiledExpr },
+    Column {
+        col: usize,
+        expr: CompiledExpr,
+    },
     /// A computed numeric expression.
     Expr(CompiledExpr),
     /// A string or binary column.
@@ -416,8 +425,16 @@ enum KeyInput {
     Num(CompiledExpr),
     /// An integer function of one integer column (`category % 100`):
     /// evaluated once per distinct column value, see [`KeyMemo`].
-    Memo { col: usize, column: Box<CompiledExpr>, expr: CompiledExpr, memo: KeyMemo },
-    Bytes { col: usize, cache: DictCache },
+    Memo {
+        col: usize,
+        column: Box<CompiledExpr>,
+        expr: CompiledExpr,
+        memo: KeyMemo,
+    },
+    Bytes {
+        col: usize,
+        cache: DictCache,
+    },
 }
 
 /// Column value → key id of `f(value)` for a group key `f(column)`, in a
@@ -508,7 +525,8 @@ impl DictCache {
         if self.token == token && self.dict == address {
             return;
         }
-        let same = self.token == token && self.offsets == dict.dict_offsets() && self.bytes == dict.dict_bytes().as_slice();
+        let same =
+            self.token == token && self.offsets == dict.dict_offsets() && self.bytes == dict.dict_bytes().as_slice();
         self.dict = address;
         if same {
             return;
@@ -564,7 +582,14 @@ struct ByCode {
 impl ByCode {
     /// Starts holding rows of `acc` in `slots` states per aggregate (a
     /// shard of `rows` main rows), unless it already does.
-    fn begin(&mut self, acc: &mut AccState, kinds: &[StateKind], slots: usize, rows: usize, lo: Option<u64>) -> Result<()> {
+    fn begin(
+        &mut self,
+        acc: &mut AccState,
+        kinds: &[StateKind],
+        slots: usize,
+        rows: usize,
+        lo: Option<u64>,
+    ) -> Result<()> {
         if self.token == acc.token {
             return Ok(());
         }
@@ -665,7 +690,14 @@ impl AggregateKernel {
         })
     }
 
-    fn process(&mut self, cols: &ShardColumns<'_>, mut acc: AggregateAcc, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> AggregateAcc {
+    fn process(
+        &mut self,
+        cols: &ShardColumns<'_>,
+        mut acc: AggregateAcc,
+        side: Side,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> AggregateAcc {
         if self.counts_only {
             let n = sel.count() as u64;
             for state in &mut acc.0.states {
@@ -682,7 +714,14 @@ impl AggregateKernel {
         acc
     }
 
-    fn fold(&mut self, cols: &ShardColumns<'_>, acc: &mut AccState, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> Result<()> {
+    fn fold(
+        &mut self,
+        cols: &ShardColumns<'_>,
+        acc: &mut AccState,
+        side: Side,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
         if self.keys.is_empty() {
             for (i, input) in self.inputs.iter_mut().enumerate() {
                 ungrouped::fold(&mut acc.states[i], &self.spec.kinds[i], input, cols, side, sel, scratch)?;
@@ -702,10 +741,32 @@ impl AggregateKernel {
         {
             match (main.encoding(), memo, self.value_range) {
                 (Encoding::StrDict(dict), false, _) if main.null_count() == 0 => {
-                    return self.fold_slots(dict.codes(), main.len(), dict.dict_len(), None, block, rows, cols, acc, sel, scratch);
+                    return self.fold_slots(
+                        dict.codes(),
+                        main.len(),
+                        dict.dict_len(),
+                        None,
+                        block,
+                        rows,
+                        cols,
+                        acc,
+                        sel,
+                        scratch,
+                    );
                 }
                 (Encoding::Keys(enc), true, Some((lo, hi))) => {
-                    return self.fold_slots(enc, main.len(), (hi - lo) as usize + 1, Some(lo), block, rows, cols, acc, sel, scratch);
+                    return self.fold_slots(
+                        enc,
+                        main.len(),
+                        (hi - lo) as usize + 1,
+                        Some(lo),
+                        block,
+                        rows,
+                        cols,
+                        acc,
+                        sel,
+                        scratch,
+                    );
                 }
                 _ => {}
             }
@@ -742,7 +803,16 @@ impl AggregateKernel {
         // unpacked straight from the keys.
         keys.decode_block_u32(block, lo.unwrap_or(0), &mut self.gids, &mut scratch.keys);
         for (i, input) in self.inputs.iter_mut().enumerate() {
-            grouped::fold(&mut bc.states[i], &self.spec.kinds[i], input, cols, Side::Main(block), sel, scratch, &self.gids)?;
+            grouped::fold(
+                &mut bc.states[i],
+                &self.spec.kinds[i],
+                input,
+                cols,
+                Side::Main(block),
+                sel,
+                scratch,
+                &self.gids,
+            )?;
         }
         bc.blocks.push(block as u32);
         bc.rows += rows;
@@ -764,10 +834,14 @@ impl AggregateKernel {
         // The (group, slot) pairs of the slots with rows, and the groups after.
         bc.pairs.clear();
         let groups = if let Some(lo) = bc.lo {
-            let (Some(KeyInput::Memo { col, expr, memo, .. }), Some(map), Some(c)) = (self.keys.first_mut(), acc.groups.keys.first_mut(), self.count_star) else {
+            let (Some(KeyInput::Memo { col, expr, memo, .. }), Some(map), Some(c)) =
+                (self.keys.first_mut(), acc.groups.keys.first_mut(), self.count_star)
+            else {
                 return Err(Error::Internal("rows by value without a memoised key and a COUNT(*)".into()));
             };
-            let StateColumn::Count(counts) = &bc.states[c] else { return Err(Error::Internal("COUNT(*) without a count state".into())) };
+            let StateColumn::Count(counts) = &bc.states[c] else {
+                return Err(Error::Internal("COUNT(*) without a count state".into()));
+            };
             let physical = cols.column(*col).physical();
             memo.bind(acc.token);
             for (slot, &n) in counts.iter().enumerate() {
@@ -781,7 +855,9 @@ impl AggregateKernel {
             }
             map.len()
         } else {
-            let (Some(KeyInput::Bytes { col, cache }), Some(KeyMap::Bytes(map))) = (self.keys.first_mut(), acc.groups.keys.first_mut()) else {
+            let (Some(KeyInput::Bytes { col, cache }), Some(KeyMap::Bytes(map))) =
+                (self.keys.first_mut(), acc.groups.keys.first_mut())
+            else {
                 return Err(Error::Internal("rows by code without a string key".into()));
             };
             let main = cols.column(*col).main();
@@ -824,7 +900,14 @@ impl AggregateKernel {
     }
 
     /// Fills `self.gids` for the active lanes of `sel`.
-    fn assign_groups(&mut self, cols: &ShardColumns<'_>, acc: &mut AccState, side: Side, sel: Sel<'_>, scratch: &mut Scratch) -> Result<()> {
+    fn assign_groups(
+        &mut self,
+        cols: &ShardColumns<'_>,
+        acc: &mut AccState,
+        side: Side,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
         let active = sel.active();
         let token = acc.token;
         let single = self.keys.len() == 1;
@@ -863,7 +946,9 @@ impl AggregateKernel {
                                 m.ids(x, &valid, ids);
                             }
                             (KeyMap::U64(m), Values::U64(x)) => valid.for_each_one(|l| ids[l] = m.id(x[l])),
-                            (KeyMap::F64(m), Values::F64(x)) => valid.for_each_one(|l| ids[l] = m.id(float_group_bits(x[l]))),
+                            (KeyMap::F64(m), Values::F64(x)) => {
+                                valid.for_each_one(|l| ids[l] = m.id(float_group_bits(x[l])))
+                            }
                             (KeyMap::I128(m), Values::I128(x)) => valid.for_each_one(|l| ids[l] = m.id(x[l])),
                             _ => return Err(Error::Internal("group key of another domain".into())),
                         }
@@ -1121,11 +1206,25 @@ impl Kernel for AggregateKernel {
         out
     }
 
-    fn process_main_block(&mut self, cols: &ShardColumns<'_>, acc: AggregateAcc, block: usize, sel: Sel<'_>, scratch: &mut Scratch) -> AggregateAcc {
+    fn process_main_block(
+        &mut self,
+        cols: &ShardColumns<'_>,
+        acc: AggregateAcc,
+        block: usize,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> AggregateAcc {
         self.process(cols, acc, Side::Main(block), sel, scratch)
     }
 
-    fn process_delta_block(&mut self, cols: &ShardColumns<'_>, acc: AggregateAcc, chunk: usize, sel: Sel<'_>, scratch: &mut Scratch) -> AggregateAcc {
+    fn process_delta_block(
+        &mut self,
+        cols: &ShardColumns<'_>,
+        acc: AggregateAcc,
+        chunk: usize,
+        sel: Sel<'_>,
+        scratch: &mut Scratch,
+    ) -> AggregateAcc {
         self.process(cols, acc, Side::Delta(chunk), sel, scratch)
     }
 

@@ -134,7 +134,9 @@ impl StateColumn {
             }
             StateKind::Sum { domain: SumDomain::Unsigned, .. } => StateColumn::SumU { sum: Vec::new(), n: Vec::new() },
             StateKind::Sum { domain: SumDomain::Float, .. } => StateColumn::SumF { sum: Vec::new(), n: Vec::new() },
-            StateKind::Sum { domain: SumDomain::Decimal(..), .. } => StateColumn::SumD { sum: Vec::new(), n: Vec::new() },
+            StateKind::Sum { domain: SumDomain::Decimal(..), .. } => {
+                StateColumn::SumD { sum: Vec::new(), n: Vec::new() }
+            }
             StateKind::MinMax { domain, .. } => match domain {
                 MinMaxDomain::I64 => StateColumn::MinMaxI { v: Vec::new(), has: Vec::new() },
                 MinMaxDomain::U64 => StateColumn::MinMaxU { v: Vec::new(), has: Vec::new() },
@@ -208,11 +210,12 @@ impl StateColumn {
     /// Offers a byte string to MIN/MAX group `g`.
     pub(crate) fn offer_bytes(&mut self, g: usize, value: &[u8], max: bool) {
         if let StateColumn::MinMaxB { v, has } = self
-            && (!has[g] || better(value, v[g].as_slice(), max)) {
-                v[g].clear();
-                v[g].extend_from_slice(value);
-                has[g] = true;
-            }
+            && (!has[g] || better(value, v[g].as_slice(), max))
+        {
+            v[g].clear();
+            v[g].extend_from_slice(value);
+            has[g] = true;
+        }
     }
 
     /// Merges accumulator `h` of `other` into accumulator `g` of `self`.
@@ -370,7 +373,9 @@ impl StateColumn {
                 let v: Vec<f64> = sum.iter().map(|&s| s as f64).collect();
                 (f64_array(&DataType::Float64, v, nulls_from(&has_rows(n)))?, n)
             }
-            (StateColumn::SumF { sum, n }, _) => (f64_array(&DataType::Float64, sum.clone(), nulls_from(&has_rows(n)))?, n),
+            (StateColumn::SumF { sum, n }, _) => {
+                (f64_array(&DataType::Float64, sum.clone(), nulls_from(&has_rows(n)))?, n)
+            }
             (StateColumn::SumD { sum, n }, SumDomain::Decimal(_, s)) => {
                 (native_array(&DataType::Decimal128(38, *s), sum.clone(), nulls_from(&has_rows(n)))?, n)
             }

@@ -45,15 +45,20 @@ pub(super) fn fold(
             };
             state.add_count(0, n as u64);
         }
-        (StateKind::Sum { domain, .. }, Input::Column { col, expr })
-            if !matches!(domain, SumDomain::Float) =>
-        {
+        (StateKind::Sum { domain, .. }, Input::Column { col, expr }) if !matches!(domain, SumDomain::Float) => {
             let src = cols.column(*col);
             if let (Side::Main(block), Some(Encoding::Keys(enc))) = (side, src.main().map(|m| m.encoding())) {
                 let valid = src.main_validity(block, sel).map(|v| v.and(&active()));
                 let len = cols.block_len(block);
                 let (sum_keys, n) = sum_keys(enc, block, len, sel, valid, scratch);
-                let signed = !matches!(src.physical(), PhysicalType::UInt8 | PhysicalType::UInt16 | PhysicalType::UInt32 | PhysicalType::UInt64 | PhysicalType::Boolean);
+                let signed = !matches!(
+                    src.physical(),
+                    PhysicalType::UInt8
+                        | PhysicalType::UInt16
+                        | PhysicalType::UInt32
+                        | PhysicalType::UInt64
+                        | PhysicalType::Boolean
+                );
                 add_key_sum(state, sum_keys, n, signed)?;
             } else {
                 let o = expr.eval(cols, side, sel, scratch)?;
@@ -135,7 +140,14 @@ fn add_key_sum(state: &mut StateColumn, sum_keys: u128, n: u64, signed: bool) ->
 
 /// Σ keys and count of the selected, valid rows of block `block` of a key
 /// encoding, reading the encoding directly where it allows.
-fn sum_keys(enc: &KeyEncoding, block: usize, block_len: usize, sel: Sel<'_>, valid: Option<Bits>, scratch: &mut Scratch) -> (u128, u64) {
+fn sum_keys(
+    enc: &KeyEncoding,
+    block: usize,
+    block_len: usize,
+    sel: Sel<'_>,
+    valid: Option<Bits>,
+    scratch: &mut Scratch,
+) -> (u128, u64) {
     let start = block * LANES;
     let range = match (sel, valid) {
         (Sel::Range(a, b), None) => Some((a, b)),
@@ -175,7 +187,9 @@ fn sum_keys(enc: &KeyEncoding, block: usize, block_len: usize, sel: Sel<'_>, val
                     lanes.for_each_one(|l| s += deltas[a + l] as u128);
                     (s, lanes.count() as u64)
                 }
-                (None, Sel::Mask(..)) if small => (kernels::masked_sum_small(deltas, &lanes) as u128, lanes.count() as u64),
+                (None, Sel::Mask(..)) if small => {
+                    (kernels::masked_sum_small(deltas, &lanes) as u128, lanes.count() as u64)
+                }
                 (None, Sel::Mask(..)) => (masked_sum(&deltas[..], &lanes, false), lanes.count() as u64),
             };
             (n as u128 * frame.reference as u128 + sum, n)
@@ -315,22 +329,18 @@ fn offer_num(state: &mut StateColumn, n: Num, max: bool) {
 #[inline]
 pub(super) fn offer_num_at(state: &mut StateColumn, g: usize, n: Num, max: bool) {
     match (state, n) {
-        (StateColumn::MinMaxI { v, has }, Num::I64(x))
-            if (!has[g] || better(x, v[g], max)) => {
-                (v[g], has[g]) = (x, true);
-            }
-        (StateColumn::MinMaxU { v, has }, Num::U64(x))
-            if (!has[g] || better(x, v[g], max)) => {
-                (v[g], has[g]) = (x, true);
-            }
-        (StateColumn::MinMaxF { v, has }, Num::F64(x))
-            if (!has[g] || f64_better(x, v[g], max)) => {
-                (v[g], has[g]) = (x, true);
-            }
-        (StateColumn::MinMaxD { v, has }, Num::I128(x))
-            if (!has[g] || better(x, v[g], max)) => {
-                (v[g], has[g]) = (x, true);
-            }
+        (StateColumn::MinMaxI { v, has }, Num::I64(x)) if (!has[g] || better(x, v[g], max)) => {
+            (v[g], has[g]) = (x, true);
+        }
+        (StateColumn::MinMaxU { v, has }, Num::U64(x)) if (!has[g] || better(x, v[g], max)) => {
+            (v[g], has[g]) = (x, true);
+        }
+        (StateColumn::MinMaxF { v, has }, Num::F64(x)) if (!has[g] || f64_better(x, v[g], max)) => {
+            (v[g], has[g]) = (x, true);
+        }
+        (StateColumn::MinMaxD { v, has }, Num::I128(x)) if (!has[g] || better(x, v[g], max)) => {
+            (v[g], has[g]) = (x, true);
+        }
         _ => {}
     }
 }

@@ -14,7 +14,15 @@ use super::leaf::{KeySet, KeyTest};
 
 /// Keys of main block `block` that pass `test`, read from the encoding,
 /// written to `out`.
-pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyTest, codes: Option<&KeyTest>, scratch: &mut Scratch, out: &mut Bits) {
+pub(super) fn key_block(
+    enc: &KeyEncoding,
+    block: usize,
+    len: usize,
+    test: &KeyTest,
+    codes: Option<&KeyTest>,
+    scratch: &mut Scratch,
+    out: &mut Bits,
+) {
     match (enc, codes) {
         (KeyEncoding::BitPacked(bp), _) => packed_block(bp, block, len, test, scratch, out),
         (KeyEncoding::Dict(d), Some(c)) => packed_block(d.codes(), block, len, c, scratch, out),
@@ -54,7 +62,14 @@ pub(super) fn key_block(enc: &KeyEncoding, block: usize, len: usize, test: &KeyT
 /// the block's reference and compared with the packed deltas, so no
 /// reference is added to any value, and a range is compared while
 /// unpacking.
-pub(super) fn packed_block(bp: &BitPacked, block: usize, len: usize, test: &KeyTest, scratch: &mut Scratch, out: &mut Bits) {
+pub(super) fn packed_block(
+    bp: &BitPacked,
+    block: usize,
+    len: usize,
+    test: &KeyTest,
+    scratch: &mut Scratch,
+    out: &mut Bits,
+) {
     let reference = bp.frames()[block].reference;
     match test {
         KeyTest::Range { empty: true, .. } => *out = Bits::EMPTY,

@@ -15,7 +15,6 @@ use crate::predicate::CmpOp;
 /// bitset (one load per row) instead of a binary search; 2^20 bits = 128 KiB.
 pub(super) const DENSE_SET_SPAN: u64 = 1 << 20;
 
-
 /// Inclusive range of ordinals (see [`ordinal`]); empty when `lo > hi`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct OrdRange {
@@ -48,11 +47,16 @@ pub(super) struct KeySet {
 #[derive(Debug, Clone)]
 pub(super) enum ByteTest {
     /// Bounds: (value, inclusive).
-    Range { lo: Option<(Vec<u8>, bool)>, hi: Option<(Vec<u8>, bool)> },
-    Set { values: Vec<Vec<u8>>, null_in_list: bool },
+    Range {
+        lo: Option<(Vec<u8>, bool)>,
+        hi: Option<(Vec<u8>, bool)>,
+    },
+    Set {
+        values: Vec<Vec<u8>>,
+        null_in_list: bool,
+    },
     Prefix(Vec<u8>),
 }
-
 
 /// An order-preserving i128 of a domain value (floats by IEEE total order).
 #[inline]
@@ -98,7 +102,11 @@ pub(super) fn ord_to_key(p: PhysicalType, o: i128) -> u64 {
     match p {
         PhysicalType::Float32 => o as u64,
         PhysicalType::Float64 => o as u64,
-        PhysicalType::UInt64 | PhysicalType::UInt32 | PhysicalType::UInt16 | PhysicalType::UInt8 | PhysicalType::Boolean => o as u64,
+        PhysicalType::UInt64
+        | PhysicalType::UInt32
+        | PhysicalType::UInt16
+        | PhysicalType::UInt8
+        | PhysicalType::Boolean => o as u64,
         _ => (o as i64).to_key(),
     }
 }
@@ -309,7 +317,8 @@ impl ByteTest {
         match self {
             ByteTest::Range { lo, hi } => {
                 let clo = lo.as_ref().map_or(0, |(v, incl)| if *incl { dict.lower_bound(v) } else { upper(v) }) as u64;
-                let chi = hi.as_ref().map_or(n, |(v, incl)| (if *incl { upper(v) } else { dict.lower_bound(v) }) as u64);
+                let chi =
+                    hi.as_ref().map_or(n, |(v, incl)| (if *incl { upper(v) } else { dict.lower_bound(v) }) as u64);
                 code_range(clo, chi)
             }
             ByteTest::Set { values, null_in_list } => {
@@ -334,7 +343,8 @@ impl ByteTest {
     pub(super) fn prefix_zone(&self, z: &Zone) -> bool {
         match self {
             ByteTest::Range { lo, hi } => {
-                lo.as_ref().is_none_or(|(v, _)| z.max >= prefix_key(v)) && hi.as_ref().is_none_or(|(v, _)| z.min <= prefix_key(v))
+                lo.as_ref().is_none_or(|(v, _)| z.max >= prefix_key(v))
+                    && hi.as_ref().is_none_or(|(v, _)| z.min <= prefix_key(v))
             }
             ByteTest::Set { values, .. } => values.iter().any(|v| (z.min..=z.max).contains(&prefix_key(v))),
             ByteTest::Prefix(p) => {
@@ -355,7 +365,9 @@ pub(super) fn widen_f32_test(test: OrdTest) -> OrdTest {
     };
     match test {
         OrdTest::Range(r) => OrdTest::Range(OrdRange { lo: widen(r.lo), hi: widen(r.hi) }),
-        OrdTest::Set { values, null_in_list } => OrdTest::Set { values: values.into_iter().map(widen).collect(), null_in_list },
+        OrdTest::Set { values, null_in_list } => {
+            OrdTest::Set { values: values.into_iter().map(widen).collect(), null_in_list }
+        }
     }
 }
 
@@ -366,7 +378,11 @@ pub(super) fn dict_codes(test: &KeyTest, values: &[u64]) -> KeyTest {
         KeyTest::Range { lo, hi, .. } => {
             let clo = values.partition_point(|&v| v < *lo) as u64;
             let chi = values.partition_point(|&v| v <= *hi) as u64;
-            if clo >= chi { KeyTest::Range { lo: 1, hi: 0, empty: true } } else { KeyTest::Range { lo: clo, hi: chi - 1, empty: false } }
+            if clo >= chi {
+                KeyTest::Range { lo: 1, hi: 0, empty: true }
+            } else {
+                KeyTest::Range { lo: clo, hi: chi - 1, empty: false }
+            }
         }
         KeyTest::Set(s) => {
             let codes = s.keys.iter().filter_map(|k| values.binary_search(k).ok().map(|c| c as u64)).collect();

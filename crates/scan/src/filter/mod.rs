@@ -26,13 +26,18 @@
 mod block;
 mod leaf;
 
-use quiverdb_mapreducer::{Bits, CompiledExpr, Domain, LANES, MapExpr, Operand, Scalar, Scratch, Sel, ShardColumns, Side, Values};
+use quiverdb_mapreducer::{
+    Bits, CompiledExpr, Domain, LANES, MapExpr, Operand, Scalar, Scratch, Sel, ShardColumns, Side, Values,
+};
 use quiverdb_storage::main::{Encoding, KeyEncoding};
 use quiverdb_storage::types::{KeyNative, PhysicalType};
 use quiverdb_storage::{ShardSnapshot, TableSchema};
 
 use self::block::{delta_keys, key_block, packed_block};
-use self::leaf::{ByteTest, KeyTest, OrdRange, OrdTest, dict_codes, literal_ordinal, literal_range, ord_to_key, ordinal, type_range, widen_f32_test, zero_span};
+use self::leaf::{
+    ByteTest, KeyTest, OrdRange, OrdTest, dict_codes, literal_ordinal, literal_range, ord_to_key, ordinal, type_range,
+    widen_f32_test, zero_span,
+};
 use crate::error::{Error, Result};
 use crate::predicate::{CmpOp, Predicate};
 
@@ -62,13 +67,27 @@ enum Node {
     Const(Option<bool>),
     /// A numeric column (not decimal) by keys; `codes` is the test on a
     /// dictionary-encoded main column's codes.
-    Keys { col: usize, physical: PhysicalType, test: KeyTest, codes: Option<KeyTest> },
+    Keys {
+        col: usize,
+        physical: PhysicalType,
+        test: KeyTest,
+        codes: Option<KeyTest>,
+    },
     /// A string or binary column; `codes` for a dictionary-encoded main.
-    Bytes { col: usize, test: ByteTest, codes: Option<KeyTest> },
+    Bytes {
+        col: usize,
+        test: ByteTest,
+        codes: Option<KeyTest>,
+    },
     /// `column IS NULL`.
-    IsNull { col: usize },
+    IsNull {
+        col: usize,
+    },
     /// A computed (or decimal) numeric expression.
-    Expr { expr: CompiledExpr, test: OrdTest },
+    Expr {
+        expr: CompiledExpr,
+        test: OrdTest,
+    },
     /// `expr IS NULL` for a computed expression.
     ExprIsNull(CompiledExpr),
     And(Vec<Node>),
@@ -307,11 +326,7 @@ enum Test {
 }
 
 /// Compiles a leaf on `expr`, with `make` building the test for its type.
-fn leaf(
-    expr: &MapExpr,
-    schema: &TableSchema,
-    make: impl Fn(Ctx) -> Option<Test>,
-) -> Result<Prep> {
+fn leaf(expr: &MapExpr, schema: &TableSchema, make: impl Fn(Ctx) -> Option<Test>) -> Result<Prep> {
     let t = expr.data_type(schema).map_err(Error::MapReduce)?;
     let invalid = || Error::InvalidPredicate(format!("a literal of the wrong type for {expr} ({t})"));
     match (Domain::of(&t), expr.as_column()) {
@@ -327,7 +342,11 @@ fn leaf(
                 OrdTest::Range(r) => KeyTest::range(physical, r),
                 OrdTest::Set { values, null_in_list } => {
                     let (tmin, tmax) = type_range(physical);
-                    let keys = values.into_iter().filter(|o| (tmin..=tmax).contains(o)).map(|o| ord_to_key(physical, o)).collect();
+                    let keys = values
+                        .into_iter()
+                        .filter(|o| (tmin..=tmax).contains(o))
+                        .map(|o| ord_to_key(physical, o))
+                        .collect();
                     KeyTest::set(keys, null_in_list)
                 }
             };
@@ -491,7 +510,14 @@ fn leaf_cond(
 /// Evaluates `node` on every row of a block; `sel` is `Range(0, len)`, or
 /// a mask of the live rows (expressions are still computed for every lane,
 /// but only live lanes can raise errors).
-fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, sel: Sel<'_>, scratch: &mut Scratch) -> Result<Tri> {
+fn eval(
+    node: &mut Node,
+    cols: &ShardColumns<'_>,
+    side: Side,
+    len: usize,
+    sel: Sel<'_>,
+    scratch: &mut Scratch,
+) -> Result<Tri> {
     let all = Bits::first(len);
     Ok(match node {
         Node::Const(None) => Tri { t: Bits::EMPTY, f: Bits::EMPTY },
@@ -524,10 +550,26 @@ fn eval(node: &mut Node, cols: &ShardColumns<'_>, side: Side, len: usize, sel: S
                 Operand::Vector(v) => {
                     let mut cond = Bits::EMPTY;
                     match &v.values {
-                        Values::I64(x) => (0..len).for_each(|i| if test.test(x[i] as i128) { cond.set(i) }),
-                        Values::U64(x) => (0..len).for_each(|i| if test.test(x[i] as i128) { cond.set(i) }),
-                        Values::F64(x) => (0..len).for_each(|i| if test.test(x[i].to_key() as i128) { cond.set(i) }),
-                        Values::I128(x) => (0..len).for_each(|i| if test.test(x[i]) { cond.set(i) }),
+                        Values::I64(x) => (0..len).for_each(|i| {
+                            if test.test(x[i] as i128) {
+                                cond.set(i)
+                            }
+                        }),
+                        Values::U64(x) => (0..len).for_each(|i| {
+                            if test.test(x[i] as i128) {
+                                cond.set(i)
+                            }
+                        }),
+                        Values::F64(x) => (0..len).for_each(|i| {
+                            if test.test(x[i].to_key() as i128) {
+                                cond.set(i)
+                            }
+                        }),
+                        Values::I128(x) => (0..len).for_each(|i| {
+                            if test.test(x[i]) {
+                                cond.set(i)
+                            }
+                        }),
                     }
                     let valid = if v.has_nulls { v.validity.and(&all) } else { all };
                     tri(cond, valid, null_in_list)

@@ -113,11 +113,10 @@ impl ExecutionPlan for QuiverAggregateExec {
     leaf_plan!();
 
     fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        let shards = self
-            .groups
-            .get(partition)
-            .cloned()
-            .ok_or_else(|| DataFusionError::Internal(format!("QuiverAggregateExec has no partition {partition}")))?;
+        let shards =
+            self.groups.get(partition).cloned().ok_or_else(|| {
+                DataFusionError::Internal(format!("QuiverAggregateExec has no partition {partition}"))
+            })?;
         let source = self.source.clone();
         let spec = Arc::clone(&self.spec);
         let mode = self.mode;
@@ -125,8 +124,14 @@ impl ExecutionPlan for QuiverAggregateExec {
         let schema = self.schema();
         Ok(once_stream(Arc::clone(&schema), move || {
             let options = source.options(Some(&shards), None, threads);
-            let acc = scan(&source.snapshot, source.filter.as_ref(), &options, || AggregateKernel::new(Arc::clone(&spec)), || spec.new_acc())
-                .map_err(Error::from)?;
+            let acc = scan(
+                &source.snapshot,
+                source.filter.as_ref(),
+                &options,
+                || AggregateKernel::new(Arc::clone(&spec)),
+                || spec.new_acc(),
+            )
+            .map_err(Error::from)?;
             let output = match mode {
                 AggregateOutputMode::States => acc.finish_states(),
                 AggregateOutputMode::Final => acc.finish(),

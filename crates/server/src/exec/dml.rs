@@ -232,7 +232,12 @@ enum Insert {
 /// INSERT: every input partition is read concurrently and each batch is
 /// appended inside one transaction, which commits only once all input was
 /// read without error.
-async fn insert(table: Table, input: Arc<dyn ExecutionPlan>, overwrite: bool, context: Arc<TaskContext>) -> Result<usize> {
+async fn insert(
+    table: Table,
+    input: Arc<dyn ExecutionPlan>,
+    overwrite: bool,
+    context: Arc<TaskContext>,
+) -> Result<usize> {
     let partitions = input.properties().partitioning.partition_count();
     let streams = (0..partitions).map(|p| input.execute(p, Arc::clone(&context))).collect::<Result<Vec<_>>>()?;
     let (tx, mut rx) = mpsc::channel::<Insert>(2);
@@ -315,9 +320,15 @@ fn mutate(table: &Table, op: &DmlOp, threads: usize) -> Result<usize> {
 
 /// The rows of `snapshot` passing `filter.predicate`: table columns
 /// `columns`, then `__shard` and `__record`.
-fn gather(snapshot: &TableSnapshot, filter: &DmlFilter, columns: &[usize], options: &ScanOptions) -> Result<Vec<RecordBatch>, Error> {
+fn gather(
+    snapshot: &TableSnapshot,
+    filter: &DmlFilter,
+    columns: &[usize],
+    options: &ScanOptions,
+) -> Result<Vec<RecordBatch>, Error> {
     let spec = Arc::new(GatherSpec::columns(snapshot.schema(), Some(columns), DML_BATCH_ROWS)?.with_record_ids());
-    let acc = scan(snapshot, filter.predicate.as_ref(), options, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc())?;
+    let acc =
+        scan(snapshot, filter.predicate.as_ref(), options, || GatherKernel::new(Arc::clone(&spec)), || spec.new_acc())?;
     Ok(acc.finish()?)
 }
 
@@ -327,7 +338,10 @@ pub(super) fn residual_mask(batch: &RecordBatch, residual: &[Arc<dyn PhysicalExp
     for e in residual {
         let value = e.evaluate(batch)?.into_array(batch.num_rows())?;
         let Some(b) = value.as_boolean_opt() else {
-            return Err(DataFusionError::Plan(format!("the WHERE clause {e} is not a boolean ({})", value.data_type())));
+            return Err(DataFusionError::Plan(format!(
+                "the WHERE clause {e} is not a boolean ({})",
+                value.data_type()
+            )));
         };
         for (k, v) in keep.iter_mut().zip(b.iter()) {
             *k &= v == Some(true);
@@ -343,14 +357,14 @@ fn set(batch: &RecordBatch, assignments: &[(usize, Arc<dyn PhysicalExpr>)], tabl
     for (c, e) in assignments {
         let value = e.evaluate(batch)?.into_array(batch.num_rows())?;
         let declared = table.field(*c).data_type();
-        columns[*c] = if ingest_compatible(declared, value.data_type()) { value } else { cast_with_options(&value, declared, &strict)? };
+        columns[*c] = if ingest_compatible(declared, value.data_type()) {
+            value
+        } else {
+            cast_with_options(&value, declared, &strict)?
+        };
     }
-    let fields: Vec<Field> = table
-        .fields()
-        .iter()
-        .zip(&columns)
-        .map(|(f, a)| Field::new(f.name(), a.data_type().clone(), true))
-        .collect();
+    let fields: Vec<Field> =
+        table.fields().iter().zip(&columns).map(|(f, a)| Field::new(f.name(), a.data_type().clone(), true)).collect();
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
     Ok(RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &options)?)
 }
@@ -402,4 +416,3 @@ impl Selection {
         self.0.into_iter().map(|(s, ids)| (ShardId(s), ids)).collect()
     }
 }
-

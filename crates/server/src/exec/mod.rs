@@ -25,8 +25,8 @@ pub(crate) use aggregate::AggregateOutputMode;
 pub use aggregate::QuiverAggregateExec;
 pub use dml::DmlExec;
 pub(crate) use dml::{DmlFilter, DmlOp};
-pub(crate) use scan::Residual;
 pub use scan::QuiverScanExec;
+pub(crate) use scan::Residual;
 pub use topk::QuiverTopKExec;
 
 /// What a quiverdb scan reads: a table snapshot and the filter it applies.
@@ -61,7 +61,9 @@ impl ScanSource {
         match &self.filter {
             // A filter that fails to prepare keeps every shard; the scan
             // itself reports the error.
-            Some(filter) if partitions > 1 => quiverdb_scan::candidate_shards(&self.snapshot, filter).unwrap_or_else(|_| all()),
+            Some(filter) if partitions > 1 => {
+                quiverdb_scan::candidate_shards(&self.snapshot, filter).unwrap_or_else(|_| all())
+            }
             _ => all(),
         }
     }
@@ -173,7 +175,9 @@ mod tests {
         let table = db.create_table("t", &schema, TableOptions::default().with_shard_capacity(10)).unwrap();
         for rows in [0usize, 5, 10, 35, 100] {
             if rows > 0 {
-                let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..rows as i64))]).unwrap();
+                let batch =
+                    RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..rows as i64))])
+                        .unwrap();
                 table.append(&batch).unwrap();
             }
             let snapshot = table.snapshot();
@@ -195,7 +199,8 @@ mod tests {
         let db = Database::new();
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
         let table = db.create_table("t", &schema, TableOptions::default().with_shard_capacity(1000)).unwrap();
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..10_000))]).unwrap();
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..10_000))]).unwrap();
         table.append(&batch).unwrap();
         table.rebuild().unwrap();
         let ctx = session_context_with(&db, SessionOptions { target_partitions: 4, ..SessionOptions::default() });

@@ -116,7 +116,8 @@ impl DisplayAs for QuiverScanExec {
         if !self.residual.text.is_empty() {
             write!(f, ", residual=[{}]", self.residual.text.join(", "))?;
         }
-        let names: Vec<&str> = self.properties.eq_properties.schema().fields().iter().map(|f| f.name().as_str()).collect();
+        let names: Vec<&str> =
+            self.properties.eq_properties.schema().fields().iter().map(|f| f.name().as_str()).collect();
         write!(f, ", projection=[{}]", names.join(", "))?;
         if let Some(l) = self.limit {
             write!(f, ", limit={l}")?;
@@ -170,7 +171,8 @@ impl ExecutionPlan for QuiverScanExec {
         // reserves no more than it holds.
         let live: usize = shards.iter().map(|&s| source.snapshot.shard(s).live_rows()).sum();
         let acc = self.spec.new_acc_for(scan_limit.map_or(live, |l| l.min(live)));
-        let mut cursor = Some(ScanCursor::new(source.snapshot, source.filter, &options, kernel, acc).map_err(Error::from)?);
+        let mut cursor =
+            Some(ScanCursor::new(source.snapshot, source.filter, &options, kernel, acc).map_err(Error::from)?);
         // One shard per step: its batches go out before the next is read.
         Ok(stepped_stream(Arc::clone(&schema), move |queue| {
             let Some(mut c) = cursor.take().filter(|_| left > 0) else { return Ok(Step::Done) };
@@ -196,7 +198,11 @@ impl ExecutionPlan for QuiverScanExec {
         }))
     }
 
-    fn statistics_from_inputs(&self, _input_stats: &[Arc<Statistics>], args: &StatisticsArgs) -> Result<Arc<Statistics>> {
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
         match args.partition() {
             Some(p) if p < self.groups.len() => Ok(self.group_statistics(p)),
             Some(p) => datafusion::common::internal_err!("QuiverScanExec has no partition {p}"),

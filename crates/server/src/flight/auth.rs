@@ -85,9 +85,9 @@ impl Authenticator {
                 _ => Err(Status::unauthenticated("invalid bearer token")),
             },
             Auth::Password { user, password } => {
-                let encoded = authorization
-                    .and_then(|h| strip_scheme(h, "Basic"))
-                    .ok_or_else(|| Status::unauthenticated("the handshake needs an 'authorization: Basic ...' header"))?;
+                let encoded = authorization.and_then(|h| strip_scheme(h, "Basic")).ok_or_else(|| {
+                    Status::unauthenticated("the handshake needs an 'authorization: Basic ...' header")
+                })?;
                 let decoded = BASE64_STANDARD
                     .decode(encoded.trim())
                     .map_err(|_| Status::unauthenticated("the Basic credentials are not valid base64"))?;
@@ -116,9 +116,9 @@ impl Authenticator {
     /// Checks the `authorization` header of any call but the handshake.
     fn check(&self, authorization: Option<&str>) -> Result<(), Status> {
         let bearer = || {
-            authorization
-                .and_then(|h| strip_scheme(h, "Bearer"))
-                .ok_or_else(|| Status::unauthenticated("missing 'authorization: Bearer ...' header; authenticate first"))
+            authorization.and_then(|h| strip_scheme(h, "Bearer")).ok_or_else(|| {
+                Status::unauthenticated("missing 'authorization: Bearer ...' header; authenticate first")
+            })
         };
         match &self.auth {
             Auth::None => Ok(()),
@@ -221,7 +221,8 @@ mod tests {
 
     #[test]
     fn password_handshake_issues_tokens_that_the_check_accepts() {
-        let auth = Authenticator::new(Auth::Password { user: "u".into(), password: "p:w".into() }, Duration::from_secs(60));
+        let auth =
+            Authenticator::new(Auth::Password { user: "u".into(), password: "p:w".into() }, Duration::from_secs(60));
         let basic = format!("Basic {}", BASE64_STANDARD.encode("u:p:w"));
         let token = auth.handshake(Some(&basic)).unwrap();
         assert_eq!(token.len(), 43);

@@ -6,8 +6,7 @@
 
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
-    Action, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, PollInfo,
-    SchemaResult, Ticket,
+    Action, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, PollInfo, SchemaResult, Ticket,
 };
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -37,7 +36,10 @@ impl FlightService for QuiverFlightService {
     type ListActionsStream = <QuiverFlightSql as FlightService>::ListActionsStream;
     type DoExchangeStream = <QuiverFlightSql as FlightService>::DoExchangeStream;
 
-    async fn handshake(&self, request: Request<Streaming<HandshakeRequest>>) -> Result<Response<Self::HandshakeStream>, Status> {
+    async fn handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
         self.0.handshake(request).await.map_err(malformed)
     }
 
@@ -73,7 +75,10 @@ impl FlightService for QuiverFlightService {
         self.0.list_actions(request).await.map_err(malformed)
     }
 
-    async fn do_exchange(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoExchangeStream>, Status> {
+    async fn do_exchange(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
         self.0.do_exchange(request).await.map_err(malformed)
     }
 }

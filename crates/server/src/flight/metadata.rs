@@ -5,7 +5,9 @@ use std::sync::{Arc, LazyLock};
 
 use arrow_array::builder::{Int32Builder, StringBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfo, XdbcTypeInfoData, XdbcTypeInfoDataBuilder};
+use arrow_flight::sql::metadata::{
+    SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfo, XdbcTypeInfoData, XdbcTypeInfoDataBuilder,
+};
 use arrow_flight::sql::{
     CommandGetPrimaryKeys, Nullable, Searchable, SqlInfo, SqlNullOrdering, SqlSupportedCaseSensitivity,
     SqlSupportedTransaction, SupportedSqlGrammar, XdbcDataType,
@@ -72,7 +74,9 @@ pub(crate) static XDBC_TYPES: LazyLock<Result<XdbcTypeInfoData, String>> = LazyL
         ("VARBINARY", XdbcDataType::XdbcVarbinary, None, None),
         ("DATE", XdbcDataType::XdbcDate, Some(10), None),
     ];
-    let numeric = |t: XdbcDataType| !matches!(t, XdbcDataType::XdbcVarchar | XdbcDataType::XdbcVarbinary | XdbcDataType::XdbcDate);
+    let numeric = |t: XdbcDataType| {
+        !matches!(t, XdbcDataType::XdbcVarchar | XdbcDataType::XdbcVarbinary | XdbcDataType::XdbcDate)
+    };
     for (name, data_type, column_size, create_params) in types {
         let text = matches!(data_type, XdbcDataType::XdbcVarchar);
         b.append(XdbcTypeInfo {

@@ -124,9 +124,19 @@ pub enum ServeError {
 /// quiverdb's Flight SQL service over `db`, as a tonic service with the
 /// message-size bounds of `options` (without the authentication layer,
 /// which [`serve`] adds).
-fn flight_service(db: &Database, options: &FlightOptions, auth: Arc<Authenticator>) -> FlightServiceServer<QuiverFlightService> {
+fn flight_service(
+    db: &Database,
+    options: &FlightOptions,
+    auth: Arc<Authenticator>,
+) -> FlightServiceServer<QuiverFlightService> {
     let session = session_parts(db, options.session.clone());
-    let service = QuiverFlightSql::new(db.clone(), session, options.session.table_options.clone(), auth, options.max_message_bytes);
+    let service = QuiverFlightSql::new(
+        db.clone(),
+        session,
+        options.session.table_options.clone(),
+        auth,
+        options.max_message_bytes,
+    );
     FlightServiceServer::new(QuiverFlightService(service))
         .max_decoding_message_size(options.max_message_bytes)
         .max_encoding_message_size(options.max_message_bytes)
@@ -161,10 +171,11 @@ pub async fn serve(
     }
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let (asked, stopping) = tokio::sync::oneshot::channel::<()>();
-    let serving = server.layer(AuthLayer::new(auth)).add_service(service).serve_with_incoming_shutdown(incoming, async {
-        shutdown.await;
-        let _ = asked.send(());
-    });
+    let serving =
+        server.layer(AuthLayer::new(auth)).add_service(service).serve_with_incoming_shutdown(incoming, async {
+            shutdown.await;
+            let _ = asked.send(());
+        });
     let grace_over = async {
         match stopping.await {
             Ok(()) => tokio::time::sleep(options.shutdown_grace).await,

@@ -235,7 +235,8 @@ mod tests {
         for (view, reusable) in [("fixed", true), ("clock", false)] {
             let source = datafusion::datasource::provider_as_source(ctx.table_provider(view).await.unwrap());
             let filter = datafusion::prelude::col("a").gt(lit(0));
-            let plan = LogicalPlanBuilder::scan_with_filters(view, source, None, vec![filter]).unwrap().build().unwrap();
+            let plan =
+                LogicalPlanBuilder::scan_with_filters(view, source, None, vec![filter]).unwrap().build().unwrap();
             assert!(matches!(plan, LogicalPlan::TableScan(_)), "{view}: not inlined");
             assert_eq!(optimization_is_reusable(&plan), reusable, "scan of {view}");
         }

@@ -11,8 +11,8 @@ use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::metadata::{GetCatalogsBuilder, GetDbSchemasBuilder, GetTablesBuilder};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
-    CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
+    Any, CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
     CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
     CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult,
     ProstMessageExt, SqlInfo, TableExistsOption, TableNotExistOption, TicketStatementQuery,
@@ -28,8 +28,8 @@ use datafusion::catalog::information_schema::InformationSchemaProvider;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::error::DataFusionError;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::execute_stream;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::{SQLOptions, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
@@ -138,9 +138,12 @@ impl QuiverFlightSql {
     async fn run_mutations(&self, plans: Vec<LogicalPlan>) -> Result<Option<u64>, Status> {
         let mut total = None;
         for plan in plans {
-            let batches = self.ctx.execute_logical_plan(plan).await.map_err(df_status)?.collect().await.map_err(df_status)?;
+            let batches =
+                self.ctx.execute_logical_plan(plan).await.map_err(df_status)?.collect().await.map_err(df_status)?;
             for batch in &batches {
-                if let Some(counts) = batch.column_by_name("count").and_then(|c| c.as_any().downcast_ref::<UInt64Array>()) {
+                if let Some(counts) =
+                    batch.column_by_name("count").and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
+                {
                     *total.get_or_insert(0) += counts.values().iter().sum::<u64>();
                 }
             }
@@ -218,9 +221,9 @@ impl QuiverFlightSql {
             }
         };
         let out = Arc::clone(&schema);
-        let batches = stream::iter(streams)
-            .flatten()
-            .map(move |batch| to_client_schema(batch.map_err(|e| FlightError::from_external_error(Box::new(e)))?, &out));
+        let batches = stream::iter(streams).flatten().map(move |batch| {
+            to_client_schema(batch.map_err(|e| FlightError::from_external_error(Box::new(e)))?, &out)
+        });
         Ok(self.encode(schema, batches.boxed()))
     }
 
@@ -228,7 +231,12 @@ impl QuiverFlightSql {
     /// at catalog `version`, taking its optimized form from the plan cache
     /// when a run has kept one (see [`super::plans`]). The physical plan is
     /// made anew each time: it holds the snapshot of the rows the query reads.
-    async fn execute_query(&self, sql: &str, version: u64, plan: LogicalPlan) -> Result<SendableRecordBatchStream, Status> {
+    async fn execute_query(
+        &self,
+        sql: &str,
+        version: u64,
+        plan: LogicalPlan,
+    ) -> Result<SendableRecordBatchStream, Status> {
         let state = self.ctx.state();
         let optimized = match self.plans.optimized(sql, version) {
             Some(optimized) => optimized,
@@ -444,7 +452,11 @@ fn schema_ipc(schema: &Schema) -> Result<bytes::Bytes, Status> {
 }
 
 /// `FlightInfo` whose single ticket is the metadata command itself.
-fn metadata_info(command: &impl ProstMessageExt, schema: &Schema, descriptor: FlightDescriptor) -> Result<Response<FlightInfo>, Status> {
+fn metadata_info(
+    command: &impl ProstMessageExt,
+    schema: &Schema,
+    descriptor: FlightDescriptor,
+) -> Result<Response<FlightInfo>, Status> {
     let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(command.as_any().encode_to_vec()));
     let info = FlightInfo::new()
         .try_with_schema(schema)
@@ -686,17 +698,24 @@ impl FlightSqlService for QuiverFlightSql {
             return Err(Status::invalid_argument("quiverdb has no temporary tables"));
         }
         if command.catalog.as_deref().is_some_and(|c| c != DEFAULT_CATALOG) {
-            return Err(Status::not_found(format!("no catalog '{}' (quiverdb has '{DEFAULT_CATALOG}')", command.catalog.unwrap_or_default())));
+            return Err(Status::not_found(format!(
+                "no catalog '{}' (quiverdb has '{DEFAULT_CATALOG}')",
+                command.catalog.unwrap_or_default()
+            )));
         }
         if command.schema.as_deref().is_some_and(|s| s != DEFAULT_SCHEMA) {
-            return Err(Status::not_found(format!("no schema '{}' (quiverdb has '{DEFAULT_SCHEMA}')", command.schema.unwrap_or_default())));
+            return Err(Status::not_found(format!(
+                "no schema '{}' (quiverdb has '{DEFAULT_SCHEMA}')",
+                command.schema.unwrap_or_default()
+            )));
         }
         let name = command.table;
         if name.is_empty() {
             return Err(Status::invalid_argument("ingest names no table"));
         }
         let options = command.table_definition_options.unwrap_or_default();
-        let if_not_exist = TableNotExistOption::try_from(options.if_not_exist).unwrap_or(TableNotExistOption::Unspecified);
+        let if_not_exist =
+            TableNotExistOption::try_from(options.if_not_exist).unwrap_or(TableNotExistOption::Unspecified);
         let if_exists = TableExistsOption::try_from(options.if_exists).unwrap_or(TableExistsOption::Unspecified);
         let (schema, batches) = Self::read_batches(request).await?;
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
@@ -711,16 +730,22 @@ impl FlightSqlService for QuiverFlightSql {
                 fill(&table).map_err(storage_status)?;
             }
             (true, TableExistsOption::Replace, _) => {
-                self.db.create_table_with(&name, &schema, self.table_options.clone(), true, fill).map_err(storage_status)?;
+                self.db
+                    .create_table_with(&name, &schema, self.table_options.clone(), true, fill)
+                    .map_err(storage_status)?;
             }
             (true, _, _) => {
                 return Err(Status::already_exists(format!("table '{name}' already exists")));
             }
             (false, _, TableNotExistOption::Create) => {
-                self.db.create_table_with(&name, &schema, self.table_options.clone(), false, fill).map_err(storage_status)?;
+                self.db
+                    .create_table_with(&name, &schema, self.table_options.clone(), false, fill)
+                    .map_err(storage_status)?;
             }
             (false, _, _) => {
-                return Err(Status::not_found(format!("table '{name}' does not exist (ingest with mode create to create it)")));
+                return Err(Status::not_found(format!(
+                    "table '{name}' does not exist (ingest with mode create to create it)"
+                )));
             }
         }
         Ok(i64::try_from(rows).unwrap_or(i64::MAX))
@@ -768,11 +793,14 @@ impl FlightSqlService for QuiverFlightSql {
         let plan = self.plan(&query.query).await?;
         // DDL and DML produce no result set: an empty dataset schema, which
         // JDBC reads as an update (and then reports its affected rows).
-        let dataset = if is_query(&plan) { client_schema(plan.schema().as_arrow()).as_ref().clone() } else { Schema::empty() };
+        let dataset =
+            if is_query(&plan) { client_schema(plan.schema().as_arrow()).as_ref().clone() } else { Schema::empty() };
         let types = plan.get_parameter_types().map_err(df_status)?;
         let mut names: Vec<&String> = types.keys().collect();
         // $1, $2, ..., $10 in numeric order; named parameters after.
-        names.sort_by_key(|n| (n.strip_prefix('$').and_then(|d| d.parse::<u64>().ok()).unwrap_or(u64::MAX), n.to_string()));
+        names.sort_by_key(|n| {
+            (n.strip_prefix('$').and_then(|d| d.parse::<u64>().ok()).unwrap_or(u64::MAX), n.to_string())
+        });
         let fields: Vec<Field> = names
             .into_iter()
             .map(|n| Field::new(n.as_str(), types[n].clone().unwrap_or(DataType::Null), true))

@@ -44,9 +44,7 @@ impl RawAppend {
         let words = Box::<[MaybeUninit<u128>]>::new_uninit_slice(bytes.div_ceil(16));
         // SAFETY: `UnsafeCell<T>` is `repr(transparent)` over `T`, so the
         // slice layouts are identical.
-        let words = unsafe {
-            Box::from_raw(Box::into_raw(words) as *mut [UnsafeCell<MaybeUninit<u128>>])
-        };
+        let words = unsafe { Box::from_raw(Box::into_raw(words) as *mut [UnsafeCell<MaybeUninit<u128>>]) };
         Self { words }
     }
 

@@ -269,9 +269,7 @@ impl<'a> DeltaColumnReader<'a> {
 
     /// The byte values of chunk `c` (strings and binary only).
     pub fn bytes(&self, c: usize) -> DeltaBytes<'a> {
-        let ChunkValues::Bytes(b) = &self.col.chunk(c).values else {
-            panic!("bytes() of a non-bytes column")
-        };
+        let ChunkValues::Bytes(b) = &self.col.chunk(c).values else { panic!("bytes() of a non-bytes column") };
         let rows = self.chunk_len(c);
         // SAFETY: offsets `..=rows` of committed rows are written and never change.
         let offsets = unsafe { b.offsets.slice::<u64>(0, rows + 1) };
@@ -407,16 +405,12 @@ impl DeltaColumn {
                     bits.write(r, &array.as_boolean().values().slice(first, n));
                 }
                 ChunkValues::Bytes(bytes) => match array.data_type() {
-                    DataType::Utf8 | DataType::Binary => bytes.write_offsets(
-                        r,
-                        &data.buffer::<i32>(0)[first..=first + n],
-                        data.buffers()[1].as_slice(),
-                    ),
-                    DataType::LargeUtf8 | DataType::LargeBinary => bytes.write_offsets(
-                        r,
-                        &data.buffer::<i64>(0)[first..=first + n],
-                        data.buffers()[1].as_slice(),
-                    ),
+                    DataType::Utf8 | DataType::Binary => {
+                        bytes.write_offsets(r, &data.buffer::<i32>(0)[first..=first + n], data.buffers()[1].as_slice())
+                    }
+                    DataType::LargeUtf8 | DataType::LargeBinary => {
+                        bytes.write_offsets(r, &data.buffer::<i64>(0)[first..=first + n], data.buffers()[1].as_slice())
+                    }
                     DataType::Utf8View => {
                         let a = array.as_string_view();
                         bytes.write(r, n, |i| a.value(first + i).as_bytes());
@@ -486,7 +480,11 @@ impl DeltaColumn {
         if !in_bounds {
             return Err(Error::Internal(format!("delta decode past its {len} rows")));
         }
-        let nulls = if self.nullable { normalize_nulls(Some(NullBuffer::new(self.bits(rows, |c| c.validity.as_ref())))) } else { None };
+        let nulls = if self.nullable {
+            normalize_nulls(Some(NullBuffer::new(self.bits(rows, |c| c.validity.as_ref()))))
+        } else {
+            None
+        };
         with_native!(self.physical,
             T => {
                 let mut out: Vec<T> = Vec::with_capacity(n);
@@ -618,10 +616,9 @@ impl<'a> BytesReader<'a> {
     fn new(col: &'a DeltaColumn, rows: Rows<'_>) -> Self {
         let (lo, hi) = match rows {
             Rows::Range(start, count) => (start, start + count),
-            Rows::Ids(ids) => (
-                ids.iter().min().map_or(0, |&i| i as usize),
-                ids.iter().max().map_or(0, |&i| i as usize + 1),
-            ),
+            Rows::Ids(ids) => {
+                (ids.iter().min().map_or(0, |&i| i as usize), ids.iter().max().map_or(0, |&i| i as usize + 1))
+            }
         };
         let mut chunks = Vec::new();
         if hi > lo {
@@ -631,9 +628,7 @@ impl<'a> BytesReader<'a> {
                     chunks.push(None);
                     continue;
                 }
-                let ChunkValues::Bytes(b) = &col.chunk(c).values else {
-                    unreachable!("bytes column has bytes chunks")
-                };
+                let ChunkValues::Bytes(b) = &col.chunk(c).values else { unreachable!("bytes column has bytes chunks") };
                 let rows_here = (hi - c * DELTA_CHUNK_ROWS).min(DELTA_CHUNK_ROWS);
                 // SAFETY: offsets `..=rows_here` of committed rows are
                 // written and never change.
@@ -645,9 +640,8 @@ impl<'a> BytesReader<'a> {
     }
 
     fn get(&self, row: usize) -> &[u8] {
-        let (offsets, page) = self.chunks[row / DELTA_CHUNK_ROWS]
-            .as_ref()
-            .expect("reader covers the rows it was built for");
+        let (offsets, page) =
+            self.chunks[row / DELTA_CHUNK_ROWS].as_ref().expect("reader covers the rows it was built for");
         let r = row % DELTA_CHUNK_ROWS;
         let (s, e) = (offsets[r] as usize, offsets[r + 1] as usize);
         // SAFETY: the committed bytes `s..e` are in every page published

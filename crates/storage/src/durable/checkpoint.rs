@@ -64,9 +64,9 @@
 //! plain-string zones (which only prune; recomputing them would cost a pass
 //! over every string).
 
-mod validate;
 #[cfg(test)]
 mod tests;
+mod validate;
 
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer};
 use arrow_schema::DataType;
@@ -376,10 +376,7 @@ pub fn decode_main(bytes: &[u8], schema: &TableSchema) -> Result<Main, Checkpoin
         let start = r.pos;
         let body = r.take(length, "the column").map_err(in_column)?;
         if crc32c::crc32c(body) != crc {
-            return Err(CheckpointError::new(
-                start,
-                format!("checksum mismatch in column '{}'", field.name()),
-            ));
+            return Err(CheckpointError::new(start, format!("checksum mismatch in column '{}'", field.name())));
         }
         let mut body = Reader { bytes: &bytes[..r.pos], pos: start };
         let column = read_column(&mut body, rows, field.data_type(), schema.physical(i)).map_err(in_column)?;
@@ -421,10 +418,7 @@ impl<'a> Reader<'a> {
 
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], Fault> {
         if n > self.left() {
-            return Err(Fault::new(
-                self.pos,
-                format!("truncated: {what} needs {n} bytes, {} are left", self.left()),
-            ));
+            return Err(Fault::new(self.pos, format!("truncated: {what} needs {n} bytes, {} are left", self.left())));
         }
         let taken = &self.bytes[self.pos..self.pos + n];
         self.pos += n;
@@ -530,10 +524,7 @@ fn read_column(
         return Err(Fault::new(at, format!("unknown physical type tag {tag}")));
     };
     if stored != physical {
-        return Err(Fault::new(
-            at,
-            format!("stored as {stored:?}, but the table declares {data_type} ({physical:?})"),
-        ));
+        return Err(Fault::new(at, format!("stored as {stored:?}, but the table declares {data_type} ({physical:?})")));
     }
     r.expect(0, rows, "rows")?;
     let validity = read_validity(r, rows)?;
@@ -570,12 +561,7 @@ fn read_validity(r: &mut Reader<'_>, len: usize) -> Result<Option<NullBuffer>, F
 /// Reads an encoding and checks its structure: counts, bounds and order,
 /// everything its constructor relies on. Its values are checked afterwards
 /// (`check_values`).
-fn read_encoding(
-    r: &mut Reader<'_>,
-    len: usize,
-    physical: PhysicalType,
-    utf8: bool,
-) -> Result<Encoding, Fault> {
+fn read_encoding(r: &mut Reader<'_>, len: usize, physical: PhysicalType, utf8: bool) -> Result<Encoding, Fault> {
     let at = r.pos;
     let tag = r.u8("the encoding tag")?;
     let keys = physical != PhysicalType::Bytes;
@@ -648,8 +634,7 @@ fn read_encoding(
             let offsets_at = r.pos;
             let offsets = r.array(n, "the dictionary offsets", |b: &[u8; 4]| u32::from_le_bytes(*b))?;
             let bytes = read_bytes(r)?;
-            check_dictionary(&offsets, bytes, utf8)
-                .map_err(|(i, reason)| Fault::new(offsets_at + 4 * i, reason))?;
+            check_dictionary(&offsets, bytes, utf8).map_err(|(i, reason)| Fault::new(offsets_at + 4 * i, reason))?;
             let codes = read_packed(r, len, "codes")?;
             Encoding::StrDict(StrDict::from_parts(offsets, Buffer::from_slice_ref(bytes), codes))
         }

@@ -444,13 +444,10 @@ mod tests {
 
     #[test]
     fn frames_holding_buffers_by_reference_are_the_frames_written_in_place() {
-        let big = |n: usize, seed: u8| Buffer::from((0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect::<Vec<u8>>());
-        let pieces: [&[Buffer]; 4] = [
-            &[big(5000, 1), big(10, 2), big(4096, 3)],
-            &[],
-            &[big(100, 4)],
-            &[big(70_000, 5), big(70_000, 6)],
-        ];
+        let big =
+            |n: usize, seed: u8| Buffer::from((0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect::<Vec<u8>>());
+        let pieces: [&[Buffer]; 4] =
+            [&[big(5000, 1), big(10, 2), big(4096, 3)], &[], &[big(100, 4)], &[big(70_000, 5), big(70_000, 6)]];
         let mut shared = FrameBuf::default();
         let mut copied = Vec::new();
         for (kind, buffers) in pieces.iter().enumerate() {

@@ -90,7 +90,13 @@ pub fn write_atomically(io: &dyn StorageIo, dir: &Path, name: &str, bytes: &[u8]
 /// the file's size, so those writes and their syncs are cheaper than
 /// appends. `cancel` is checked between chunks; a cancelled preparation
 /// leaves no `path`.
-pub fn create_zeroed(io: &dyn StorageIo, path: &Path, len: u64, sync: bool, cancel: &dyn Fn() -> bool) -> io::Result<bool> {
+pub fn create_zeroed(
+    io: &dyn StorageIo,
+    path: &Path,
+    len: u64,
+    sync: bool,
+    cancel: &dyn Fn() -> bool,
+) -> io::Result<bool> {
     const CHUNK: usize = 1 << 20;
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");

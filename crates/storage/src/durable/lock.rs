@@ -25,7 +25,8 @@ impl DirLock {
     pub fn acquire(dir: &Path) -> Result<Self> {
         let path = dir.join(LOCK_FILE);
         let io = |e: std::io::Error| Error::Io { path: path.display().to_string(), message: e.to_string() };
-        let mut file = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).map_err(io)?;
+        let mut file =
+            OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).map_err(io)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {

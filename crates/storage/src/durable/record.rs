@@ -401,7 +401,8 @@ mod tests {
     fn records_holding_batches_by_reference_encode_as_copied() {
         let ids: Vec<i64> = (0..20_000).collect();
         let names: Vec<String> = (0..20_000).map(|i| format!("name_{i}")).collect();
-        let names: Vec<Option<&str>> = names.iter().enumerate().map(|(i, n)| (i % 7 != 0).then_some(n.as_str())).collect();
+        let names: Vec<Option<&str>> =
+            names.iter().enumerate().map(|(i, n)| (i % 7 != 0).then_some(n.as_str())).collect();
         let big = batch(&ids, &names);
         let commit = LogRecord::Commit {
             table: "t".into(),
@@ -414,7 +415,11 @@ mod tests {
             schema: big.schema(),
             options: TableOptions::default(),
             replace: true,
-            fill: vec![commit.clone(), LogRecord::Rebuild { table: "t".into(), shard: 0, version: 0, delta_len: 5, deleted: vec![] }, commit.clone()],
+            fill: vec![
+                commit.clone(),
+                LogRecord::Rebuild { table: "t".into(), shard: 0, version: 0, delta_len: 5, deleted: vec![] },
+                commit.clone(),
+            ],
         };
         for record in [commit, create] {
             let (kind, payload) = record.encode().unwrap();

@@ -46,7 +46,7 @@ use crate::main::Main;
 use crate::main::decode::Rows;
 use crate::rebuild;
 use crate::shard::{DeleteSet, ShardData, ShardId, ShardList, ShardState};
-use crate::table::{MAX_SHARD_CAPACITY, Table, append_record, TableLog, TableOptions, TableState, needs_rebuild};
+use crate::table::{MAX_SHARD_CAPACITY, Table, TableLog, TableOptions, TableState, append_record, needs_rebuild};
 use crate::types::TableSchema;
 
 const CATALOG: &str = "CATALOG";
@@ -217,7 +217,10 @@ fn decode_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String
     let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     let version = u32_at(8);
     if version != CATALOG_VERSION {
-        return Err((8, format!("catalog format version {version} is not supported (this quiverdb reads {CATALOG_VERSION})")));
+        return Err((
+            8,
+            format!("catalog format version {version} is not supported (this quiverdb reads {CATALOG_VERSION})"),
+        ));
     }
     let mut len = [0u8; 8];
     len.copy_from_slice(&bytes[12..20]);
@@ -363,7 +366,10 @@ pub(crate) fn open(
         std::thread::Builder::new()
             .name("quiverdb-checkpoint".into())
             .spawn(move || background_checkpoints(&weak, options.checkpoint_bytes))
-            .map_err(|e| Error::Io { path: dir.display().to_string(), message: format!("starting the checkpoint thread: {e}") })?;
+            .map_err(|e| Error::Io {
+                path: dir.display().to_string(),
+                message: format!("starting the checkpoint thread: {e}"),
+            })?;
     }
     Ok(db)
 }

@@ -332,7 +332,10 @@ impl Wal {
             std::thread::Builder::new()
                 .name("quiverdb-wal-sync".into())
                 .spawn(move || batch_syncs(&weak, interval))
-                .map_err(|e| Error::Io { path: dir.display().to_string(), message: format!("starting the sync thread: {e}") })?;
+                .map_err(|e| Error::Io {
+                    path: dir.display().to_string(),
+                    message: format!("starting the sync thread: {e}"),
+                })?;
         }
         Ok((Self { inner }, contents))
     }
@@ -370,7 +373,10 @@ impl Wal {
             state.buffer.truncate(start);
             return Err(Error::InvalidOption {
                 option: "log record",
-                reason: format!("{len} bytes is more than the {} a record (one transaction) may hold", frame::MAX_PAYLOAD),
+                reason: format!(
+                    "{len} bytes is more than the {} a record (one transaction) may hold",
+                    frame::MAX_PAYLOAD
+                ),
             });
         }
         state.buffer.seal(start, kind);
@@ -473,7 +479,10 @@ impl Inner {
             }
             if state.segment.is_none() || (sync && state.syncing) {
                 // Another caller is writing or syncing: wait for it.
-                state = self.flushed.wait(state).map_err(|_| Error::Internal("a thread panicked while writing the log".into()))?;
+                state = self
+                    .flushed
+                    .wait(state)
+                    .map_err(|_| Error::Internal("a thread panicked while writing the log".into()))?;
                 continue;
             }
             let Some(segment) = state.segment.take() else { continue };
@@ -826,7 +835,9 @@ mod tests {
         wal.commit(wal.append(1, b"ok").unwrap()).unwrap();
         io.fail_syncs(true);
         let lsn = wal.append(1, b"unknown fate").unwrap();
-        assert!(matches!(wal.commit(lsn), Err(Error::Io { message, .. }) if message.contains("simulated fsync failure")));
+        assert!(
+            matches!(wal.commit(lsn), Err(Error::Io { message, .. }) if message.contains("simulated fsync failure"))
+        );
         io.fail_syncs(false);
         // It does not retry and carry on.
         assert!(matches!(wal.append(1, b"later"), Err(Error::ReadOnly(_))));
@@ -883,7 +894,9 @@ mod tests {
 
     #[test]
     fn only_always_mode_syncs_a_prepared_segment() {
-        for (mode, synced) in [(SyncMode::Always, true), (SyncMode::Off, false), (SyncMode::Batch(Duration::from_secs(3600)), false)] {
+        for (mode, synced) in
+            [(SyncMode::Always, true), (SyncMode::Off, false), (SyncMode::Batch(Duration::from_secs(3600)), false)]
+        {
             let io = SimulatedIo::default();
             drop(open(&io, mode));
             io.crash(0);

@@ -98,8 +98,9 @@ impl BitPacked {
     /// last block equal to its reference.
     pub(crate) fn from_parts(len: usize, frames: Box<[Frame]>, words: Box<[u64]>) -> Self {
         debug_assert_eq!(frames.len(), len.div_ceil(BLOCK_SIZE));
-        debug_assert!(frames.iter().all(|f| f.width <= 64
-            && f.offset as usize + WORDS_PER_BIT * f.width as usize <= words.len()));
+        debug_assert!(
+            frames.iter().all(|f| f.width <= 64 && f.offset as usize + WORDS_PER_BIT * f.width as usize <= words.len())
+        );
         Self { len, frames, words }
     }
 
@@ -183,7 +184,13 @@ impl BitPacked {
     /// capacity when it has room for a whole block, with no copy in
     /// between; through a block on the stack otherwise (never growing
     /// `dst` by more than the rows).
-    pub fn extend_block_i64(&self, block: usize, base: impl FnOnce(u64) -> u64, rows: Range<usize>, dst: &mut Vec<i64>) {
+    pub fn extend_block_i64(
+        &self,
+        block: usize,
+        base: impl FnOnce(u64) -> u64,
+        rows: Range<usize>,
+        dst: &mut Vec<i64>,
+    ) {
         assert!(rows.start <= rows.end && rows.end <= BLOCK_SIZE, "rows {rows:?} of a block");
         let f = self.frames[block];
         let (width, words, base) = (f.width as usize, self.block_words(block), base(f.reference));
@@ -244,13 +251,8 @@ impl BitPacked {
         }
         // SAFETY: `block_words` has exactly 16 * width words and
         // `index % 1024 < 1024`.
-        let delta = unsafe {
-            u64::unchecked_unpack_single(
-                f.width as usize,
-                self.block_words(block),
-                index % BLOCK_SIZE,
-            )
-        };
+        let delta =
+            unsafe { u64::unchecked_unpack_single(f.width as usize, self.block_words(block), index % BLOCK_SIZE) };
         f.reference.wrapping_add(delta)
     }
 
@@ -278,10 +280,7 @@ pub fn min_max(values: &[u64]) -> (u64, u64) {
         min[0] = min[0].min(v);
         max[0] = max[0].max(v);
     }
-    (
-        min.into_iter().min().unwrap_or(u64::MAX),
-        max.into_iter().max().unwrap_or(0),
-    )
+    (min.into_iter().min().unwrap_or(u64::MAX), max.into_iter().max().unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -339,14 +338,20 @@ mod tests {
                 assert!(block.iter().zip(&wide).all(|(&k, &v)| v == shift(k) as i64), "i64, width {width} block {b}");
                 let mut narrow = [0u32; BLOCK_SIZE];
                 p.decode_block_u32(b, minus, &mut narrow);
-                assert!(block.iter().zip(&narrow).all(|(&k, &v)| v == (k - minus) as u32), "u32, width {width} block {b}");
+                assert!(
+                    block.iter().zip(&narrow).all(|(&k, &v)| v == (k - minus) as u32),
+                    "u32, width {width} block {b}"
+                );
                 // Into spare capacity, and (without room for a block)
                 // through the stack; from the block's start and not.
-                for (room, a, z) in [(BLOCK_SIZE + 5, 0, rows), (BLOCK_SIZE + 5, 3, rows), (rows, 0, rows), (rows - 3, 3, rows)] {
+                for (room, a, z) in
+                    [(BLOCK_SIZE + 5, 0, rows), (BLOCK_SIZE + 5, 3, rows), (rows, 0, rows), (rows - 3, 3, rows)]
+                {
                     let mut dst: Vec<i64> = Vec::with_capacity(room + 2);
                     dst.extend([-1, -2]);
                     p.extend_block_i64(b, shift, a..z, &mut dst);
-                    let expected: Vec<i64> = [-1, -2].into_iter().chain(block[a..z].iter().map(|&k| shift(k) as i64)).collect();
+                    let expected: Vec<i64> =
+                        [-1, -2].into_iter().chain(block[a..z].iter().map(|&k| shift(k) as i64)).collect();
                     assert_eq!(dst, expected, "extend, width {width} block {b} rows {a}..{z} room {room}");
                     if room < BLOCK_SIZE {
                         assert_eq!(dst.capacity(), room + 2, "the stack path does not grow the vector");

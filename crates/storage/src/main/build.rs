@@ -20,8 +20,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use arrow_array::cast::AsArray;
 use arrow_array::Array;
+use arrow_array::cast::AsArray;
 use arrow_buffer::NullBuffer;
 use arrow_schema::DataType;
 
@@ -54,14 +54,8 @@ pub enum EncodingKind {
 
 impl EncodingKind {
     /// Every encoding.
-    pub const ALL: [EncodingKind; 6] = [
-        Self::Constant,
-        Self::Sequence,
-        Self::BitPacked,
-        Self::RunEnd,
-        Self::Dictionary,
-        Self::Plain,
-    ];
+    pub const ALL: [EncodingKind; 6] =
+        [Self::Constant, Self::Sequence, Self::BitPacked, Self::RunEnd, Self::Dictionary, Self::Plain];
 
     /// The encoding's name, as printed in statistics.
     pub fn name(self) -> &'static str {
@@ -85,10 +79,10 @@ impl fmt::Display for EncodingKind {
 impl FromStr for EncodingKind {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| Error::InvalidOption {
-            option: "encoding",
-            reason: format!("unknown encoding '{s}'"),
-        })
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| Error::InvalidOption { option: "encoding", reason: format!("unknown encoding '{s}'") })
     }
 }
 
@@ -124,10 +118,8 @@ impl MainColumn {
     /// anything but plain for decimals beyond the i64 range.
     pub fn from_array_with(array: &dyn Array, force: Option<EncodingKind>) -> Result<Self> {
         let data_type = array.data_type().clone();
-        let physical = PhysicalType::of(&data_type).ok_or_else(|| Error::UnsupportedType {
-            column: String::new(),
-            data_type: data_type.clone(),
-        })?;
+        let physical = PhysicalType::of(&data_type)
+            .ok_or_else(|| Error::UnsupportedType { column: String::new(), data_type: data_type.clone() })?;
         let validity = array.logical_nulls().filter(|n| n.null_count() > 0);
         let values = raw_values(array, physical);
         let len = values.len();
@@ -146,9 +138,7 @@ fn raw_values(array: &dyn Array, physical: PhysicalType) -> RawValues {
     }
     use arrow_array::types::*;
     match physical {
-        PhysicalType::Boolean => {
-            RawValues::Keys(array.as_boolean().values().iter().map(u64::from).collect())
-        }
+        PhysicalType::Boolean => RawValues::Keys(array.as_boolean().values().iter().map(u64::from).collect()),
         PhysicalType::Int8 => RawValues::Keys(keys::<Int8Type>(array)),
         PhysicalType::Int16 => RawValues::Keys(keys::<Int16Type>(array)),
         PhysicalType::Int32 => RawValues::Keys(match array.data_type() {
@@ -192,12 +182,8 @@ fn raw_bytes(array: &dyn Array) -> RawBytes {
     let mut raw = RawBytes::with_capacity(array.len(), 0);
     match array.data_type() {
         DataType::Utf8 => fill(&mut raw, array.as_string::<i32>().iter().map(|v| v.map(str::as_bytes))),
-        DataType::LargeUtf8 => {
-            fill(&mut raw, array.as_string::<i64>().iter().map(|v| v.map(str::as_bytes)))
-        }
-        DataType::Utf8View => {
-            fill(&mut raw, array.as_string_view().iter().map(|v| v.map(str::as_bytes)))
-        }
+        DataType::LargeUtf8 => fill(&mut raw, array.as_string::<i64>().iter().map(|v| v.map(str::as_bytes))),
+        DataType::Utf8View => fill(&mut raw, array.as_string_view().iter().map(|v| v.map(str::as_bytes))),
         DataType::Binary => fill(&mut raw, array.as_binary::<i32>().iter()),
         DataType::LargeBinary => fill(&mut raw, array.as_binary::<i64>().iter()),
         DataType::BinaryView => fill(&mut raw, array.as_binary_view().iter()),
@@ -315,9 +301,7 @@ fn choose_keys(keys: Vec<u64>, force: Option<EncodingKind>) -> Result<KeyEncodin
         }
         Some(EncodingKind::BitPacked) => return Ok(KeyEncoding::BitPacked(BitPacked::encode(&keys))),
         Some(EncodingKind::RunEnd) => {
-            return Ok(KeyEncoding::RunEnd(
-                RunEnd::encode(&keys, usize::MAX).expect("unbounded runs always encode"),
-            ));
+            return Ok(KeyEncoding::RunEnd(RunEnd::encode(&keys, usize::MAX).expect("unbounded runs always encode")));
         }
         Some(EncodingKind::Dictionary) => {
             let distinct = distinct_keys(&keys, usize::MAX).expect("unbounded dictionary");
@@ -356,9 +340,7 @@ fn choose_keys(keys: Vec<u64>, force: Option<EncodingKind>) -> Result<KeyEncodin
     }
     Ok(match best.1 {
         EncodingKind::BitPacked => KeyEncoding::BitPacked(BitPacked::encode(&keys)),
-        EncodingKind::RunEnd => {
-            KeyEncoding::RunEnd(RunEnd::encode(&keys, rle_runs).expect("run count was measured"))
-        }
+        EncodingKind::RunEnd => KeyEncoding::RunEnd(RunEnd::encode(&keys, rle_runs).expect("run count was measured")),
         _ => KeyEncoding::Plain(keys.into()),
     })
 }
@@ -424,8 +406,7 @@ mod tests {
         assert_eq!(kind(&Int64Array::from(vec![7; 5000])), EncodingKind::Constant);
         assert_eq!(kind(&Int64Array::from_iter_values(0..n)), EncodingKind::Sequence);
         assert_eq!(kind(&Int64Array::from_iter_values((0..n).map(|i| i / 1000))), EncodingKind::RunEnd);
-        let random: Vec<i64> =
-            (0..n as u64).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44) as i64).collect();
+        let random: Vec<i64> = (0..n as u64).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44) as i64).collect();
         assert_eq!(kind(&Int64Array::from(random)), EncodingKind::BitPacked);
         let sparse: Vec<i64> = (0..n).map(|i| [i64::MIN, 0, i64::MAX][(i * 7) as usize % 3]).collect();
         assert_eq!(kind(&Int64Array::from(sparse)), EncodingKind::Dictionary);

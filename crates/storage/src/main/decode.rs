@@ -22,8 +22,7 @@ use super::strings::{StrDict, StrPlain};
 use super::{BLOCK_SIZE, Encoding, KeyEncoding, MainColumn};
 use crate::error::{Error, Result};
 use crate::output::{
-    boolean_array, bytes_array, dictionary_views, normalize_nulls, primitive_array, share_source,
-    view_array,
+    boolean_array, bytes_array, dictionary_views, normalize_nulls, primitive_array, share_source, view_array,
 };
 use crate::types::{KeyNative, with_native};
 
@@ -77,12 +76,7 @@ impl Rows<'_> {
 }
 
 /// Appends `conv(value)` for every row of `rows` to `out`.
-pub(crate) fn collect<T>(
-    src: &impl BlockSource,
-    rows: Rows<'_>,
-    conv: impl Fn(u64) -> T,
-    out: &mut Vec<T>,
-) {
+pub(crate) fn collect<T>(src: &impl BlockSource, rows: Rows<'_>, conv: impl Fn(u64) -> T, out: &mut Vec<T>) {
     let mut buf = [0u64; BLOCK_SIZE];
     match rows {
         Rows::Range(start, len) => {
@@ -139,10 +133,7 @@ impl MainColumn {
     /// of the column's type.
     pub fn gather(&self, ids: &[u32]) -> Result<ArrayRef> {
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.len) {
-            return Err(Error::Internal(format!(
-                "gather of row {bad} from a {}-row column",
-                self.len
-            )));
+            return Err(Error::Internal(format!("gather of row {bad} from a {}-row column", self.len)));
         }
         let nulls = self.validity.as_ref().and_then(|v| {
             let bits = BooleanBuffer::collect_bool(ids.len(), |i| v.is_valid(ids[i] as usize));
@@ -211,10 +202,8 @@ impl MainColumn {
         if is_view(&self.data_type) {
             let needed: usize = ranges.iter().map(|(s, e)| e - s).sum();
             if share_source(needed, bytes.len()) {
-                let views = ranges
-                    .iter()
-                    .map(|&(s, e)| arrow_array::builder::make_view(&bytes[s..e], 0, s as u32))
-                    .collect();
+                let views =
+                    ranges.iter().map(|&(s, e)| arrow_array::builder::make_view(&bytes[s..e], 0, s as u32)).collect();
                 return view_array(&self.data_type, views, vec![bytes.clone()], nulls);
             }
         }
@@ -223,8 +212,5 @@ impl MainColumn {
 }
 
 fn is_view(data_type: &arrow_schema::DataType) -> bool {
-    matches!(
-        data_type,
-        arrow_schema::DataType::Utf8View | arrow_schema::DataType::BinaryView
-    )
+    matches!(data_type, arrow_schema::DataType::Utf8View | arrow_schema::DataType::BinaryView)
 }

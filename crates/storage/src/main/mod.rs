@@ -174,9 +174,7 @@ impl Encoding {
             Encoding::Keys(KeyEncoding::BitPacked(_)) => EncodingKind::BitPacked,
             Encoding::Keys(KeyEncoding::RunEnd(_)) => EncodingKind::RunEnd,
             Encoding::Keys(KeyEncoding::Dict(_)) | Encoding::StrDict(_) => EncodingKind::Dictionary,
-            Encoding::Keys(KeyEncoding::Plain(_)) | Encoding::Wide(_) | Encoding::StrPlain(_) => {
-                EncodingKind::Plain
-            }
+            Encoding::Keys(KeyEncoding::Plain(_)) | Encoding::Wide(_) | Encoding::StrPlain(_) => EncodingKind::Plain,
         }
     }
 
@@ -309,14 +307,7 @@ impl MainColumn {
 
 impl fmt::Display for MainColumn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {} rows, {} bytes, {}",
-            self.data_type,
-            self.len,
-            self.size_bytes(),
-            self.encoding.kind()
-        )
+        write!(f, "{} {} rows, {} bytes, {}", self.data_type, self.len, self.size_bytes(), self.encoding.kind())
     }
 }
 

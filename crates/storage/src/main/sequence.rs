@@ -32,8 +32,7 @@ impl SeqRun {
     /// The key of row `row` (which must lie in this run).
     #[inline(always)]
     pub fn key(&self, row: usize) -> u64 {
-        self.base
-            .wrapping_add(((row - self.start as usize) as u64).wrapping_mul(self.step))
+        self.base.wrapping_add(((row - self.start as usize) as u64).wrapping_mul(self.step))
     }
 }
 
@@ -203,10 +202,13 @@ mod tests {
         let flip = |k: u64| k ^ (1 << 63);
         for b in 0..keys.len().div_ceil(BLOCK_SIZE) {
             let rows = (keys.len() - b * BLOCK_SIZE).min(BLOCK_SIZE);
-            for (a, z) in [(0, rows), (5.min(rows), rows), (0, 1), (rows / 2, (rows / 2 + 40).min(rows)), (rows, rows)] {
+            for (a, z) in [(0, rows), (5.min(rows), rows), (0, 1), (rows / 2, (rows / 2 + 40).min(rows)), (rows, rows)]
+            {
                 let mut dst = vec![42i64];
                 s.extend_block_i64(b, flip, a..z, &mut dst);
-                let expected: Vec<i64> = std::iter::once(42).chain(keys[b * BLOCK_SIZE + a..b * BLOCK_SIZE + z].iter().map(|&k| flip(k) as i64)).collect();
+                let expected: Vec<i64> = std::iter::once(42)
+                    .chain(keys[b * BLOCK_SIZE + a..b * BLOCK_SIZE + z].iter().map(|&k| flip(k) as i64))
+                    .collect();
                 assert_eq!(dst, expected, "block {b} rows {a}..{z}");
             }
         }

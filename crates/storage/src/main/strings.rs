@@ -104,13 +104,8 @@ impl StrDict {
             bytes.extend_from_slice(v);
             offsets.push(bytes.len() as u32);
         }
-        let codes: Vec<u64> =
-            (0..raw.len()).map(|i| remap[distinct[raw.get(i)] as usize]).collect();
-        Some(Self {
-            offsets: offsets.into(),
-            bytes: Buffer::from_vec(bytes),
-            codes: BitPacked::encode(&codes),
-        })
+        let codes: Vec<u64> = (0..raw.len()).map(|i| remap[distinct[raw.get(i)] as usize]).collect();
+        Some(Self { offsets: offsets.into(), bytes: Buffer::from_vec(bytes), codes: BitPacked::encode(&codes) })
     }
 
     /// A dictionary from its parts, for decoding a checkpoint

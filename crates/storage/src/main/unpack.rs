@@ -326,7 +326,13 @@ const fn row_of_piece(p: usize) -> usize {
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::identity_op, clippy::erasing_op, clippy::eq_op)] // `R * W`, `P / 8` with P = 0 or 8 in the expansion
 #[inline]
-unsafe fn range_bits_avx512_width<const W: usize, const BETWEEN: bool>(words: *const u64, lo_top: u32, span_top: u32, flip: u64, out: &mut [u64; 16]) {
+unsafe fn range_bits_avx512_width<const W: usize, const BETWEEN: bool>(
+    words: *const u64,
+    lo_top: u32,
+    span_top: u32,
+    flip: u64,
+    out: &mut [u64; 16],
+) {
     use std::arch::x86_64::*;
     let lo_v = _mm512_set1_epi32(lo_top as i32);
     let span_v = _mm512_set1_epi32(span_top as i32);
@@ -476,7 +482,11 @@ mod tests {
                 };
                 let expect32 = |kernel: &str, got: &[u32]| {
                     for (i, (&g, &v)) in got.iter().zip(&values).enumerate() {
-                        assert_eq!(g, v.wrapping_add(base) as u32, "{kernel} (u32): width {width} base {base} value {i}");
+                        assert_eq!(
+                            g,
+                            v.wrapping_add(base) as u32,
+                            "{kernel} (u32): width {width} base {base} value {i}"
+                        );
                     }
                 };
                 let (mut out, mut out32) = ([0u64; BLOCK_SIZE], [0u32; BLOCK_SIZE]);

@@ -135,9 +135,7 @@ pub(crate) fn gen_array(data_type: &DataType, shape: Shape, len: usize, null_per
     };
     let opt = |i: usize| !nulls[i];
     let array: ArrayRef = match data_type {
-        DataType::Boolean => Arc::new(BooleanArray::from_iter(
-            (0..len).map(|i| opt(i).then(|| ints[i] & 1 == 1)),
-        )),
+        DataType::Boolean => Arc::new(BooleanArray::from_iter((0..len).map(|i| opt(i).then(|| ints[i] & 1 == 1)))),
         DataType::Int8 => Arc::new(Int8Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i] as i8)))),
         DataType::Int16 => Arc::new(Int16Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i] as i16)))),
         DataType::Int32 => Arc::new(Int32Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i] as i32)))),
@@ -146,7 +144,9 @@ pub(crate) fn gen_array(data_type: &DataType, shape: Shape, len: usize, null_per
         DataType::UInt16 => Arc::new(UInt16Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i] as u16)))),
         DataType::UInt32 => Arc::new(UInt32Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i] as u32)))),
         DataType::UInt64 => Arc::new(UInt64Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i] as u64)))),
-        DataType::Float32 => Arc::new(Float32Array::from_iter((0..len).map(|i| opt(i).then(|| float(ints[i], shape) as f32)))),
+        DataType::Float32 => {
+            Arc::new(Float32Array::from_iter((0..len).map(|i| opt(i).then(|| float(ints[i], shape) as f32))))
+        }
         DataType::Float64 => Arc::new(Float64Array::from_iter((0..len).map(|i| opt(i).then(|| float(ints[i], shape))))),
         DataType::Date32 => Arc::new(Date32Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i] as i32)))),
         DataType::Timestamp(_, _) => {
@@ -158,16 +158,25 @@ pub(crate) fn gen_array(data_type: &DataType, shape: Shape, len: usize, null_per
             // Values beyond i64 for wide precision, to reach the wide encoding.
             let scale: i128 = if *p > 19 { 1_000_000_000_000 } else { 1 };
             Arc::new(
-                Decimal128Array::from_iter((0..len).map(|i| opt(i).then(|| (ints[i] as i128 * scale).clamp(-limit, limit))))
-                    .with_precision_and_scale(*p, *s)
-                    .expect("valid decimal"),
+                Decimal128Array::from_iter(
+                    (0..len).map(|i| opt(i).then(|| (ints[i] as i128 * scale).clamp(-limit, limit))),
+                )
+                .with_precision_and_scale(*p, *s)
+                .expect("valid decimal"),
             )
         }
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
+        DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Utf8View
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView => {
             let strings: Vec<Option<String>> = (0..len)
                 .map(|i| {
                     opt(i).then(|| match shape {
-                        Shape::Random | Shape::Sequence => format!("{}#{}", STRING_POOL[ints[i].rem_euclid(8) as usize], ints[i]),
+                        Shape::Random | Shape::Sequence => {
+                            format!("{}#{}", STRING_POOL[ints[i].rem_euclid(8) as usize], ints[i])
+                        }
                         _ => STRING_POOL[ints[i].rem_euclid(8) as usize].to_string(),
                     })
                 })
@@ -187,7 +196,8 @@ pub(crate) fn gen_array(data_type: &DataType, shape: Shape, len: usize, null_per
 
 fn float(i: i64, shape: Shape) -> f64 {
     match shape {
-        Shape::Extremes => [f64::NAN, -0.0, 0.0, f64::INFINITY, f64::NEG_INFINITY, f64::MIN_POSITIVE, f64::MAX][i.rem_euclid(7) as usize],
+        Shape::Extremes => [f64::NAN, -0.0, 0.0, f64::INFINITY, f64::NEG_INFINITY, f64::MIN_POSITIVE, f64::MAX]
+            [i.rem_euclid(7) as usize],
         Shape::Random => f64::from_bits(i as u64),
         _ => i as f64 / 8.0,
     }

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow_array::{
-    Array, ArrayRef, BinaryArray, BooleanArray, Decimal128Array, Float64Array, Int8Array, Int16Array,
-    Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
+    Array, ArrayRef, BinaryArray, BooleanArray, Decimal128Array, Float64Array, Int8Array, Int16Array, Int32Array,
+    Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
 };
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 
@@ -216,10 +216,22 @@ fn tables_rebuilt_by_the_database_round_trip() {
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from_iter_values(0..n as i64)),
         Arc::new(StringArray::from_iter((0..n).map(|i| (i % 13 != 0).then(|| format!("name {}", i % 10))))),
-        Arc::new(arrow_cast::cast(&StringArray::from_iter_values((0..n).map(|i| format!("note number {i} of many"))), &DataType::Utf8View).unwrap()),
-        Arc::new(Decimal128Array::from_iter((0..n as i128).map(|i| (i % 17 != 0).then_some(i * 7919 % 100_000))).with_precision_and_scale(12, 2).unwrap()),
+        Arc::new(
+            arrow_cast::cast(
+                &StringArray::from_iter_values((0..n).map(|i| format!("note number {i} of many"))),
+                &DataType::Utf8View,
+            )
+            .unwrap(),
+        ),
+        Arc::new(
+            Decimal128Array::from_iter((0..n as i128).map(|i| (i % 17 != 0).then_some(i * 7919 % 100_000)))
+                .with_precision_and_scale(12, 2)
+                .unwrap(),
+        ),
         Arc::new(BooleanArray::from(vec![true; n])),
-        Arc::new(TimestampMicrosecondArray::from_iter((0..n as i64).map(|i| Some(1_700_000_000_000_000 + i / 1000 * 1_000_000)))),
+        Arc::new(TimestampMicrosecondArray::from_iter(
+            (0..n as i64).map(|i| Some(1_700_000_000_000_000 + i / 1000 * 1_000_000)),
+        )),
         Arc::new(Float64Array::from_iter((0..n).map(|i| (i % 3 != 0).then_some((i as f64 * 0.37).sin())))),
         Arc::new(Int16Array::from_iter_values((0..n).map(|i| [3i16, -9, 27, 1000][i % 4]))),
         Arc::new(BinaryArray::from_iter((0..n).map(|i| (i % 5 != 0).then(|| vec![i as u8; i % 40])))),
@@ -269,15 +281,51 @@ fn sample(rows: usize) -> (Main, TableSchema) {
     let n = rows as i64;
     let columns: Vec<(&str, ArrayRef, Option<EncodingKind>)> = vec![
         ("seq", Arc::new(Int64Array::from_iter_values(0..n)), Some(EncodingKind::Sequence)),
-        ("packed", Arc::new(Int32Array::from_iter((0..n as i32).map(|i| (i % 9 != 4).then_some(i * 7919 % 1000)))), Some(EncodingKind::BitPacked)),
+        (
+            "packed",
+            Arc::new(Int32Array::from_iter((0..n as i32).map(|i| (i % 9 != 4).then_some(i * 7919 % 1000)))),
+            Some(EncodingKind::BitPacked),
+        ),
         ("runs", Arc::new(Int16Array::from_iter_values((0..n as i16).map(|i| i / 7))), Some(EncodingKind::RunEnd)),
-        ("dict", Arc::new(UInt64Array::from_iter_values((0..rows).map(|i| [5, 1 << 40, 77][i % 3]))), Some(EncodingKind::Dictionary)),
-        ("plain", Arc::new(Float64Array::from_iter((0..n).map(|i| (i % 6 != 1).then_some(i as f64 * 1.5)))), Some(EncodingKind::Plain)),
-        ("const", Arc::new(Int8Array::from_iter((0..n).map(|i| (i % 4 != 0).then_some(3)))), Some(EncodingKind::Constant)),
-        ("wide", Arc::new(Decimal128Array::from_iter_values((0..n as i128).map(|i| i * (i128::MAX / 10_000))).with_precision_and_scale(38, 0).unwrap()), None),
-        ("names", Arc::new(StringArray::from_iter((0..rows).map(|i| (i % 6 != 2).then(|| format!("name {}", i % 5))))), Some(EncodingKind::Dictionary)),
-        ("blob", Arc::new(BinaryArray::from_iter_values((0..rows).map(|i| vec![i as u8; i % 13]))), Some(EncodingKind::Plain)),
-        ("text", Arc::new(StringArray::from_iter_values((0..rows).map(|i| format!("é{i}")))), Some(EncodingKind::Plain)),
+        (
+            "dict",
+            Arc::new(UInt64Array::from_iter_values((0..rows).map(|i| [5, 1 << 40, 77][i % 3]))),
+            Some(EncodingKind::Dictionary),
+        ),
+        (
+            "plain",
+            Arc::new(Float64Array::from_iter((0..n).map(|i| (i % 6 != 1).then_some(i as f64 * 1.5)))),
+            Some(EncodingKind::Plain),
+        ),
+        (
+            "const",
+            Arc::new(Int8Array::from_iter((0..n).map(|i| (i % 4 != 0).then_some(3)))),
+            Some(EncodingKind::Constant),
+        ),
+        (
+            "wide",
+            Arc::new(
+                Decimal128Array::from_iter_values((0..n as i128).map(|i| i * (i128::MAX / 10_000)))
+                    .with_precision_and_scale(38, 0)
+                    .unwrap(),
+            ),
+            None,
+        ),
+        (
+            "names",
+            Arc::new(StringArray::from_iter((0..rows).map(|i| (i % 6 != 2).then(|| format!("name {}", i % 5))))),
+            Some(EncodingKind::Dictionary),
+        ),
+        (
+            "blob",
+            Arc::new(BinaryArray::from_iter_values((0..rows).map(|i| vec![i as u8; i % 13]))),
+            Some(EncodingKind::Plain),
+        ),
+        (
+            "text",
+            Arc::new(StringArray::from_iter_values((0..rows).map(|i| format!("é{i}")))),
+            Some(EncodingKind::Plain),
+        ),
     ];
     let schema = schema_of(columns.iter().map(|(name, a, _)| Field::new(*name, a.data_type().clone(), true)).collect());
     let main = Main::new(
@@ -300,7 +348,8 @@ fn fix_checksums(bytes: &mut [u8]) {
     while at + COLUMN_PREFIX <= bytes.len() {
         let len = u64::from_le_bytes(le(bytes, at));
         let start = at + COLUMN_PREFIX;
-        let Some(end) = usize::try_from(len).ok().and_then(|l| start.checked_add(l)).filter(|&e| e <= bytes.len()) else {
+        let Some(end) = usize::try_from(len).ok().and_then(|l| start.checked_add(l)).filter(|&e| e <= bytes.len())
+        else {
             return;
         };
         let crc = crc32c::crc32c(&bytes[start..end]);
@@ -483,16 +532,24 @@ fn assert_reason(reason: &str, expected: &str) {
 #[test]
 fn crafted_structures_are_rejected() {
     use PhysicalType as P;
-    let u64s = |v: &[u64]| encoding(TAG_PLAIN, |o| {
-        put_u64(o, v.len() as u64);
-        put_array(o, v, u64::to_le_bytes);
-    });
+    let u64s = |v: &[u64]| {
+        encoding(TAG_PLAIN, |o| {
+            put_u64(o, v.len() as u64);
+            put_array(o, v, u64::to_le_bytes);
+        })
+    };
     let int64 = DataType::Int64;
     let three = [zone(0, 2)];
 
     // Counts that disagree with the rows.
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 2000, None, &three, &u64s(&[0; 2000]))), "1 zones, expected 2");
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &u64s(&[0; 4]))), "4 plain keys, expected 3");
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 2000, None, &three, &u64s(&[0; 2000]))),
+        "1 zones, expected 2",
+    );
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &u64s(&[0; 4]))),
+        "4 plain keys, expected 3",
+    );
     let mut body = crafted(P::Int64, 3, None, &three, &u64s(&[0, 1, 2]));
     body[HEADER_LEN + COLUMN_PREFIX + 1] = 4;
     fix_checksums(&mut body);
@@ -503,20 +560,30 @@ fn crafted_structures_are_rejected() {
         put_u64(o, 3);
         put_array(o, &[0i128; 3], i128::to_le_bytes);
     });
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &wide)), "tag 6 does not apply to Int64");
-    assert_reason(&rejection(DataType::Utf8, &crafted(P::Bytes, 3, None, &three, &u64s(&[0; 3]))), "tag 5 does not apply to Bytes");
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &wide)),
+        "tag 6 does not apply to Int64",
+    );
+    assert_reason(
+        &rejection(DataType::Utf8, &crafted(P::Bytes, 3, None, &three, &u64s(&[0; 3]))),
+        "tag 5 does not apply to Bytes",
+    );
     assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &[9])), "unknown encoding tag 9");
 
     // Bit-packing: frame count, width, words, delta sum, padding, wrap.
     let real = BitPacked::encode(&(0..1024).collect::<Vec<u64>>());
     let f = real.frames()[0];
-    let bp = |len: usize, frames: &[Frame], words: &[u64]| encoding(TAG_BITPACKED, |o| packed_parts(o, len, frames, words));
+    let bp =
+        |len: usize, frames: &[Frame], words: &[u64]| encoding(TAG_BITPACKED, |o| packed_parts(o, len, frames, words));
     let reject_bp = |len: usize, zones: &[Zone], frames: &[Frame], words: &[u64]| {
         rejection(int64.clone(), &crafted(P::Int64, len, None, zones, &bp(len, frames, words)))
     };
     assert_reason(&reject_bp(2000, &[zone(0, 0); 2], &[f], real.words()), "1 frames, expected 2");
     assert_reason(&reject_bp(10, &[zone(0, 9)], &[Frame { width: 65, ..f }], &[0; 16 * 65]), "width 65");
-    assert_reason(&reject_bp(10, &[zone(0, 9)], &[Frame { offset: 1, ..f }], real.words()), "does not fit the 160 packed words");
+    assert_reason(
+        &reject_bp(10, &[zone(0, 9)], &[Frame { offset: 1, ..f }], real.words()),
+        "does not fit the 160 packed words",
+    );
     assert_reason(&reject_bp(1024, &[zone(0, 1023)], &[Frame { delta_sum: 1, ..f }], real.words()), "delta sum of 1");
     assert_reason(&reject_bp(10, &[zone(0, 9)], &[f], real.words()), "padding of block 0");
     let two = BitPacked::encode(&[0, 1]);
@@ -524,41 +591,76 @@ fn crafted_structures_are_rejected() {
     assert_reason(&reject_bp(2, &[zone(0, 1)], &[top], two.words()), "wrap past u64::MAX");
 
     // Dictionaries: sorted values, codes within them.
-    let dict = |values: &[u64], codes: &[u64]| encoding(TAG_DICT, |o| {
-        put_u64(o, values.len() as u64);
-        put_array(o, values, u64::to_le_bytes);
-        put_packed(o, &BitPacked::encode(codes));
-    });
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &dict(&[10, 20, 30], &[0, 1, 3]))), "code 3, the dictionary 3 values");
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &dict(&[10, 10, 30], &[0, 1, 2]))), "value 1 is not above");
+    let dict = |values: &[u64], codes: &[u64]| {
+        encoding(TAG_DICT, |o| {
+            put_u64(o, values.len() as u64);
+            put_array(o, values, u64::to_le_bytes);
+            put_packed(o, &BitPacked::encode(codes));
+        })
+    };
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &dict(&[10, 20, 30], &[0, 1, 3]))),
+        "code 3, the dictionary 3 values",
+    );
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &dict(&[10, 10, 30], &[0, 1, 2]))),
+        "value 1 is not above",
+    );
 
     // Runs and sequences.
-    let runs = |ends: &[u32]| encoding(TAG_RUN_END, |o| {
-        put_u64(o, ends.len() as u64);
-        put_array(o, ends, u32::to_le_bytes);
-        put_array(o, &vec![7u64; ends.len()], u64::to_le_bytes);
-    });
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 5, None, &three, &runs(&[5, 3]))), "run 1 ends at row 3, not after 5");
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 5, None, &three, &runs(&[3]))), "the runs end at row 3, not 5");
-    let seq = |starts: &[u32]| encoding(TAG_SEQUENCE, |o| {
-        put_u64(o, 5);
-        put_u64(o, starts.len() as u64);
-        let runs: Vec<SeqRun> = starts.iter().map(|&start| SeqRun { start, base: 1, step: 1 }).collect();
-        put_array(o, &runs, run_to_le);
-    });
-    for (starts, expected) in [(&[1u32][..], "run 0 starts at row 1"), (&[0, 2, 2], "run 2 starts at row 2"), (&[0, 7], "run 1 starts at row 7"), (&[], "0 sequence runs for 5 rows")] {
+    let runs = |ends: &[u32]| {
+        encoding(TAG_RUN_END, |o| {
+            put_u64(o, ends.len() as u64);
+            put_array(o, ends, u32::to_le_bytes);
+            put_array(o, &vec![7u64; ends.len()], u64::to_le_bytes);
+        })
+    };
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 5, None, &three, &runs(&[5, 3]))),
+        "run 1 ends at row 3, not after 5",
+    );
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 5, None, &three, &runs(&[3]))),
+        "the runs end at row 3, not 5",
+    );
+    let seq = |starts: &[u32]| {
+        encoding(TAG_SEQUENCE, |o| {
+            put_u64(o, 5);
+            put_u64(o, starts.len() as u64);
+            let runs: Vec<SeqRun> = starts.iter().map(|&start| SeqRun { start, base: 1, step: 1 }).collect();
+            put_array(o, &runs, run_to_le);
+        })
+    };
+    for (starts, expected) in [
+        (&[1u32][..], "run 0 starts at row 1"),
+        (&[0, 2, 2], "run 2 starts at row 2"),
+        (&[0, 7], "run 1 starts at row 7"),
+        (&[], "0 sequence runs for 5 rows"),
+    ] {
         assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 5, None, &three, &seq(starts))), expected);
     }
 
     // Keys outside their type, zones that disagree with the values.
-    assert_reason(&rejection(DataType::Int8, &crafted(P::Int8, 3, None, &three, &u64s(&[0, 1, 2]))), "outside the Int8 keys");
-    assert_reason(&rejection(DataType::Boolean, &crafted(P::Boolean, 3, None, &three, &u64s(&[0, 1, 2]))), "outside the Boolean keys");
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &[zone(0, 3)], &u64s(&[0, 1, 2]))), "zone of block 0");
+    assert_reason(
+        &rejection(DataType::Int8, &crafted(P::Int8, 3, None, &three, &u64s(&[0, 1, 2]))),
+        "outside the Int8 keys",
+    );
+    assert_reason(
+        &rejection(DataType::Boolean, &crafted(P::Boolean, 3, None, &three, &u64s(&[0, 1, 2]))),
+        "outside the Boolean keys",
+    );
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 3, None, &[zone(0, 3)], &u64s(&[0, 1, 2]))),
+        "zone of block 0",
+    );
 
     // Validity.
     let plain = u64s(&[0, 1, 2]);
     assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, Some(&[0b111]), &three, &plain)), "without nulls");
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, Some(&[0b1011]), &three, &plain)), "past the last row");
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 3, Some(&[0b1011]), &three, &plain)),
+        "past the last row",
+    );
     let mut flagged = crafted(P::Int64, 3, None, &three, &plain);
     flagged[HEADER_LEN + COLUMN_PREFIX + 9] = 2;
     fix_checksums(&mut flagged);
@@ -576,7 +678,10 @@ fn crafted_structures_are_rejected() {
     assert_reason(&rejection(int64.clone(), &one_null(0, 5)), "zone of block 0");
 
     // Zones of runs and constants are derived without decoding.
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 5, None, &[zone(7, 8)], &runs(&[2, 5]))), "zone of block 0");
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 5, None, &[zone(7, 8)], &runs(&[2, 5]))),
+        "zone of block 0",
+    );
     assert!(decode_main(&crafted(P::Int64, 5, None, &[zone(7, 7)], &runs(&[2, 5])), &int64_schema).is_ok());
     let constant = encoding(TAG_CONSTANT, |o| {
         put_u64(o, 4);
@@ -584,18 +689,27 @@ fn crafted_structures_are_rejected() {
     });
     assert!(decode_main(&crafted(P::Int64, 3, None, &[zone(4, 4)], &constant), &int64_schema).is_ok());
     assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &[zone(4, 5)], &constant)), "zone of block 0");
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, Some(&[0]), &[zone(4, 4)], &constant)), "zone of block 0");
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 3, Some(&[0]), &[zone(4, 4)], &constant)),
+        "zone of block 0",
+    );
     let constant_rows = encoding(TAG_CONSTANT, |o| {
         put_u64(o, 4);
         put_u64(o, 2);
     });
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &[zone(4, 4)], &constant_rows)), "2 constant rows, expected 3");
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 3, None, &[zone(4, 4)], &constant_rows)),
+        "2 constant rows, expected 3",
+    );
 
     // Bytes after the encoding, a physical type this build does not know,
     // more rows than a shard holds.
     let mut longer = plain.clone();
     longer.push(0);
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &longer)), "1 bytes after the encoding");
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &longer)),
+        "1 bytes after the encoding",
+    );
     let mut unknown = crafted(P::Int64, 3, None, &three, &plain);
     unknown[HEADER_LEN + COLUMN_PREFIX] = PHYSICAL_TAGS.len() as u8;
     fix_checksums(&mut unknown);
@@ -624,13 +738,15 @@ fn sequences_that_wrap_round_trip() {
 #[test]
 fn crafted_strings_are_rejected() {
     use PhysicalType as P;
-    let str_dict = |offsets: &[u32], bytes: &[u8], codes: &[u64]| encoding(TAG_STR_DICT, |o| {
-        put_u64(o, offsets.len() as u64);
-        put_array(o, offsets, u32::to_le_bytes);
-        put_u64(o, bytes.len() as u64);
-        o.extend_from_slice(bytes);
-        put_packed(o, &BitPacked::encode(codes));
-    });
+    let str_dict = |offsets: &[u32], bytes: &[u8], codes: &[u64]| {
+        encoding(TAG_STR_DICT, |o| {
+            put_u64(o, offsets.len() as u64);
+            put_array(o, offsets, u32::to_le_bytes);
+            put_u64(o, bytes.len() as u64);
+            o.extend_from_slice(bytes);
+            put_packed(o, &BitPacked::encode(codes));
+        })
+    };
     let zones = [zone(0, 1)];
     let reject = |enc: &[u8]| rejection(DataType::Utf8, &crafted(P::Bytes, 2, None, &zones, enc));
     assert_reason(&reject(&str_dict(&[0, 5], b"abc", &[0, 0])), "offset 1 is below the one before or past the 3 bytes");
@@ -654,11 +770,13 @@ fn crafted_strings_are_rejected() {
     assert_reason(&reject_zone(Zone { min: 1, max: 2, null_count: 1 }), "reaches code 2, the dictionary 2 entries");
     assert_reason(&reject_zone(Zone { min: 1, max: 1, null_count: 0 }), "has 1 nulls in 2 rows");
 
-    let str_plain = |offsets: &[u64], bytes: &[u8]| encoding(TAG_STR_PLAIN, |o| {
-        put_packed(o, &BitPacked::encode(offsets));
-        put_u64(o, bytes.len() as u64);
-        o.extend_from_slice(bytes);
-    });
+    let str_plain = |offsets: &[u64], bytes: &[u8]| {
+        encoding(TAG_STR_PLAIN, |o| {
+            put_packed(o, &BitPacked::encode(offsets));
+            put_u64(o, bytes.len() as u64);
+            o.extend_from_slice(bytes);
+        })
+    };
     assert_reason(&reject(&str_plain(&[0, 3, 2], b"abc")), "do not ascend from 0");
     assert_reason(&reject(&str_plain(&[0, 1, 4], b"abc")), "within the 3 bytes");
     assert_reason(&reject(&str_plain(&[0, 1, 2], b"abc")), "end at byte 2, not 3");
@@ -672,7 +790,9 @@ fn crafted_strings_are_rejected() {
 
     // Bytes that are fine as binary but not as text: the same file is read
     // for a Binary column and refused for a Utf8 one.
-    for (force, expected) in [(EncodingKind::Dictionary, "dictionary is not UTF-8"), (EncodingKind::Plain, "splits a UTF-8 character")] {
+    for (force, expected) in
+        [(EncodingKind::Dictionary, "dictionary is not UTF-8"), (EncodingKind::Plain, "splits a UTF-8 character")]
+    {
         let halves = BinaryArray::from_iter_values([&[0xC3u8][..], &[0xA9][..], &[0xC3, 0xA9]]);
         let col = MainColumn::from_array_with(&halves, Some(force)).unwrap();
         let bytes = encode_main(&Main::new(3, vec![col]));

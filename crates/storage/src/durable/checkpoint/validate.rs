@@ -41,7 +41,10 @@ pub(super) fn check_dictionary(offsets: &[u32], bytes: &[u8], utf8: bool) -> Res
         return Err((0, "the dictionary offsets do not start at 0".into()));
     }
     if let Some(i) = offsets.windows(2).position(|w| w[0] > w[1] || w[1] as usize > bytes.len()) {
-        return Err((i + 1, format!("dictionary offset {} is below the one before or past the {} bytes", i + 1, bytes.len())));
+        return Err((
+            i + 1,
+            format!("dictionary offset {} is below the one before or past the {} bytes", i + 1, bytes.len()),
+        ));
     }
     let last = offsets.len() - 1;
     if offsets[last] as usize != bytes.len() {
@@ -155,13 +158,18 @@ impl Expect<'_> {
 
 /// Checks the values of an encoding whose structure
 /// [`super::read_encoding`] checked.
-pub(super) fn check_values(encoding: &Encoding, physical: PhysicalType, utf8: bool, e: &Expect<'_>) -> Result<(), Fault> {
+pub(super) fn check_values(
+    encoding: &Encoding,
+    physical: PhysicalType,
+    utf8: bool,
+    e: &Expect<'_>,
+) -> Result<(), Fault> {
     let (lo, hi) = key_domain(physical);
     let in_domain = |block: usize, min: u64, max: u64| {
         if min < lo || max > hi {
-            return Err(e.fault(format!(
-                "block {block} holds keys {min}..={max}, outside the {physical:?} keys {lo}..={hi}"
-            )));
+            return Err(
+                e.fault(format!("block {block} holds keys {min}..={max}, outside the {physical:?} keys {lo}..={hi}"))
+            );
         }
         Ok(())
     };
@@ -187,7 +195,11 @@ pub(super) fn check_values(encoding: &Encoding, physical: PhysicalType, utf8: bo
             }
             walk_packed(d.codes(), e, |b, deltas, reference, (min, max)| {
                 if reference + max >= values.len() as u64 {
-                    return Err(e.fault(format!("block {b} has code {}, the dictionary {} values", reference + max, values.len())));
+                    return Err(e.fault(format!(
+                        "block {b} has code {}, the dictionary {} values",
+                        reference + max,
+                        values.len()
+                    )));
                 }
                 e.zone(b, deltas, (min, max), |d| values[(reference + d) as usize])
             })
@@ -245,7 +257,9 @@ pub(super) fn check_values(encoding: &Encoding, physical: PhysicalType, utf8: bo
             let mut used = vec![0u64; d.dict_len().div_ceil(64)];
             walk_packed(d.codes(), e, |b, deltas, reference, (min, max)| {
                 if reference + max >= entries {
-                    return Err(e.fault(format!("block {b} has code {}, the dictionary {entries} entries", reference + max)));
+                    return Err(
+                        e.fault(format!("block {b} has code {}, the dictionary {entries} entries", reference + max))
+                    );
                 }
                 for &delta in deltas {
                     let code = reference + delta;
@@ -339,9 +353,9 @@ fn check_plain(p: &StrPlain, utf8: bool, e: &Expect<'_>) -> Result<(), Fault> {
         let first = reference + deltas[0];
         let from = if b == 0 { first == 0 } else { first >= prev };
         if !from || !ascending(deltas) || reference + max > total {
-            return Err(e.fault(format!(
-                "the string offsets of block {b} do not ascend from 0 within the {total} bytes"
-            )));
+            return Err(
+                e.fault(format!("the string offsets of block {b} do not ascend from 0 within the {total} bytes"))
+            );
         }
         if text.is_some_and(|t| !deltas.iter().all(|&d| t.is_char_boundary((reference + d) as usize))) {
             return Err(e.fault(format!("a string offset of block {b} splits a UTF-8 character")));
@@ -378,7 +392,9 @@ fn walk_packed(
             if frame.width < 64 { small_stats(&deltas[..n]) } else { stats(&deltas[..n]) }
         };
         if sum != frame.delta_sum {
-            return Err(e.fault(format!("frame {b} records a delta sum of {}, its deltas sum to {sum}", frame.delta_sum)));
+            return Err(
+                e.fault(format!("frame {b} records a delta sum of {}, its deltas sum to {sum}", frame.delta_sum))
+            );
         }
         if frame.reference.checked_add(max).is_none() {
             return Err(e.fault(format!("the values of block {b} wrap past u64::MAX")));
