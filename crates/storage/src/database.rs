@@ -1,22 +1,39 @@
-//! The catalog: named tables and the background rebuild worker they share,
-//! in memory or backed by a data directory.
+//! The catalog: named tables and the background worker they share, in
+//! memory or backed by a data directory.
+//!
+//! ```text
+//!   Database ── tables: RwLock<name → Table>     creates, drops, lookups
+//!            ├─ background worker                shard rebuilds
+//!            └─ durable (a data directory)       what recovery handed over:
+//!                                                the log every table writes
+//!                                                to, checkpoints
+//! ```
+//!
+//! The catalog sits on top of storage: opening a data directory recovers
+//! its tables (`durable::store::recover`) and the catalog composes them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, Weak};
+use std::time::Duration;
 
 use arrow_schema::Schema;
 
+use crate::background::Background;
+use crate::change::TableLog;
 use crate::durable::io::{FileSystem, StorageIo};
 use crate::durable::lock::DirLock;
 use crate::durable::record::LogRecord;
-use crate::durable::store::{self, Durable, DurableOptions, RecoveryReport};
+use crate::durable::store::{self, Cut, Durable, DurableOptions, RecoveryReport, TableCut};
 use crate::durable::wal::LogStats;
 use crate::error::{Error, Result};
-use crate::rebuild::RebuildQueue;
-use crate::table::{Table, TableLog, TableOptions};
-use crate::types::TableSchema;
+use crate::rebuild;
+use crate::state::TableOptions;
+use crate::table::Table;
+
+/// How often the checkpoint thread looks at the log's growth.
+const CHECKPOINT_POLL: Duration = Duration::from_millis(100);
 
 /// A quiverdb database: a catalog of tables. Cheap to clone; clones share it.
 ///
@@ -24,17 +41,17 @@ use crate::types::TableSchema;
 /// it in a data directory, logging every change before acknowledging it.
 #[derive(Debug, Clone)]
 pub struct Database {
-    pub(crate) inner: Arc<DbInner>,
+    inner: Arc<DbInner>,
 }
 
-#[derive(Debug)]
-pub(crate) struct DbInner {
-    pub(crate) tables: RwLock<BTreeMap<String, Table>>,
+#[derive(Debug, Default)]
+struct DbInner {
+    tables: RwLock<BTreeMap<String, Table>>,
     /// Bumped whenever a table is created, replaced or dropped.
     catalog_version: AtomicU64,
-    pub(crate) rebuilds: RebuildQueue,
+    background: Background,
     /// Set once a data directory is open (after recovery).
-    pub(crate) durable: OnceLock<Durable>,
+    durable: OnceLock<Durable>,
 }
 
 impl Default for Database {
@@ -44,16 +61,10 @@ impl Default for Database {
 }
 
 impl Database {
-    /// An empty in-memory database with its background rebuild worker.
+    /// An empty in-memory database. Its background worker (one thread)
+    /// starts with the first background rebuild.
     pub fn new() -> Self {
-        Self {
-            inner: Arc::new(DbInner {
-                tables: RwLock::new(BTreeMap::new()),
-                catalog_version: AtomicU64::new(0),
-                rebuilds: RebuildQueue::start(),
-                durable: OnceLock::new(),
-            }),
-        }
+        Self { inner: Arc::new(DbInner::default()) }
     }
 
     /// Opens the data directory `dir` (creating it if needed): takes its
@@ -65,16 +76,42 @@ impl Database {
     /// dropped and reported in [`Database::recovery`].
     pub fn open(dir: impl AsRef<Path>, options: DurableOptions) -> Result<Self> {
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::Io { path: dir.display().to_string(), message: e.to_string() })?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let lock = DirLock::acquire(dir)?;
-        store::open(Arc::new(FileSystem), dir, options, Some(lock))
+        Self::open_through(Arc::new(FileSystem), dir, options, Some(lock))
     }
 
-    /// [`Database::open`] through `io` (for tests that inject faults), with
-    /// no directory lock.
-    pub fn open_with_io(io: Arc<dyn StorageIo>, dir: impl AsRef<Path>, options: DurableOptions) -> Result<Self> {
-        store::open(io, dir.as_ref(), options, None)
+    /// Opens `dir` through `io`, holding `lock` while it is open.
+    pub(crate) fn open_through(
+        io: Arc<dyn StorageIo>,
+        dir: &Path,
+        options: DurableOptions,
+        lock: Option<DirLock>,
+    ) -> Result<Self> {
+        let mut inner = DbInner::default();
+        inner.background.pause(true);
+        let recovered = store::recover(io, dir, options, lock, &inner.background)?;
+        inner.background.pause(false);
+        for table in recovered.tables.values() {
+            if table.options().background_rebuild {
+                for shard in table.core().state().shards.iter() {
+                    if table.options().needs_rebuild(shard) {
+                        rebuild::schedule(table.core(), &shard.data);
+                    }
+                }
+            }
+        }
+        *inner.tables.get_mut().map_err(|_| poisoned())? = recovered.tables;
+        inner.durable.set(recovered.durable).map_err(|_| Error::Internal("a database was opened twice".into()))?;
+        let db = Self { inner: Arc::new(inner) };
+        if options.checkpoint_bytes > 0 {
+            let weak = Arc::downgrade(&db.inner);
+            std::thread::Builder::new()
+                .name("quiverdb-checkpoint".into())
+                .spawn(move || background_checkpoints(&weak, options.checkpoint_bytes))
+                .map_err(|e| Error::io(dir, e))?;
+        }
+        Ok(db)
     }
 
     /// True for a database backed by a data directory.
@@ -90,7 +127,7 @@ impl Database {
     /// What the write-ahead log has done since the database was opened
     /// (`None` in memory).
     pub fn log_stats(&self) -> Option<LogStats> {
-        self.durable().and_then(|d| d.wal.stats().ok())
+        self.durable().and_then(|d| d.log_stats().ok())
     }
 
     /// What opening the data directory found (`None` in memory).
@@ -103,7 +140,7 @@ impl Database {
     /// no-op in memory. A failure makes the database read-only.
     pub fn checkpoint(&self) -> Result<()> {
         match self.durable() {
-            Some(durable) => store::checkpoint(self, durable),
+            Some(durable) => durable.checkpoint(|durable| self.cut(durable)),
             None => Ok(()),
         }
     }
@@ -120,24 +157,42 @@ impl Database {
         self.inner.durable.get()
     }
 
-    fn tables(&self) -> Result<std::sync::RwLockReadGuard<'_, BTreeMap<String, Table>>> {
+    fn tables(&self) -> Result<RwLockReadGuard<'_, BTreeMap<String, Table>>> {
         self.inner.tables.read().map_err(|_| poisoned())
+    }
+
+    /// A consistent cut: every table's state and the log position they
+    /// reflect. Creates and drops log under the catalog lock, commits and
+    /// rebuilds under their table's writer lock; holding all of them,
+    /// nothing can log.
+    fn cut(&self, durable: &Durable) -> Result<Cut> {
+        let catalog = self.tables()?;
+        let mut guards = Vec::with_capacity(catalog.len());
+        let mut tables = Vec::with_capacity(catalog.len());
+        for table in catalog.values() {
+            let writer = table.core().lock()?;
+            tables.push(TableCut {
+                name: table.name().to_string(),
+                uid: writer.uid(),
+                schema: Arc::clone(table.arrow_schema()),
+                options: table.options().clone(),
+                next_shard_id: writer.next_shard_id(),
+                state: table.core().state(),
+            });
+            guards.push(writer);
+        }
+        let (lsn, log_bytes) = durable.log_position()?;
+        Ok(Cut { lsn, log_bytes, tables })
     }
 
     /// Creates a table. Fails if the name is taken, the schema has
     /// unsupported types or duplicate columns, or an option is out of range.
     pub fn create_table(&self, name: &str, schema: &Schema, options: TableOptions) -> Result<Table> {
-        if name.is_empty() {
-            return Err(Error::InvalidSchema("a table name cannot be empty".into()));
-        }
-        options.validate()?;
-        let key: Vec<&str> = options.primary_key.iter().map(String::as_str).collect();
-        let schema = TableSchema::try_new(schema, &key)?;
+        let table = Table::create(name, schema, options, self.inner.background.clone())?;
         let mut tables = self.inner.tables.write().map_err(|_| poisoned())?;
         if tables.contains_key(name) {
             return Err(Error::TableExists(name.into()));
         }
-        let table = Table::new(name.into(), schema, options, self.inner.rebuilds.clone());
         let lsn = self.log_creation(&table, false)?;
         tables.insert(name.into(), table.clone());
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
@@ -147,13 +202,13 @@ impl Database {
     }
 
     /// For a durable database, logs the creation of `table` with what its
-    /// fill captured and switches it to the log; the LSN to commit. Called
-    /// with the catalog lock held.
+    /// fill captured and switches it to the log; the log position to
+    /// commit. Called with the catalog lock held.
     fn log_creation(&self, table: &Table, replace: bool) -> Result<Option<u64>> {
         let Some(durable) = self.durable() else { return Ok(None) };
-        let mut writer = table.inner.writer.lock().map_err(|_| poisoned())?;
-        let fill = match std::mem::take(&mut writer.log) {
-            TableLog::Capture(records) => records,
+        let mut writer = table.core().lock()?;
+        let fill = match writer.replace_log(TableLog::Off) {
+            TableLog::Capture(changes) => changes,
             _ => Vec::new(),
         };
         let record = LogRecord::CreateTable {
@@ -164,15 +219,15 @@ impl Database {
             fill,
         };
         let lsn = durable.append(&record)?;
-        writer.log = TableLog::Wal(durable.wal.clone());
-        writer.uid = lsn;
+        writer.replace_log(TableLog::On(durable.change_log()));
+        writer.set_uid(lsn);
         Ok(Some(lsn))
     }
 
     /// Waits until the change logged at `lsn` is durable.
     fn commit(&self, lsn: Option<u64>) -> Result<()> {
         match (self.durable(), lsn) {
-            (Some(durable), Some(lsn)) => durable.wal.commit(lsn),
+            (Some(durable), Some(lsn)) => durable.commit(lsn),
             _ => Ok(()),
         }
     }
@@ -190,19 +245,13 @@ impl Database {
         replace: bool,
         fill: impl FnOnce(&Table) -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
-        if name.is_empty() {
-            return Err(Error::InvalidSchema("a table name cannot be empty".into()).into());
-        }
-        if !replace && self.contains_table(name) {
+        if !name.is_empty() && !replace && self.contains_table(name) {
             return Err(Error::TableExists(name.into()).into());
         }
-        options.validate()?;
-        let key: Vec<&str> = options.primary_key.iter().map(String::as_str).collect();
-        let schema = TableSchema::try_new(schema, &key)?;
-        let table = Table::new(name.into(), schema, options, self.inner.rebuilds.clone());
+        let table = Table::create(name, schema, options, self.inner.background.clone())?;
         if self.durable().is_some() {
             // Its changes are logged with its creation.
-            table.inner.writer.lock().map_err(|_| poisoned())?.log = TableLog::Capture(Vec::new());
+            table.core().lock()?.replace_log(TableLog::Capture(Vec::new()));
         }
         let out = fill(&table)?;
         let mut tables = self.inner.tables.write().map_err(|_| poisoned())?;
@@ -213,14 +262,13 @@ impl Database {
         // Hold the replaced table's writer lock so none of its changes is
         // logged after the creation that replaces it.
         let old_writer = match &old {
-            Some(old) => Some(old.inner.writer.lock().map_err(|_| poisoned())?),
+            Some(old) => Some(old.core().lock()?),
             None => None,
         };
         let lsn = self.log_creation(&table, replace)?;
-        if let Some(old) = &old {
-            old.inner.dropped.store(true, Ordering::Release);
+        if let Some(mut writer) = old_writer {
+            writer.mark_dropped();
         }
-        drop(old_writer);
         tables.insert(name.into(), table);
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
         drop(tables);
@@ -250,12 +298,12 @@ impl Database {
         let table = tables.get(name).cloned().ok_or_else(|| Error::TableNotFound(name.into()))?;
         // Take the writer lock so no transaction is half-way through (and
         // none is logged after the drop).
-        let writer = table.inner.writer.lock().map_err(|_| poisoned())?;
+        let mut writer = table.core().lock()?;
         let lsn = match self.durable() {
             Some(durable) => Some(durable.append(&LogRecord::DropTable { name: name.into() })?),
             None => None,
         };
-        table.inner.dropped.store(true, Ordering::Release);
+        writer.mark_dropped();
         drop(writer);
         tables.remove(name);
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
@@ -278,7 +326,27 @@ impl Database {
 
     /// Blocks until no background rebuild is queued or running.
     pub fn wait_for_background_rebuilds(&self) {
-        self.inner.rebuilds.wait_idle();
+        self.inner.background.wait_idle();
+    }
+}
+
+/// The checkpoint thread: checkpoints whenever the log has grown by
+/// `every` bytes, while the database is open.
+fn background_checkpoints(db: &Weak<DbInner>, every: u64) {
+    loop {
+        std::thread::sleep(CHECKPOINT_POLL);
+        let Some(inner) = db.upgrade() else { return };
+        let db = Database { inner };
+        let Some(durable) = db.durable() else { return };
+        match durable.checkpoint_due(every) {
+            Ok(true) => {
+                if db.checkpoint().is_err() {
+                    return; // the database is read-only now
+                }
+            }
+            Ok(false) => {}
+            Err(_) => return,
+        }
     }
 }
 

@@ -4,6 +4,8 @@
 //! distinct variants from [`Error::Internal`], which always means a bug in
 //! quiverdb.
 
+use std::path::{Path, PathBuf};
+
 use arrow_schema::{ArrowError, DataType};
 
 /// The result type of quiverdb-storage.
@@ -119,24 +121,27 @@ pub enum Error {
     Arrow(#[from] ArrowError),
 
     /// A file of the data directory could not be read or written.
-    #[error("I/O error on {path}: {message}")]
+    #[error("I/O error on {}{}: {source}", path.display(), offset.map(|o| format!(" at byte {o}")).unwrap_or_default())]
     Io {
         /// The file or directory.
-        path: String,
+        path: PathBuf,
+        /// Where in the file, when the operation had a position.
+        offset: Option<u64>,
         /// What the operating system reported.
-        message: String,
+        #[source]
+        source: std::io::Error,
     },
 
     /// A file of the data directory is damaged before its end (not a
     /// write cut short by a crash): quiverdb refuses to guess.
-    #[error("{path} is damaged at byte {offset}: {reason}")]
+    #[error("{} is damaged at byte {offset}: {what}", file.display())]
     Corrupt {
         /// The file.
-        path: String,
+        file: PathBuf,
         /// Where the damage starts.
         offset: u64,
         /// What is wrong there.
-        reason: String,
+        what: String,
     },
 
     /// Another process (or another open database in this one) holds the
@@ -149,13 +154,20 @@ pub enum Error {
         holder: String,
     },
 
-    /// An earlier write or sync of the log failed, so nothing more is
-    /// accepted: whether it reached the disk is unknown. Restart to
-    /// recover from what is durable.
+    /// An earlier write or sync of the log (or a checkpoint) failed, so
+    /// nothing more is accepted: whether it reached the disk is unknown.
+    /// Restart to recover from what is durable.
     #[error("the database is read-only after a failed log write ({0}); restart it to recover")]
     ReadOnly(String),
 
     /// An invariant was violated: this is a bug in quiverdb.
     #[error("internal error (this is a bug in quiverdb, please report it): {0}")]
     Internal(String),
+}
+
+impl Error {
+    /// An I/O error on `path`.
+    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
+        Error::Io { path: path.as_ref().to_path_buf(), offset: None, source }
+    }
 }

@@ -57,18 +57,20 @@
 //! It evaluates no predicates and runs no queries: filtering, aggregation
 //! and ordered scans live in `quiverdb-mapreducer` and `quiverdb-scan`,
 //! SQL in `quiverdb-server`. Data lives in memory; a database opened on a
-//! data directory ([`Database::open`], see [`durable`]) also logs every
-//! change and checkpoints its shards, so it survives crashes. Primary keys
-//! are enforced without an index: each commit checks its new keys against
-//! the zone-pruned live rows.
+//! data directory ([`Database::open`], with [`DurableOptions`]) also logs
+//! every change and checkpoints its shards, so it survives crashes. Primary
+//! keys are enforced without an index: each commit checks its new keys
+//! against the zone-pruned live rows.
 
 // `main` is main storage (as opposed to the delta), not a binary's entry point.
 #![allow(special_module_name)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod background;
+mod change;
 mod database;
 pub mod delta;
-pub mod durable;
+mod durable;
 mod error;
 mod ingest;
 pub mod main;
@@ -78,7 +80,10 @@ mod pk;
 mod rebuild;
 mod shard;
 mod snapshot;
+mod state;
 mod table;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod types;
 
 pub use database::Database;
@@ -89,9 +94,8 @@ pub use error::{Error, Result};
 pub use main::{BLOCK_SIZE, EncodingKind, MainColumn};
 pub use memory::{ColumnMemory, EncodingUsage, MemoryUsage};
 pub use output::primitive_array;
-pub use shard::{DeleteSet, RecId, ShardId};
+pub use shard::{DeleteSet, ShardId};
 pub use snapshot::{ShardSnapshot, TableSnapshot};
-pub use table::{
-    DEFAULT_REBUILD_DEAD_FRACTION, DEFAULT_SHARD_CAPACITY, MAX_SHARD_CAPACITY, Table, TableOptions, Transaction,
-};
-pub use types::{PhysicalType, TableSchema, Value};
+pub use state::{DEFAULT_REBUILD_DEAD_FRACTION, DEFAULT_SHARD_CAPACITY, MAX_SHARD_CAPACITY, TableOptions};
+pub use table::{Table, Transaction};
+pub use types::{PhysicalType, RecId, TableSchema, Value};

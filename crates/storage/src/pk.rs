@@ -29,9 +29,8 @@ use hashbrown::HashSet;
 
 use crate::error::{Error, Result};
 use crate::main::BLOCK_SIZE;
-use crate::shard::RecId;
 use crate::snapshot::ShardSnapshot;
-use crate::types::{KeyNative, PhysicalType, TableSchema, with_native};
+use crate::types::{KeyNative, PhysicalType, RecId, TableSchema, with_native};
 
 /// One key column's values in a form rows can be read from.
 enum KeyValues<'a> {

@@ -19,112 +19,44 @@
 //! A rebuilt shard left with no live rows is removed, unless it is the
 //! last (append) shard.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use arrow_array::ArrayRef;
 use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
 
+use crate::change::TableChange;
 use crate::delta::Delta;
-use crate::durable::record::LogRecord;
 use crate::error::{Error, Result};
 use crate::main::decode::Rows;
 use crate::main::{Main, MainColumn};
 use crate::shard::{DeleteSet, ShardData, ShardId, ShardState};
 use crate::snapshot::ShardSnapshot;
-use crate::table::TableInner;
+use crate::state::TableCore;
 
-struct Job {
-    table: Weak<TableInner>,
-    shard: ShardId,
-}
-
-/// Jobs queued or running, with a condition variable to wait for zero.
-#[derive(Debug, Default)]
-struct Pending {
-    count: Mutex<usize>,
-    idle: Condvar,
-}
-
-/// The handle tables use to queue background rebuilds. The worker thread
-/// lives while any handle does.
-#[derive(Debug, Clone)]
-pub(crate) struct RebuildQueue {
-    tx: mpsc::Sender<Job>,
-    pending: Arc<Pending>,
-    /// Set while a log is replayed: replay makes exactly the rebuilds the
-    /// log holds, and no others.
-    paused: Arc<AtomicBool>,
-}
-
-impl std::fmt::Debug for Job {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Job(shard {})", self.shard)
+/// Queues a background rebuild of `data`, a shard version of `table`,
+/// unless one is queued already (or the database's worker is paused).
+pub(crate) fn schedule(table: &TableCore, data: &Arc<ShardData>) {
+    if data.rebuild_queued.swap(true, Ordering::AcqRel) {
+        return;
     }
-}
-
-impl RebuildQueue {
-    /// Starts the background worker: one thread per database, which on a
-    /// 2-core machine leaves a core for foreground work.
-    pub(crate) fn start() -> Self {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let pending = Arc::new(Pending::default());
-        let worker_pending = Arc::clone(&pending);
-        std::thread::Builder::new()
-            .name("quiverdb-rebuild".into())
-            .spawn(move || {
-                for job in rx {
-                    if let Some(table) = job.table.upgrade()
-                        && let Err(e) = rebuild_shard(&table, job.shard, false)
-                    {
-                        table.rebuild_failures.fetch_add(1, Ordering::Relaxed);
-                        if let Ok(mut last) = table.last_rebuild_error.lock() {
-                            *last = Some(e.to_string());
-                        }
-                    }
-                    let mut count = worker_pending.count.lock().unwrap_or_else(|e| e.into_inner());
-                    *count -= 1;
-                    if *count == 0 {
-                        worker_pending.idle.notify_all();
-                    }
-                }
-            })
-            .expect("spawning the rebuild thread");
-        Self { tx, pending, paused: Arc::default() }
-    }
-
-    /// Stops (`true`) or resumes queuing background rebuilds.
-    pub(crate) fn pause(&self, paused: bool) {
-        self.paused.store(paused, Ordering::Release);
-    }
-
-    /// Queues a rebuild of `data` unless one is already queued.
-    pub(crate) fn schedule(&self, table: &Weak<TableInner>, data: &Arc<ShardData>) {
-        if self.paused.load(Ordering::Acquire) || data.rebuild_queued.swap(true, Ordering::AcqRel) {
-            return;
+    let (weak, shard) = (table.weak(), data.id);
+    let job = Box::new(move || {
+        if let Some(table) = weak.upgrade()
+            && let Err(e) = rebuild_shard(&table, shard, false)
+        {
+            table.record_rebuild_failure(&e);
         }
-        *self.pending.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        if self.tx.send(Job { table: table.clone(), shard: data.id }).is_err() {
-            data.rebuild_queued.store(false, Ordering::Release);
-            let mut count = self.pending.count.lock().unwrap_or_else(|e| e.into_inner());
-            *count -= 1;
-        }
-    }
-
-    /// Blocks until no background rebuild is queued or running.
-    pub(crate) fn wait_idle(&self) {
-        let mut count = self.pending.count.lock().unwrap_or_else(|e| e.into_inner());
-        while *count > 0 {
-            count = self.pending.idle.wait(count).unwrap_or_else(|e| e.into_inner());
-        }
+    });
+    if !table.background().submit(job) {
+        data.rebuild_queued.store(false, Ordering::Release);
     }
 }
 
 /// Rebuilds every shard of `table` that has delta rows or deletions, on all
 /// cores, and returns when they are done.
-pub(crate) fn rebuild_table(table: &TableInner) -> Result<()> {
-    let state = table.state.load_full();
+pub(crate) fn rebuild_table(table: &TableCore) -> Result<()> {
+    let state = table.state();
     let ids: Vec<ShardId> =
         state.shards.iter().filter(|s| s.delta_len > 0 || s.deleted() > 0).map(|s| s.data.id).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(ids.len());
@@ -154,12 +86,12 @@ pub(crate) fn rebuild_table(table: &TableInner) -> Result<()> {
 /// Rebuilds shard `id`. With `thorough`, a shard that another rebuild
 /// replaced meanwhile is rebuilt again if it still has delta rows or
 /// deletions (so the caller knows the shard is compact when this returns).
-pub(crate) fn rebuild_shard(table: &TableInner, id: ShardId, thorough: bool) -> Result<()> {
+pub(crate) fn rebuild_shard(table: &TableCore, id: ShardId, thorough: bool) -> Result<()> {
     loop {
         let Some(data) = current_data(table, id) else { return Ok(()) };
         let _rebuilding = data.rebuild_lock.lock().map_err(|_| Error::Internal("a rebuild panicked".into()))?;
         data.rebuild_queued.store(false, Ordering::Release);
-        let state = table.state.load_full();
+        let state = table.state();
         let Some(pos) = state.shards.position(id) else { return Ok(()) };
         let snap = state.shards.get(pos).clone();
         if !Arc::ptr_eq(&snap.data, &data) {
@@ -177,25 +109,26 @@ pub(crate) fn rebuild_shard(table: &TableInner, id: ShardId, thorough: bool) -> 
 }
 
 /// Main storage holding the live rows of `snap`, in order.
-fn build_main(table: &TableInner, snap: &ShardState) -> Result<Main> {
-    let batch = ShardSnapshot::new(snap, &table.schema).to_record_batch(None)?;
+fn build_main(table: &TableCore, snap: &ShardState) -> Result<Main> {
+    let batch = ShardSnapshot::new(snap, table.schema()).to_record_batch(None)?;
     let columns = batch.columns().iter().map(|a| MainColumn::from_array(a.as_ref())).collect::<Result<Vec<_>>>()?;
     Ok(Main::new(batch.num_rows(), columns))
 }
 
-/// Replays a logged rebuild ([`LogRecord::Rebuild`]): rebuilds shard
+/// Replays a logged rebuild ([`TableChange::Rebuild`]): rebuilds shard
 /// `shard`, which must be at `version`, from the snapshot of it with
 /// `delta_len` delta rows and `deleted` dead, exactly as the original did.
 pub(crate) fn replay_rebuild(
-    table: &TableInner,
+    table: &TableCore,
     shard: ShardId,
     version: u64,
     delta_len: usize,
     deleted: &[u32],
 ) -> Result<()> {
-    let mismatch =
-        |what: String| Error::Internal(format!("the log rebuilds shard {shard} of table '{}', but {what}", table.name));
-    let state = table.state.load_full();
+    let mismatch = |what: String| {
+        Error::Internal(format!("the log rebuilds shard {shard} of table '{}', but {what}", table.name()))
+    };
+    let state = table.state();
     let pos = state.shards.position(shard).ok_or_else(|| mismatch("the table has no such shard".into()))?;
     let cur = state.shards.get(pos);
     if cur.data.version != version {
@@ -215,20 +148,19 @@ pub(crate) fn replay_rebuild(
     publish(table, &snap, main)
 }
 
-fn current_data(table: &TableInner, id: ShardId) -> Option<Arc<ShardData>> {
-    let state = table.state.load();
+fn current_data(table: &TableCore, id: ShardId) -> Option<Arc<ShardData>> {
+    let state = table.state();
     state.shards.position(id).map(|p| Arc::clone(&state.shards.get(p).data))
 }
 
 /// Step 3: carry over what changed since `snap`, publish the new version.
-fn publish(table: &TableInner, snap: &ShardState, main: Main) -> Result<()> {
+fn publish(table: &TableCore, snap: &ShardState, main: Main) -> Result<()> {
     let data = &snap.data;
-    let mut writer =
-        table.writer.lock().map_err(|_| Error::Internal(format!("a writer of table '{}' panicked", table.name)))?;
-    if table.dropped.load(Ordering::Acquire) {
+    let mut writer = table.lock()?;
+    if table.is_dropped() {
         return Ok(()); // nothing reads it any more, and it must not be logged
     }
-    let state = table.state.load_full();
+    let state = table.state();
     let Some(pos) = state.shards.position(data.id) else {
         return Ok(()); // truncated meanwhile
     };
@@ -236,26 +168,23 @@ fn publish(table: &TableInner, snap: &ShardState, main: Main) -> Result<()> {
     if !Arc::ptr_eq(&cur.data, data) {
         return Err(Error::Internal(format!("shard {} was replaced while its rebuild held the rebuild lock", data.id)));
     }
+    let schema = table.schema();
     let new_rows = main.rows();
     let carried = cur.delta_len - snap.delta_len;
-    let delta = Delta::new(&table.schema, data.capacity - new_rows);
+    let delta = Delta::new(schema, data.capacity - new_rows);
     if carried > 0 {
-        let arrays = (0..table.schema.len())
+        let arrays = (0..schema.len())
             .map(|c| data.delta.column(c).decode(cur.delta_len, Rows::Range(snap.delta_len, carried)))
             .collect::<Result<Vec<ArrayRef>>>()?;
         delta.write_batch(0, &arrays, 0, carried)?;
     }
     let deletes = carry_deletes(snap, cur, new_rows)?;
     let live = new_rows + carried - deletes.as_ref().map_or(0, DeleteSet::count);
-    if writer.log.is_on() {
+    if writer.log().is_on() {
         let deleted = snap.deletes.as_ref().map_or_else(Vec::new, |d| d.ids(snap.rows()));
-        writer.log.write(LogRecord::Rebuild {
-            table: table.name.clone(),
-            shard: data.id.0,
-            version: data.version,
-            delta_len: snap.delta_len as u32,
-            deleted,
-        })?;
+        let change =
+            TableChange::Rebuild { shard: data.id.0, version: data.version, delta_len: snap.delta_len as u32, deleted };
+        writer.log_mut().write(table.name(), change)?;
     }
     let new_data = Arc::new(ShardData::new(data.id, data.version + 1, data.capacity, main, delta));
     new_data.delta.commit(carried);
@@ -265,7 +194,7 @@ fn publish(table: &TableInner, snap: &ShardState, main: Main) -> Result<()> {
     } else {
         *next.shards.get_mut(pos) = ShardState { data: new_data, delta_len: carried, deletes };
     }
-    table.state.store(Arc::new(next));
+    writer.publish(next);
     Ok(())
 }
 

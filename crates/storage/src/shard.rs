@@ -20,9 +20,7 @@ use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
 
 use crate::delta::Delta;
 use crate::main::Main;
-
-/// A record id: the position of a row within one shard version.
-pub type RecId = u32;
+use crate::types::RecId;
 
 /// A shard's identity; stable across rebuilds of the shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

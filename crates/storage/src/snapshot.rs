@@ -18,8 +18,9 @@ use crate::delta::Delta;
 use crate::error::{Error, Result};
 use crate::main::Main;
 use crate::main::decode::Rows;
-use crate::shard::{DeleteSet, RecId, ShardId, ShardState};
-use crate::table::TableState;
+use crate::shard::{DeleteSet, ShardId, ShardState};
+use crate::state::TableState;
+use crate::types::RecId;
 use crate::types::TableSchema;
 
 /// A consistent view of all shards of a table.

@@ -8,7 +8,7 @@
 //!                               │   past the committed length  │   = one pointer
 //!                               ├ deletes: copy-on-write sets  ▼
 //!                               └ commit: delta.commit(len),  TableSnapshot
-//!                                  then state.store(new) ────▶ (Arc<TableState>)
+//!                                  then publish(new) ────────▶ (Arc<TableState>)
 //! ```
 //!
 //! All of a transaction (a multi-shard append, an update's delete and
@@ -18,169 +18,25 @@
 //! and takes it only to carry over what changed meanwhile and publish.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_buffer::BooleanBufferBuilder;
-use arrow_schema::SchemaRef;
+use arrow_schema::{Schema, SchemaRef};
 
+use crate::background::Background;
+use crate::change::{ShardDeletes, TableChange};
 use crate::delta::Delta;
-use crate::durable::record::{LogRecord, ShardDeletes};
-use crate::durable::wal::Wal;
 use crate::error::{Error, Result};
 use crate::ingest::{encode_value, validate_batch};
 use crate::main::Main;
 use crate::main::decode::Rows;
 use crate::pk::PendingKeys;
-use crate::rebuild::{self, RebuildQueue};
-use crate::shard::{DeleteSet, RecId, ShardData, ShardId, ShardList, ShardState};
+use crate::rebuild;
+use crate::shard::{DeleteSet, ShardData, ShardId, ShardList, ShardState};
 use crate::snapshot::TableSnapshot;
-use crate::types::{TableSchema, Value};
-
-/// Default maximum rows per shard (MemCP's shard size: big enough that
-/// per-shard overheads vanish, small enough that a rebuild takes ~10 ms).
-pub const DEFAULT_SHARD_CAPACITY: usize = 65_536;
-
-/// Default fraction of deleted rows at which a shard is rebuilt: above it a
-/// scan spends more than a fifth of its work skipping dead rows.
-pub const DEFAULT_REBUILD_DEAD_FRACTION: f64 = 0.2;
-
-/// Largest shard capacity: record ids are `u32`.
-pub const MAX_SHARD_CAPACITY: usize = 1 << 31;
-
-/// Settings of a table.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TableOptions {
-    /// Maximum rows per shard.
-    pub shard_capacity: usize,
-    /// Fraction of deleted rows (0..=1) at which a shard is rebuilt.
-    pub rebuild_dead_fraction: f64,
-    /// Rebuild full or mostly-dead shards in the background. When false,
-    /// shards change only through [`Table::rebuild`].
-    pub background_rebuild: bool,
-    /// Primary key columns (recorded, and made NOT NULL; uniqueness is not
-    /// enforced by the storage layer).
-    pub primary_key: Vec<String>,
-}
-
-impl Default for TableOptions {
-    fn default() -> Self {
-        Self {
-            shard_capacity: DEFAULT_SHARD_CAPACITY,
-            rebuild_dead_fraction: DEFAULT_REBUILD_DEAD_FRACTION,
-            background_rebuild: true,
-            primary_key: Vec::new(),
-        }
-    }
-}
-
-impl TableOptions {
-    /// Sets the shard capacity.
-    pub fn with_shard_capacity(mut self, capacity: usize) -> Self {
-        self.shard_capacity = capacity;
-        self
-    }
-
-    /// Sets the dead fraction that triggers a rebuild.
-    pub fn with_rebuild_dead_fraction(mut self, fraction: f64) -> Self {
-        self.rebuild_dead_fraction = fraction;
-        self
-    }
-
-    /// Enables or disables background rebuilds.
-    pub fn with_background_rebuild(mut self, enabled: bool) -> Self {
-        self.background_rebuild = enabled;
-        self
-    }
-
-    /// Declares the primary key.
-    pub fn with_primary_key<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
-        self.primary_key = columns.into_iter().map(Into::into).collect();
-        self
-    }
-
-    pub(crate) fn validate(&self) -> Result<()> {
-        if self.shard_capacity == 0 || self.shard_capacity > MAX_SHARD_CAPACITY {
-            return Err(Error::InvalidOption {
-                option: "shard_capacity",
-                reason: format!("must be in 1..={MAX_SHARD_CAPACITY}, got {}", self.shard_capacity),
-            });
-        }
-        if !(self.rebuild_dead_fraction > 0.0 && self.rebuild_dead_fraction <= 1.0) {
-            return Err(Error::InvalidOption {
-                option: "rebuild_dead_fraction",
-                reason: format!("must be in (0, 1], got {}", self.rebuild_dead_fraction),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// The published state of a table: its shards, each at a delta length and
-/// deletion set. Immutable; replaced whole by every commit.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct TableState {
-    pub(crate) shards: ShardList,
-}
-
-/// What the writer lock protects.
-#[derive(Debug)]
-pub(crate) struct Writer {
-    pub(crate) next_shard_id: u64,
-    pub(crate) log: TableLog,
-    /// Names the table's checkpoint files: the LSN of the record that
-    /// created it (0 for a table that is not durable).
-    pub(crate) uid: u64,
-}
-
-/// Where a table's changes are logged. Records are written under the
-/// writer lock, so the log holds a table's changes in the order they
-/// were published.
-#[derive(Debug, Default)]
-pub(crate) enum TableLog {
-    /// Not logged: an in-memory database, or a table being replayed.
-    #[default]
-    Off,
-    /// Kept until the table is published, then logged with its creation
-    /// (see [`crate::Database::create_table_with`]).
-    Capture(Vec<LogRecord>),
-    /// Written to the database's write-ahead log.
-    Wal(Wal),
-}
-
-impl TableLog {
-    pub(crate) fn is_on(&self) -> bool {
-        !matches!(self, TableLog::Off)
-    }
-
-    /// Logs `record`; for the write-ahead log, the LSN to commit before
-    /// acknowledging.
-    pub(crate) fn write(&mut self, record: LogRecord) -> Result<Option<u64>> {
-        match self {
-            TableLog::Off => Ok(None),
-            TableLog::Capture(records) => {
-                records.push(record);
-                Ok(None)
-            }
-            TableLog::Wal(wal) => append_record(wal, &record).map(Some),
-        }
-    }
-
-    /// The write-ahead log, if this is one.
-    pub(crate) fn wal(&self) -> Option<&Wal> {
-        match self {
-            TableLog::Wal(wal) => Some(wal),
-            _ => None,
-        }
-    }
-}
-
-/// Appends `record` to `wal`, encoded in place; its LSN.
-pub(crate) fn append_record(wal: &Wal, record: &LogRecord) -> Result<u64> {
-    wal.append_with(|out| record.encode_into(out).map_err(|e| Error::Internal(format!("encoding a log record: {e}"))))
-}
+use crate::state::{TableCore, TableOptions, TableState, WriterGuard};
+use crate::types::{RecId, TableSchema, Value};
 
 /// A transaction's changes, as they will be logged.
 #[derive(Debug, Default)]
@@ -196,80 +52,66 @@ impl PendingLog {
         !self.truncate && self.appends.is_empty() && self.deletes.is_empty()
     }
 
-    fn into_record(self, table: &str) -> LogRecord {
+    fn into_change(self) -> TableChange {
         let deletes =
             self.deletes.into_iter().map(|(shard, (version, ids))| ShardDeletes { shard, version, ids }).collect();
-        LogRecord::Commit { table: table.into(), truncate: self.truncate, appends: self.appends, deletes }
+        TableChange::Commit { truncate: self.truncate, appends: self.appends, deletes }
     }
-}
-
-#[derive(Debug)]
-pub(crate) struct TableInner {
-    pub(crate) name: String,
-    pub(crate) schema: TableSchema,
-    pub(crate) options: TableOptions,
-    pub(crate) state: ArcSwap<TableState>,
-    pub(crate) writer: Mutex<Writer>,
-    pub(crate) dropped: AtomicBool,
-    pub(crate) rebuilds: RebuildQueue,
-    /// Background rebuilds that failed (each is a bug; see `last_rebuild_error`).
-    pub(crate) rebuild_failures: AtomicU64,
-    pub(crate) last_rebuild_error: Mutex<Option<String>>,
-    pub(crate) self_ref: Weak<TableInner>,
 }
 
 /// A table handle. Cheap to clone; all clones share the table.
 #[derive(Debug, Clone)]
 pub struct Table {
-    pub(crate) inner: Arc<TableInner>,
+    core: Arc<TableCore>,
 }
 
 impl Table {
-    pub(crate) fn new(name: String, schema: TableSchema, options: TableOptions, rebuilds: RebuildQueue) -> Self {
-        let inner = Arc::new_cyclic(|self_ref| TableInner {
-            name,
-            schema,
-            options,
-            state: ArcSwap::from_pointee(TableState::default()),
-            writer: Mutex::new(Writer { next_shard_id: 0, log: TableLog::Off, uid: 0 }),
-            dropped: AtomicBool::new(false),
-            rebuilds,
-            rebuild_failures: AtomicU64::new(0),
-            last_rebuild_error: Mutex::new(None),
-            self_ref: self_ref.clone(),
-        });
-        Self { inner }
+    /// A new, empty table, after checking its definition: a name, options
+    /// in range, and a schema of types quiverdb stores with a valid key.
+    pub(crate) fn create(name: &str, schema: &Schema, options: TableOptions, background: Background) -> Result<Self> {
+        if name.is_empty() {
+            return Err(Error::InvalidSchema("a table name cannot be empty".into()));
+        }
+        options.validate()?;
+        let key: Vec<&str> = options.primary_key.iter().map(String::as_str).collect();
+        let schema = TableSchema::try_new(schema, &key)?;
+        Ok(Self { core: TableCore::new(name.into(), schema, options, background) })
+    }
+
+    /// The table itself.
+    pub(crate) fn core(&self) -> &Arc<TableCore> {
+        &self.core
     }
 
     /// The table's name.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        self.core.name()
     }
 
     /// The validated schema.
     pub fn schema(&self) -> &TableSchema {
-        &self.inner.schema
+        self.core.schema()
     }
 
     /// The Arrow schema.
     pub fn arrow_schema(&self) -> &SchemaRef {
-        self.inner.schema.arrow()
+        self.core.schema().arrow()
     }
 
     /// The table's options.
     pub fn options(&self) -> &TableOptions {
-        &self.inner.options
+        self.core.options()
     }
 
     /// A consistent view of every shard as of now. It stays valid (and
     /// unchanged) while writers and rebuilds continue.
     pub fn snapshot(&self) -> TableSnapshot {
-        TableSnapshot::new(self.inner.schema.clone(), self.inner.state.load_full())
+        TableSnapshot::new(self.core.schema().clone(), self.core.state())
     }
 
     /// Number of live rows.
     pub fn row_count(&self) -> usize {
-        self.inner.state.load().shards.iter().map(ShardState::live).sum()
+        self.core.live_rows()
     }
 
     /// Runs `f` as one atomic write: everything it appends and deletes
@@ -285,7 +127,7 @@ impl Table {
         &self,
         f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
-        let mut txn = Transaction::begin(&self.inner)?;
+        let mut txn = Transaction::begin(&self.core)?;
         match f(&mut txn) {
             Ok(out) => {
                 txn.commit()?;
@@ -339,23 +181,22 @@ impl Table {
     /// Rebuilds every shard that has delta rows or deletions into fresh
     /// main storage, in parallel, and returns when all are done.
     pub fn rebuild(&self) -> Result<()> {
-        rebuild::rebuild_table(&self.inner)
+        rebuild::rebuild_table(&self.core)
     }
 
     /// Number of background rebuilds that failed, and the last error. A
     /// failure leaves the shard as it was (still correct, just not
     /// compacted); any failure is a bug in quiverdb.
     pub fn background_rebuild_failures(&self) -> (u64, Option<String>) {
-        let last = self.inner.last_rebuild_error.lock().ok().and_then(|e| e.clone());
-        (self.inner.rebuild_failures.load(Ordering::Relaxed), last)
+        self.core.rebuild_failures()
     }
 }
 
 /// An atomic write in progress; see [`Table::transaction`].
 #[derive(Debug)]
 pub struct Transaction<'t> {
-    table: &'t TableInner,
-    writer: MutexGuard<'t, Writer>,
+    table: &'t TableCore,
+    writer: WriterGuard<'t>,
     base: Arc<TableState>,
     work: TableState,
     /// Copy-on-write delete bitmaps of touched shards: position → (bits, newly deleted).
@@ -371,17 +212,16 @@ pub struct Transaction<'t> {
 }
 
 impl<'t> Transaction<'t> {
-    fn begin(table: &'t TableInner) -> Result<Self> {
-        let writer =
-            table.writer.lock().map_err(|_| Error::Internal(format!("a writer of table '{}' panicked", table.name)))?;
-        if table.dropped.load(Ordering::Acquire) {
-            return Err(Error::TableNotFound(table.name.clone()));
+    fn begin(table: &'t TableCore) -> Result<Self> {
+        let writer = table.lock()?;
+        if table.is_dropped() {
+            return Err(Error::TableNotFound(table.name().to_string()));
         }
-        let base = table.state.load_full();
+        let base = table.state();
         let work = (*base).clone();
-        let keys = PendingKeys::new(&table.schema);
-        let log = writer.log.is_on().then(PendingLog::default);
-        let first_shard_id = writer.next_shard_id;
+        let keys = PendingKeys::new(table.schema());
+        let log = writer.log().is_on().then(PendingLog::default);
+        let first_shard_id = writer.next_shard_id();
         Ok(Self {
             table,
             writer,
@@ -398,7 +238,7 @@ impl<'t> Transaction<'t> {
     /// The table as it was when the transaction began: the snapshot that
     /// record ids passed to [`Transaction::delete`] refer to.
     pub fn snapshot(&self) -> TableSnapshot {
-        TableSnapshot::new(self.table.schema.clone(), Arc::clone(&self.base))
+        TableSnapshot::new(self.table.schema().clone(), Arc::clone(&self.base))
     }
 
     /// The version of shard `shard` when the transaction began.
@@ -409,16 +249,10 @@ impl<'t> Transaction<'t> {
     /// The tail shard, with room for at least one row (creating a shard if needed).
     fn tail_with_room(&mut self) -> usize {
         if self.work.shards.last().is_none_or(|s| s.room() == 0) {
-            let id = ShardId(self.writer.next_shard_id);
-            self.writer.next_shard_id += 1;
-            let capacity = self.table.options.shard_capacity;
-            let data = ShardData::new(
-                id,
-                0,
-                capacity,
-                Main::empty(self.table.schema.len()),
-                Delta::new(&self.table.schema, capacity),
-            );
+            let id = self.writer.take_shard_id();
+            let capacity = self.table.options().shard_capacity;
+            let schema = self.table.schema();
+            let data = ShardData::new(id, 0, capacity, Main::empty(schema.len()), Delta::new(schema, capacity));
             self.work.shards.push(ShardState { data: Arc::new(data), delta_len: 0, deletes: None });
         }
         self.work.shards.len() - 1
@@ -426,11 +260,11 @@ impl<'t> Transaction<'t> {
 
     /// Appends a batch (validated whole first); returns its row count.
     pub fn append(&mut self, batch: &RecordBatch) -> Result<usize> {
-        validate_batch(&self.table.name, &self.table.schema, batch)?;
+        validate_batch(self.table.name(), self.table.schema(), batch)?;
         let n = batch.num_rows();
         if let Some(keys) = &mut self.keys {
             let arrays: Vec<ArrayRef> = keys.columns().iter().map(|&c| Arc::clone(batch.column(c))).collect();
-            keys.add(&self.table.name, &self.table.schema, &arrays, n)?;
+            keys.add(self.table.name(), self.table.schema(), &arrays, n)?;
         }
         let mut done = 0;
         while done < n {
@@ -452,14 +286,14 @@ impl<'t> Transaction<'t> {
 
     /// Appends one row (validated whole first).
     pub fn append_row(&mut self, row: &[Value<'_>]) -> Result<()> {
-        let schema = &self.table.schema;
+        let schema = self.table.schema();
         if row.len() != schema.len() {
             return Err(Error::SchemaMismatch {
-                table: self.table.name.clone(),
+                table: self.table.name().to_string(),
                 reason: format!("the table has {} columns, the row has {}", schema.len(), row.len()),
             });
         }
-        let cell = |i: usize| encode_value(&self.table.name, schema.field(i), schema.physical(i), &row[i]);
+        let cell = |i: usize| encode_value(self.table.name(), schema.field(i), schema.physical(i), &row[i]);
         for i in 0..row.len() {
             cell(i)?;
         }
@@ -474,7 +308,7 @@ impl<'t> Transaction<'t> {
                 .iter()
                 .map(|&c| shard.data.delta.column(c).decode(at + 1, Rows::Ids(&[at as RecId])))
                 .collect::<Result<Vec<_>>>()?;
-            keys.add(&self.table.name, &self.table.schema, &arrays, 1)?;
+            keys.add(self.table.name(), self.table.schema(), &arrays, 1)?;
         }
         if let Some(log) = &mut self.log {
             // Log the row as stored (one-row batch read back from the delta).
@@ -494,7 +328,7 @@ impl<'t> Transaction<'t> {
     /// snapshot; returns how many were live.
     pub fn delete(&mut self, shard: ShardId, ids: &[RecId]) -> Result<usize> {
         let missing = || Error::RecordNotFound {
-            table: self.table.name.clone(),
+            table: self.table.name().to_string(),
             shard: shard.0,
             record: ids.first().copied().unwrap_or(0),
         };
@@ -505,7 +339,7 @@ impl<'t> Transaction<'t> {
             return Err(missing());
         }
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= base.rows()) {
-            return Err(Error::RecordNotFound { table: self.table.name.clone(), shard: shard.0, record: bad });
+            return Err(Error::RecordNotFound { table: self.table.name().to_string(), shard: shard.0, record: bad });
         }
         // Ids refer to the base; the shard keeps its position in `work`
         // (shards are only removed by rebuilds, which hold this lock to publish).
@@ -544,14 +378,14 @@ impl<'t> Transaction<'t> {
             if ids.is_empty() {
                 continue;
             }
-            let conflict = || Error::Conflict { table: self.table.name.clone() };
+            let conflict = || Error::Conflict { table: self.table.name().to_string() };
             let then = snapshot.state().shards.position(*shard).map(|p| snapshot.state().shards.get(p));
             let now = self.base.shards.position(*shard).map(|p| self.base.shards.get(p));
             match (then, now) {
                 (Some(t), Some(n)) if Arc::ptr_eq(&t.data, &n.data) => {
                     if let Some(&bad) = ids.iter().find(|&&id| id as usize >= t.rows()) {
                         return Err(Error::RecordNotFound {
-                            table: self.table.name.clone(),
+                            table: self.table.name().to_string(),
                             shard: shard.0,
                             record: bad,
                         });
@@ -561,7 +395,7 @@ impl<'t> Transaction<'t> {
                 (Some(_), _) => return Err(conflict()),
                 (None, _) => {
                     return Err(Error::RecordNotFound {
-                        table: self.table.name.clone(),
+                        table: self.table.name().to_string(),
                         shard: shard.0,
                         record: ids[0],
                     });
@@ -580,7 +414,7 @@ impl<'t> Transaction<'t> {
         self.appended.clear();
         // The shards this transaction made are gone unpublished: their ids
         // are handed out again, as the log's replay (which never sees them) will.
-        self.writer.next_shard_id = self.first_shard_id;
+        self.writer.set_next_shard_id(self.first_shard_id);
         if let Some(log) = &mut self.log {
             *log = PendingLog { truncate: true, ..PendingLog::default() };
         }
@@ -595,7 +429,7 @@ impl<'t> Transaction<'t> {
             return Ok(());
         }
         keys.seal();
-        let snapshot = TableSnapshot::new(self.table.schema.clone(), Arc::clone(&self.base));
+        let snapshot = TableSnapshot::new(self.table.schema().clone(), Arc::clone(&self.base));
         for pos in 0..self.base.shards.len() {
             // A truncate in this transaction removed the shard.
             let kept = pos < self.work.shards.len()
@@ -605,7 +439,7 @@ impl<'t> Transaction<'t> {
             }
             let deleted = self.deletes.get(&pos).map(|(bits, _)| bits);
             let deleted_here = |id: RecId| deleted.is_some_and(|b| b.get_bit(id as usize));
-            keys.check_shard(&self.table.name, &self.table.schema, &snapshot.shard(pos), &deleted_here)?;
+            keys.check_shard(self.table.name(), self.table.schema(), &snapshot.shard(pos), &deleted_here)?;
         }
         Ok(())
     }
@@ -615,7 +449,7 @@ impl<'t> Transaction<'t> {
     /// and the log (whose replay must number shards as the original did)
     /// never mentions them.
     fn abort<E>(mut self, e: E) -> E {
-        self.writer.next_shard_id = self.first_shard_id;
+        self.writer.set_next_shard_id(self.first_shard_id);
         e
     }
 
@@ -626,14 +460,15 @@ impl<'t> Transaction<'t> {
         if let Err(e) = self.check_keys() {
             return Err(self.abort(e));
         }
+        let table: &'t TableCore = self.table;
         let lsn = match self.log.take() {
-            Some(log) if !log.is_empty() => match self.writer.log.write(log.into_record(&self.table.name)) {
+            Some(log) if !log.is_empty() => match self.writer.log_mut().write(table.name(), log.into_change()) {
                 Ok(lsn) => lsn,
                 Err(e) => return Err(self.abort(e)),
             },
             _ => None,
         };
-        let durable = lsn.zip(self.writer.log.wal().cloned());
+        let durable = lsn.zip(self.writer.log().log().cloned());
         let mut touched = std::mem::take(&mut self.appended);
         for (pos, (mut bits, newly)) in std::mem::take(&mut self.deletes) {
             if newly == 0 {
@@ -646,31 +481,26 @@ impl<'t> Transaction<'t> {
         }
         touched.sort_unstable();
         touched.dedup();
+        let options = table.options();
         let mut to_rebuild = Vec::new();
         for &pos in &touched {
             let shard = self.work.shards.get(pos);
             shard.data.delta.commit(shard.delta_len);
-            if needs_rebuild(&self.table.options, shard) {
+            if options.needs_rebuild(shard) {
                 to_rebuild.push(Arc::clone(&shard.data));
             }
         }
-        self.table.state.store(Arc::new(self.work));
-        drop(self.writer);
-        if self.table.options.background_rebuild {
+        let Self { mut writer, work, .. } = self;
+        writer.publish(work);
+        drop(writer);
+        if options.background_rebuild {
             for data in to_rebuild {
-                self.table.rebuilds.schedule(&self.table.self_ref, &data);
+                rebuild::schedule(table, &data);
             }
         }
         match durable {
-            Some((lsn, wal)) => wal.commit(lsn),
+            Some((lsn, log)) => log.commit(lsn),
             None => Ok(()),
         }
     }
-}
-
-/// True when `shard` is full or has enough dead rows to be rebuilt.
-pub(crate) fn needs_rebuild(options: &TableOptions, shard: &ShardState) -> bool {
-    let full = shard.room() == 0 && shard.delta_len > 0;
-    let dead = shard.deleted() as f64 > options.rebuild_dead_fraction * shard.rows() as f64;
-    full || (dead && shard.deleted() > 0)
 }

@@ -29,6 +29,10 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
+/// A record id: the position of a row within one shard version (main
+/// ids first, then delta ids).
+pub type RecId = u32;
+
 /// Bit 63: flipping it maps i64 order onto u64 order.
 pub const SIGN_BIT: u64 = 1 << 63;
 

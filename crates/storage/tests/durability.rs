@@ -15,7 +15,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type};
 use arrow_array::*;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use quiverdb_storage::durable::io::{SimulatedIo, StorageIo};
+use quiverdb_storage::testing::{SimulatedIo, StorageIo, open_with_io};
 use quiverdb_storage::{
     Database, DurableOptions, Error, RecId, ShardId, SyncMode, Table, TableOptions, TableSnapshot, Value,
 };
@@ -269,7 +269,7 @@ fn random_operations_survive_reopen_with_and_without_checkpoints() {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut next_id = 0;
         let mut model = BTreeMap::new();
-        let mut db = Database::open_with_io(Arc::new(io.clone()), &dir, durable(SyncMode::Always)).unwrap();
+        let mut db = open_with_io(Arc::new(io.clone()), &dir, durable(SyncMode::Always)).unwrap();
         for step in 0..160 {
             random_step(&db, &mut model, &mut rng, &mut next_id);
             if step % 40 == 39 {
@@ -281,7 +281,7 @@ fn random_operations_survive_reopen_with_and_without_checkpoints() {
                     db.clone().close().unwrap();
                 }
                 quiesce(db);
-                db = Database::open_with_io(Arc::new(io.clone()), &dir, durable(SyncMode::Always)).unwrap();
+                db = open_with_io(Arc::new(io.clone()), &dir, durable(SyncMode::Always)).unwrap();
                 // Same rows in the same order: replay renumbers as the original did.
                 assert_eq!(digest(&db), before, "seed {seed} step {step} (closed: {graceful})");
                 let report = db.recovery().unwrap();
@@ -302,7 +302,7 @@ fn acknowledged_commits_survive_power_loss_and_nothing_else_appears() {
     for torn in [0, 1, 7, 100] {
         let io = SimulatedIo::default();
         let dir = Path::new("/data");
-        let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
         let t = db.create_table("t", &schema(), TableOptions::default().with_shard_capacity(64)).unwrap();
         let mut acknowledged = Vec::new();
         let mut next_id = 0;
@@ -318,7 +318,7 @@ fn acknowledged_commits_survive_power_loss_and_nothing_else_appears() {
         db.wait_for_background_rebuilds();
         io.crash(torn);
         drop((t, db));
-        let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
         assert_eq!(sorted(rows(&db.table("t").unwrap())), sorted(acknowledged), "torn {torn}");
     }
 }
@@ -327,7 +327,7 @@ fn acknowledged_commits_survive_power_loss_and_nothing_else_appears() {
 fn without_syncs_power_loss_keeps_a_prefix_of_the_commits() {
     let io = SimulatedIo::default();
     let dir = Path::new("/data");
-    let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Off)).unwrap();
+    let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Off)).unwrap();
     let t = db.create_table("t", &schema(), TableOptions::default().with_background_rebuild(false)).unwrap();
     db.checkpoint().unwrap(); // the table itself is durable
     let mut next_id = 0;
@@ -342,7 +342,7 @@ fn without_syncs_power_loss_keeps_a_prefix_of_the_commits() {
     }
     io.crash(33); // part of the unsynced tail survives, torn mid-record
     drop((t, db));
-    let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Off)).unwrap();
+    let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Off)).unwrap();
     let got = rows(&db.table("t").unwrap());
     assert!(states.contains(&got), "{} rows is not the state after any commit", got.len());
     assert!(db.recovery().unwrap().torn.is_some(), "the torn record is reported");
@@ -352,7 +352,7 @@ fn without_syncs_power_loss_keeps_a_prefix_of_the_commits() {
 fn a_failed_sync_makes_the_database_read_only_and_loses_nothing_acknowledged() {
     let io = SimulatedIo::default();
     let dir = Path::new("/data");
-    let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+    let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
     let t = db.create_table("t", &schema(), TableOptions::default()).unwrap();
     let first = vec![(1, Some("a".to_string()), None)];
     t.append(&batch(&first)).unwrap();
@@ -372,7 +372,7 @@ fn a_failed_sync_makes_the_database_read_only_and_loses_nothing_acknowledged() {
     }
     io.crash(0);
     drop((t, db));
-    let db = Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+    let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
     assert_eq!(rows(&db.table("t").unwrap()), first);
     assert!(!db.contains_table("u"));
 }
@@ -380,7 +380,7 @@ fn a_failed_sync_makes_the_database_read_only_and_loses_nothing_acknowledged() {
 #[test]
 fn concurrent_writers_share_syncs_and_all_are_durable() {
     let io = SimulatedIo::default();
-    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let db = open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
     let t = db.create_table("t", &schema(), TableOptions::default().with_background_rebuild(false)).unwrap();
     let before = db.log_stats().unwrap();
     std::thread::scope(|s| {
@@ -398,7 +398,7 @@ fn concurrent_writers_share_syncs_and_all_are_durable() {
     assert!(stats.syncs - before.syncs <= 200, "one sync per commit at most: {stats:?}");
     io.crash(0);
     drop((t, db));
-    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let db = open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
     let ids: Vec<i64> = sorted(rows(&db.table("t").unwrap())).into_iter().map(|r| r.0).collect();
     let expected: Vec<i64> = (0..4).flat_map(|w| (0..50).map(move |i| w * 1000 + i)).collect();
     assert_eq!(ids, expected);
@@ -407,7 +407,7 @@ fn concurrent_writers_share_syncs_and_all_are_durable() {
 #[test]
 fn a_failed_write_makes_the_database_read_only() {
     let io = SimulatedIo::default();
-    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let db = open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
     let t = db.create_table("t", &schema(), TableOptions::default()).unwrap();
     io.fail_writes(true);
     assert!(matches!(t.append(&batch(&[(1, None, None)])), Err(Error::Io { .. })));
@@ -417,7 +417,7 @@ fn a_failed_write_makes_the_database_read_only() {
 
 /// A database with a checkpoint and log records after it.
 fn checkpointed(io: &SimulatedIo) -> Vec<Row> {
-    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let db = open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
     let options = TableOptions::default().with_shard_capacity(2000).with_background_rebuild(false);
     let t = db.create_table("t", &schema(), options).unwrap();
     let mut next_id = 0;
@@ -442,7 +442,7 @@ fn files_under(io: &SimulatedIo, dir: &str) -> Vec<PathBuf> {
 fn a_flipped_bit_in_the_log_catalog_or_a_shard_file_refuses_to_open() {
     let io = SimulatedIo::default();
     let expected = checkpointed(&io);
-    let reopen = |io: &SimulatedIo| Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always));
+    let reopen = |io: &SimulatedIo| open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always));
     assert_eq!(rows(&reopen(&io).unwrap().table("t").unwrap()), expected);
 
     let shard_files = files_under(&io, "/data/shards");
@@ -460,7 +460,7 @@ fn a_flipped_bit_in_the_log_catalog_or_a_shard_file_refuses_to_open() {
         checkpointed(&damaged);
         damaged.flip_bit(&path, offset, 3).unwrap();
         match reopen(&damaged) {
-            Err(Error::Corrupt { path: named, .. }) => assert_eq!(Path::new(&named), path),
+            Err(Error::Corrupt { file: named, .. }) => assert_eq!(named.as_path(), path),
             other => panic!("a flipped bit in {} gave {other:?}", path.display()),
         }
     }
@@ -474,7 +474,7 @@ fn every_type_round_trips_through_checkpoints_and_the_log() {
     let schema = Arc::new(Schema::new(fields));
     let shapes = common::SHAPES;
     let io = SimulatedIo::default();
-    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let db = open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
     let options = TableOptions::default().with_shard_capacity(3000).with_background_rebuild(false);
     let t = db.create_table("all", &schema, options).unwrap();
     for (round, shape) in shapes.iter().enumerate() {
@@ -491,7 +491,7 @@ fn every_type_round_trips_through_checkpoints_and_the_log() {
         (0..types.len()).map(|c| batches.iter().flat_map(|b| plain(b.column(c).as_ref())).collect()).collect()
     };
     drop((t, db));
-    let db = Database::open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let db = open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
     let after = db.table("all").unwrap().snapshot().to_record_batches(None).unwrap();
     assert_eq!(plain_of(&after), plain_of(&before));
     assert!(db.recovery().unwrap().shard_files > 0 && db.recovery().unwrap().replayed > 0);
@@ -527,7 +527,7 @@ fn a_data_directory_is_locked_to_one_open_database() {
 fn shards_made_by_truncated_or_failed_transactions_do_not_shift_replayed_ids() {
     let io = SimulatedIo::default();
     let dir = Path::new("/data");
-    let open = || Database::open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+    let open = || open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
     let db = open();
     let opts = TableOptions::default().with_shard_capacity(4).with_background_rebuild(false).with_primary_key(["id"]);
     let t = db.create_table("t", &schema(), opts).unwrap();

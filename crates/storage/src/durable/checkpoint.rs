@@ -71,15 +71,16 @@ mod validate;
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer};
 use arrow_schema::DataType;
 
+use super::damage::Damage;
 use crate::main::bitpacked::{BitPacked, Frame, WORDS_PER_BIT};
 use crate::main::dict::Dict;
 use crate::main::run_end::RunEnd;
 use crate::main::sequence::{SeqRun, Sequence};
 use crate::main::strings::{StrDict, StrPlain};
 use crate::main::{BLOCK_SIZE, Encoding, KeyEncoding, Main, MainColumn, Zone};
-use crate::table::MAX_SHARD_CAPACITY;
+use crate::state::MAX_SHARD_CAPACITY;
 use crate::types::{PhysicalType, TableSchema, is_string};
-use validate::{Expect, check_dictionary, check_values};
+use validate::{Expect, ZONE_LEN, check_dictionary, check_values};
 
 /// The first eight bytes of every checkpoint file.
 const MAGIC: [u8; 8] = *b"QVMAIN\0\0";
@@ -91,8 +92,6 @@ const VERSION: u32 = 1;
 const HEADER_LEN: usize = 8 + 4 + 8 + 4 + 4;
 /// Bytes before a column's body: its length and CRC.
 const COLUMN_PREFIX: usize = 8 + 4;
-/// Bytes of a stored [`Zone`]: min, max, null count.
-const ZONE_LEN: usize = 8 + 8 + 4;
 /// Bytes of a stored [`Frame`]: reference, delta sum, offset, width.
 const FRAME_LEN: usize = 8 + 8 + 4 + 1;
 /// Bytes of a stored [`SeqRun`]: start, base, step.
@@ -127,26 +126,10 @@ const TAG_WIDE: u8 = 6;
 const TAG_STR_DICT: u8 = 7;
 const TAG_STR_PLAIN: u8 = 8;
 
-/// Why checkpoint bytes could not be read: where, and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("at byte {offset}: {reason}")]
-pub struct CheckpointError {
-    /// Offset in the file of the damaged or inconsistent part.
-    pub offset: u64,
-    /// What is wrong (naming the column, when the problem is in one).
-    pub reason: String,
-}
-
-impl CheckpointError {
-    fn new(offset: usize, reason: impl Into<String>) -> Self {
-        Self { offset: offset as u64, reason: reason.into() }
-    }
-}
-
 // ---------------------------------------------------------------- encoding
 
 /// Serializes a shard's main storage into checkpoint file bytes.
-pub fn encode_main(main: &Main) -> Vec<u8> {
+pub(super) fn encode_main(main: &Main) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + main.size_bytes() + main.columns().len() * 64);
     out.extend_from_slice(&MAGIC);
     put_u32(&mut out, VERSION);
@@ -331,77 +314,57 @@ fn physical_tag(physical: PhysicalType) -> u8 {
 /// Parses checkpoint bytes back into main storage for a table of `schema`;
 /// every length and index is checked, so no input can make this (or later
 /// decoding/scans of the result) panic or read out of bounds.
-pub fn decode_main(bytes: &[u8], schema: &TableSchema) -> Result<Main, CheckpointError> {
+pub(super) fn decode_main(bytes: &[u8], schema: &TableSchema) -> Result<Main, Damage> {
     if bytes.get(..MAGIC.len()) != Some(&MAGIC[..]) {
-        return Err(CheckpointError::new(0, "not a quiverdb checkpoint file"));
+        return Err(Damage::new(0, "not a quiverdb checkpoint file"));
     }
-    let fault = |f: Fault| CheckpointError::new(f.at, f.reason);
     let mut r = Reader { bytes, pos: MAGIC.len() };
-    let version = r.u32("the format version").map_err(fault)?;
+    let version = r.u32("the format version")?;
     if version != VERSION {
-        return Err(CheckpointError::new(
+        return Err(Damage::new(
             MAGIC.len(),
             format!("unsupported checkpoint format version {version} (this build reads version {VERSION})"),
         ));
     }
     let rows_at = r.pos;
-    let rows = r.u64("the row count").map_err(fault)?;
+    let rows = r.u64("the row count")?;
     let count_at = r.pos;
-    let count = r.u32("the column count").map_err(fault)? as usize;
-    let crc = r.u32("the header checksum").map_err(fault)?;
+    let count = r.u32("the column count")? as usize;
+    let crc = r.u32("the header checksum")?;
     if crc != crc32c::crc32c(&bytes[..HEADER_LEN - 4]) {
-        return Err(CheckpointError::new(0, "header checksum mismatch"));
+        return Err(Damage::new(0, "header checksum mismatch"));
     }
     let rows = match usize::try_from(rows) {
         Ok(rows) if rows <= MAX_SHARD_CAPACITY => rows,
         _ => {
-            return Err(CheckpointError::new(
-                rows_at,
-                format!("{rows} rows exceed a shard's capacity of {MAX_SHARD_CAPACITY}"),
-            ));
+            return Err(Damage::new(rows_at, format!("{rows} rows exceed a shard's capacity of {MAX_SHARD_CAPACITY}")));
         }
     };
     if count != schema.len() && !(rows == 0 && count == 0) {
-        return Err(CheckpointError::new(
-            count_at,
-            format!("the checkpoint has {count} columns, the table {}", schema.len()),
-        ));
+        return Err(Damage::new(count_at, format!("the checkpoint has {count} columns, the table {}", schema.len())));
     }
     let mut columns = Vec::with_capacity(count);
     for i in 0..count {
         let field = schema.field(i);
-        let in_column = |f: Fault| CheckpointError::new(f.at, format!("column '{}': {}", field.name(), f.reason));
+        let in_column = |d: Damage| Damage { what: format!("column '{}': {}", field.name(), d.what), ..d };
         let length = r.count(1, "the column's bytes").map_err(in_column)?;
         let crc = r.u32("the column checksum").map_err(in_column)?;
         let start = r.pos;
         let body = r.take(length, "the column").map_err(in_column)?;
         if crc32c::crc32c(body) != crc {
-            return Err(CheckpointError::new(start, format!("checksum mismatch in column '{}'", field.name())));
+            return Err(Damage::new(start, format!("checksum mismatch in column '{}'", field.name())));
         }
         let mut body = Reader { bytes: &bytes[..r.pos], pos: start };
         let column = read_column(&mut body, rows, field.data_type(), schema.physical(i)).map_err(in_column)?;
         if body.pos != r.pos {
-            return Err(in_column(Fault::new(body.pos, format!("{} bytes after the encoding", r.pos - body.pos))));
+            return Err(in_column(Damage::new(body.pos, format!("{} bytes after the encoding", r.pos - body.pos))));
         }
         columns.push(column);
     }
     if r.pos != bytes.len() {
-        return Err(CheckpointError::new(r.pos, format!("{} bytes after the last column", bytes.len() - r.pos)));
+        return Err(Damage::new(r.pos, format!("{} bytes after the last column", bytes.len() - r.pos)));
     }
     Ok(if columns.is_empty() { Main::empty(schema.len()) } else { Main::new(rows, columns) })
-}
-
-/// A problem found at file offset `at`.
-#[derive(Debug)]
-struct Fault {
-    at: usize,
-    reason: String,
-}
-
-impl Fault {
-    fn new(at: usize, reason: impl Into<String>) -> Self {
-        Self { at, reason: reason.into() }
-    }
 }
 
 /// A cursor over the file; positions are file offsets, and `bytes` ends
@@ -416,41 +379,41 @@ impl<'a> Reader<'a> {
         self.bytes.len() - self.pos
     }
 
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], Fault> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], Damage> {
         if n > self.left() {
-            return Err(Fault::new(self.pos, format!("truncated: {what} needs {n} bytes, {} are left", self.left())));
+            return Err(Damage::new(self.pos, format!("truncated: {what} needs {n} bytes, {} are left", self.left())));
         }
         let taken = &self.bytes[self.pos..self.pos + n];
         self.pos += n;
         Ok(taken)
     }
 
-    fn fixed<const N: usize>(&mut self, what: &str) -> Result<[u8; N], Fault> {
+    fn fixed<const N: usize>(&mut self, what: &str) -> Result<[u8; N], Damage> {
         let mut out = [0; N];
         out.copy_from_slice(self.take(N, what)?);
         Ok(out)
     }
 
-    fn u8(&mut self, what: &str) -> Result<u8, Fault> {
+    fn u8(&mut self, what: &str) -> Result<u8, Damage> {
         Ok(self.fixed::<1>(what)?[0])
     }
 
-    fn u32(&mut self, what: &str) -> Result<u32, Fault> {
+    fn u32(&mut self, what: &str) -> Result<u32, Damage> {
         self.fixed(what).map(u32::from_le_bytes)
     }
 
-    fn u64(&mut self, what: &str) -> Result<u64, Fault> {
+    fn u64(&mut self, what: &str) -> Result<u64, Damage> {
         self.fixed(what).map(u64::from_le_bytes)
     }
 
     /// Reads the count of an array of `size`-byte records, checking the
     /// records fit the bytes left (so no count allocates beyond the input).
-    fn count(&mut self, size: usize, what: &str) -> Result<usize, Fault> {
+    fn count(&mut self, size: usize, what: &str) -> Result<usize, Damage> {
         debug_assert!(size > 0);
         let at = self.pos;
         let n = self.u64(what)?;
         if n > (self.left() / size) as u64 {
-            return Err(Fault::new(
+            return Err(Damage::new(
                 at,
                 format!("truncated: {n} × {size} bytes of {what}, {} bytes are left", self.left()),
             ));
@@ -460,11 +423,11 @@ impl<'a> Reader<'a> {
 
     /// Reads a count that must equal `expected`, as the column's row count
     /// dictates.
-    fn expect(&mut self, size: usize, expected: usize, what: &str) -> Result<(), Fault> {
+    fn expect(&mut self, size: usize, expected: usize, what: &str) -> Result<(), Damage> {
         let at = self.pos;
         let n = if size == 0 { self.u64(what)? } else { self.count(size, what)? as u64 };
         if n != expected as u64 {
-            return Err(Fault::new(at, format!("{n} {what}, expected {expected}")));
+            return Err(Damage::new(at, format!("{n} {what}, expected {expected}")));
         }
         Ok(())
     }
@@ -475,7 +438,7 @@ impl<'a> Reader<'a> {
         n: usize,
         what: &str,
         from_le: impl Fn(&[u8; N]) -> T,
-    ) -> Result<Box<[T]>, Fault> {
+    ) -> Result<Box<[T]>, Damage> {
         let bytes = self.take(n.saturating_mul(N), what)?;
         Ok(bytes.as_chunks::<N>().0.iter().map(from_le).collect())
     }
@@ -517,14 +480,17 @@ fn read_column(
     rows: usize,
     data_type: &DataType,
     physical: PhysicalType,
-) -> Result<MainColumn, Fault> {
+) -> Result<MainColumn, Damage> {
     let at = r.pos;
     let tag = r.u8("the physical type")?;
     let Some(&stored) = PHYSICAL_TAGS.get(tag as usize) else {
-        return Err(Fault::new(at, format!("unknown physical type tag {tag}")));
+        return Err(Damage::new(at, format!("unknown physical type tag {tag}")));
     };
     if stored != physical {
-        return Err(Fault::new(at, format!("stored as {stored:?}, but the table declares {data_type} ({physical:?})")));
+        return Err(Damage::new(
+            at,
+            format!("stored as {stored:?}, but the table declares {data_type} ({physical:?})"),
+        ));
     }
     r.expect(0, rows, "rows")?;
     let validity = read_validity(r, rows)?;
@@ -538,7 +504,7 @@ fn read_column(
     Ok(MainColumn::from_parts(data_type.clone(), physical, rows, encoding, validity, zones))
 }
 
-fn read_validity(r: &mut Reader<'_>, len: usize) -> Result<Option<NullBuffer>, Fault> {
+fn read_validity(r: &mut Reader<'_>, len: usize) -> Result<Option<NullBuffer>, Damage> {
     let at = r.pos;
     match r.u8("the validity flag")? {
         0 => Ok(None),
@@ -546,22 +512,22 @@ fn read_validity(r: &mut Reader<'_>, len: usize) -> Result<Option<NullBuffer>, F
             let at = r.pos;
             let bits = r.take(len.div_ceil(8), "the validity bitmap")?;
             if !len.is_multiple_of(8) && bits.last().is_some_and(|&b| b >> (len % 8) != 0) {
-                return Err(Fault::new(at, "validity bits past the last row are set"));
+                return Err(Damage::new(at, "validity bits past the last row are set"));
             }
             let nulls = NullBuffer::new(BooleanBuffer::new(Buffer::from_slice_ref(bits), 0, len));
             if nulls.null_count() == 0 {
-                return Err(Fault::new(at, "a validity bitmap without nulls"));
+                return Err(Damage::new(at, "a validity bitmap without nulls"));
             }
             Ok(Some(nulls))
         }
-        flag => Err(Fault::new(at, format!("validity flag {flag} is neither 0 nor 1"))),
+        flag => Err(Damage::new(at, format!("validity flag {flag} is neither 0 nor 1"))),
     }
 }
 
 /// Reads an encoding and checks its structure: counts, bounds and order,
 /// everything its constructor relies on. Its values are checked afterwards
 /// (`check_values`).
-fn read_encoding(r: &mut Reader<'_>, len: usize, physical: PhysicalType, utf8: bool) -> Result<Encoding, Fault> {
+fn read_encoding(r: &mut Reader<'_>, len: usize, physical: PhysicalType, utf8: bool) -> Result<Encoding, Damage> {
     let at = r.pos;
     let tag = r.u8("the encoding tag")?;
     let keys = physical != PhysicalType::Bytes;
@@ -577,12 +543,12 @@ fn read_encoding(r: &mut Reader<'_>, len: usize, physical: PhysicalType, utf8: b
             let runs_at = r.pos;
             let runs = r.array(n, "the sequence runs", run_from_le)?;
             if runs.is_empty() != (len == 0) {
-                return Err(Fault::new(runs_at, format!("{n} sequence runs for {len} rows")));
+                return Err(Damage::new(runs_at, format!("{n} sequence runs for {len} rows")));
             }
             for (i, run) in runs.iter().enumerate() {
                 let ascends = if i == 0 { run.start == 0 } else { run.start > runs[i - 1].start };
                 if !ascends || run.start as usize >= len {
-                    return Err(Fault::new(
+                    return Err(Damage::new(
                         runs_at + i * RUN_LEN,
                         format!("sequence run {i} starts at row {}: runs start at 0 and ascend below {len}", run.start),
                     ));
@@ -599,12 +565,12 @@ fn read_encoding(r: &mut Reader<'_>, len: usize, physical: PhysicalType, utf8: b
             let mut prev = 0;
             for (i, &end) in ends.iter().enumerate() {
                 if end <= prev {
-                    return Err(Fault::new(ends_at + 4 * i, format!("run {i} ends at row {end}, not after {prev}")));
+                    return Err(Damage::new(ends_at + 4 * i, format!("run {i} ends at row {end}, not after {prev}")));
                 }
                 prev = end;
             }
             if prev as usize != len {
-                return Err(Fault::new(ends_at, format!("the runs end at row {prev}, not {len}")));
+                return Err(Damage::new(ends_at, format!("the runs end at row {prev}, not {len}")));
             }
             Encoding::Keys(KeyEncoding::RunEnd(RunEnd::from_parts(ends, values)))
         }
@@ -613,7 +579,7 @@ fn read_encoding(r: &mut Reader<'_>, len: usize, physical: PhysicalType, utf8: b
             let values_at = r.pos;
             let values = r.array(n, "the dictionary", |b: &[u8; 8]| u64::from_le_bytes(*b))?;
             if let Some(i) = values.windows(2).position(|w| w[0] >= w[1]) {
-                return Err(Fault::new(
+                return Err(Damage::new(
                     values_at + 8 * (i + 1),
                     format!("dictionary value {} is not above the one before", i + 1),
                 ));
@@ -634,7 +600,7 @@ fn read_encoding(r: &mut Reader<'_>, len: usize, physical: PhysicalType, utf8: b
             let offsets_at = r.pos;
             let offsets = r.array(n, "the dictionary offsets", |b: &[u8; 4]| u32::from_le_bytes(*b))?;
             let bytes = read_bytes(r)?;
-            check_dictionary(&offsets, bytes, utf8).map_err(|(i, reason)| Fault::new(offsets_at + 4 * i, reason))?;
+            check_dictionary(&offsets, bytes, utf8).map_err(|(i, reason)| Damage::new(offsets_at + 4 * i, reason))?;
             let codes = read_packed(r, len, "codes")?;
             Encoding::StrDict(StrDict::from_parts(offsets, Buffer::from_slice_ref(bytes), codes))
         }
@@ -644,15 +610,15 @@ fn read_encoding(r: &mut Reader<'_>, len: usize, physical: PhysicalType, utf8: b
             Encoding::StrPlain(StrPlain::from_parts(offsets, Buffer::from_slice_ref(bytes)))
         }
         TAG_CONSTANT..=TAG_STR_PLAIN => {
-            return Err(Fault::new(at, format!("encoding tag {tag} does not apply to {physical:?} values")));
+            return Err(Damage::new(at, format!("encoding tag {tag} does not apply to {physical:?} values")));
         }
-        _ => return Err(Fault::new(at, format!("unknown encoding tag {tag}"))),
+        _ => return Err(Damage::new(at, format!("unknown encoding tag {tag}"))),
     })
 }
 
 /// Reads a bit-packed array of `len` values and checks its frames against
 /// its words (its values are checked with the column's, by `validate`).
-fn read_packed(r: &mut Reader<'_>, len: usize, what: &str) -> Result<BitPacked, Fault> {
+fn read_packed(r: &mut Reader<'_>, len: usize, what: &str) -> Result<BitPacked, Damage> {
     r.expect(0, len, what)?;
     let blocks = len.div_ceil(BLOCK_SIZE);
     r.expect(FRAME_LEN, blocks, "frames")?;
@@ -663,7 +629,7 @@ fn read_packed(r: &mut Reader<'_>, len: usize, what: &str) -> Result<BitPacked, 
     for (b, f) in frames.iter().enumerate() {
         let end = f.offset as usize + WORDS_PER_BIT * f.width as usize;
         if f.width > 64 || end > n {
-            return Err(Fault::new(
+            return Err(Damage::new(
                 frames_at + b * FRAME_LEN,
                 format!("frame {b} (width {}, words {}..{end}) does not fit the {n} packed words", f.width, f.offset),
             ));
@@ -672,7 +638,7 @@ fn read_packed(r: &mut Reader<'_>, len: usize, what: &str) -> Result<BitPacked, 
     Ok(BitPacked::from_parts(len, frames, words))
 }
 
-fn read_bytes<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], Fault> {
+fn read_bytes<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], Damage> {
     let n = r.count(1, "string bytes")?;
     r.take(n, "the string bytes")
 }

@@ -29,14 +29,17 @@ use std::io::IoSlice;
 
 use arrow_buffer::Buffer;
 
+use super::damage::Damage;
+
 /// Bytes of a frame header.
-pub const HEADER: usize = 13;
+pub(super) const HEADER: usize = 13;
 
 /// The largest payload a frame may carry.
-pub const MAX_PAYLOAD: usize = 1 << 30;
+pub(super) const MAX_PAYLOAD: usize = 1 << 30;
 
 /// Appends one frame holding `payload` of type `kind` to `out`.
-pub fn encode(kind: u8, payload: &[u8], out: &mut Vec<u8>) {
+#[cfg(test)]
+pub(super) fn encode(kind: u8, payload: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER]);
     out.extend_from_slice(payload);
@@ -45,7 +48,8 @@ pub fn encode(kind: u8, payload: &[u8], out: &mut Vec<u8>) {
 
 /// Fills in the header of `frame`: [`HEADER`] bytes of room followed by
 /// the payload (so a payload can be written in place, then sealed).
-pub fn seal(kind: u8, frame: &mut [u8]) {
+#[cfg(test)]
+pub(super) fn seal(kind: u8, frame: &mut [u8]) {
     let (header, payload) = frame.split_at_mut(HEADER);
     write_header(header, kind, payload.len(), crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload));
 }
@@ -68,7 +72,7 @@ fn write_header(header: &mut [u8], kind: u8, len: usize, crc: u32) {
 /// than copied here first. Made with [`FrameBuf::contiguous`], it copies
 /// them too.
 #[derive(Debug, Default)]
-pub struct FrameBuf {
+pub(crate) struct FrameBuf {
     bytes: Vec<u8>,
     shared: Vec<(usize, Buffer)>,
     /// Bytes of the buffers in `shared`.
@@ -79,7 +83,7 @@ pub struct FrameBuf {
 /// Where a frame starts in a [`FrameBuf`]: its header's offset in the
 /// bytes, and the buffers held before it.
 #[derive(Debug, Clone, Copy)]
-pub struct FrameStart {
+pub(crate) struct FrameStart {
     at: usize,
     shared: usize,
     shared_len: usize,
@@ -91,18 +95,19 @@ impl FrameBuf {
     const SHARE_MIN: usize = 4096;
 
     /// A buffer that copies every byte (its frames are one slice).
-    pub fn contiguous() -> Self {
+    #[cfg(test)]
+    pub(crate) fn contiguous() -> Self {
         Self { contiguous: true, ..Self::default() }
     }
 
     /// The bytes, to append to.
-    pub fn bytes(&mut self) -> &mut Vec<u8> {
+    pub(crate) fn bytes(&mut self) -> &mut Vec<u8> {
         &mut self.bytes
     }
 
     /// Appends `buffer`: by reference if it is large (and this buffer is
     /// not contiguous), else as a copy.
-    pub fn push_buffer(&mut self, buffer: Buffer) {
+    pub(crate) fn push_buffer(&mut self, buffer: Buffer) {
         if self.contiguous || buffer.len() < Self::SHARE_MIN {
             self.bytes.extend_from_slice(&buffer);
         } else {
@@ -112,29 +117,29 @@ impl FrameBuf {
     }
 
     /// Bytes held, by copy or by reference.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.bytes.len() + self.shared_len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Starts a frame: room for its header, then its payload is appended.
-    pub fn start(&mut self) -> FrameStart {
+    pub(crate) fn start(&mut self) -> FrameStart {
         let start = FrameStart { at: self.bytes.len(), shared: self.shared.len(), shared_len: self.shared_len };
         self.bytes.extend_from_slice(&[0; HEADER]);
         start
     }
 
     /// Bytes of the payload of the frame started at `start`.
-    pub fn payload_len(&self, start: FrameStart) -> usize {
+    pub(crate) fn payload_len(&self, start: FrameStart) -> usize {
         self.len() - (start.at + start.shared_len) - HEADER
     }
 
     /// Fills in the header of the frame started at `start`, of type `kind`,
     /// holding everything appended since.
-    pub fn seal(&mut self, start: FrameStart, kind: u8) {
+    pub(crate) fn seal(&mut self, start: FrameStart, kind: u8) {
         let len = self.payload_len(start);
         let (before, payload) = self.bytes.split_at_mut(start.at + HEADER);
         let mut crc = crc32c::crc32c(&[kind]);
@@ -149,24 +154,24 @@ impl FrameBuf {
     }
 
     /// Drops the frame started at `start` and everything after it.
-    pub fn truncate(&mut self, start: FrameStart) {
+    pub(crate) fn truncate(&mut self, start: FrameStart) {
         self.bytes.truncate(start.at);
         self.shared.truncate(start.shared);
         self.shared_len = start.shared_len;
     }
 
     /// Drops every frame, keeping the memory for the next ones.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.truncate(FrameStart { at: 0, shared: 0, shared_len: 0 });
     }
 
     /// Bytes of memory this buffer keeps when cleared.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.bytes.capacity()
     }
 
     /// The frames as slices, in order, to write with one vectored write.
-    pub fn io_slices(&self) -> Vec<IoSlice<'_>> {
+    pub(crate) fn io_slices(&self) -> Vec<IoSlice<'_>> {
         let mut slices = Vec::with_capacity(2 * self.shared.len() + 1);
         let mut from = 0;
         for (at, buffer) in &self.shared {
@@ -183,7 +188,8 @@ impl FrameBuf {
     }
 
     /// Every byte held, in order.
-    pub fn into_bytes(self) -> Vec<u8> {
+    #[cfg(test)]
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
         if self.shared.is_empty() {
             return self.bytes;
         }
@@ -193,7 +199,7 @@ impl FrameBuf {
 
 /// One frame read back: its type, payload and offset in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frame<'a> {
+pub(super) struct Frame<'a> {
     pub kind: u8,
     pub payload: &'a [u8],
     pub offset: u64,
@@ -201,7 +207,7 @@ pub struct Frame<'a> {
 
 /// How the frames of a file end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub(super) enum End {
     /// The last frame ends at `offset`; only zeros (if anything) follow.
     Clean { offset: u64 },
     /// An incomplete last write starts at `offset`; `bytes` of data
@@ -211,23 +217,16 @@ pub enum End {
 
 impl End {
     /// Where the complete frames end: where writing can go on.
-    pub fn offset(self) -> u64 {
+    pub(super) fn offset(self) -> u64 {
         match self {
             End::Clean { offset } | End::Torn { offset, .. } => offset,
         }
     }
 }
 
-/// A frame that cannot be a torn tail: the file is damaged at `offset`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Corrupt {
-    pub offset: u64,
-    pub reason: &'static str,
-}
-
 /// The length of `bytes` without its trailing zeros. (Pages at a time:
 /// the zeros after a segment's last record can be most of a file.)
-pub fn data_end(bytes: &[u8]) -> usize {
+pub(super) fn data_end(bytes: &[u8]) -> usize {
     const PAGE: usize = 4096;
     let full = bytes.len() / PAGE * PAGE;
     let tail = &bytes[full..];
@@ -244,7 +243,7 @@ pub fn data_end(bytes: &[u8]) -> usize {
 /// whose data ends in zeros gets them back, up to the end of the frame
 /// (or of the file). Then [`scan`] of the result reads what it would
 /// read of the whole file.
-pub fn restore_zeros(bytes: &mut Vec<u8>, file_len: u64) {
+pub(super) fn restore_zeros(bytes: &mut Vec<u8>, file_len: u64) {
     let mut at = 0usize;
     while at + HEADER <= bytes.len() {
         let Some(len) = declared_len(&bytes[at..]) else { return };
@@ -266,7 +265,7 @@ fn declared_len(rest: &[u8]) -> Option<usize> {
 }
 
 /// Reads the frames of `bytes` (a whole file) in order.
-pub fn scan(bytes: &[u8]) -> Result<(Vec<Frame<'_>>, End), Corrupt> {
+pub(super) fn scan(bytes: &[u8]) -> Result<(Vec<Frame<'_>>, End), Damage> {
     let mut frames = Vec::new();
     let mut at = 0usize;
     while at < bytes.len() {
@@ -281,7 +280,7 @@ pub fn scan(bytes: &[u8]) -> Result<(Vec<Frame<'_>>, End), Corrupt> {
             return match data() {
                 0 => Ok((frames, End::Clean { offset: at as u64 })),
                 n if n <= HEADER => Ok((frames, torn())),
-                _ => Err(Corrupt { offset: at as u64, reason: "damaged frame header" }),
+                _ => Err(Damage::new(at, "damaged frame header")),
             };
         };
         let crc = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]);
@@ -294,7 +293,7 @@ pub fn scan(bytes: &[u8]) -> Result<(Vec<Frame<'_>>, End), Corrupt> {
             if data() <= end {
                 return Ok((frames, torn()));
             }
-            return Err(Corrupt { offset: at as u64, reason: "frame checksum mismatch" });
+            return Err(Damage::new(at, "frame checksum mismatch"));
         }
         frames.push(Frame { kind, payload, offset: at as u64 });
         at += end;

@@ -4,27 +4,26 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::error::{Error, Result};
 
 /// The lock file's name inside a data directory.
-pub const LOCK_FILE: &str = "LOCK";
+pub(crate) const LOCK_FILE: &str = "LOCK";
 
 /// The lock on a data directory; dropping it releases the directory.
 #[derive(Debug)]
-pub struct DirLock {
+pub(crate) struct DirLock {
     _file: File,
-    path: PathBuf,
 }
 
 impl DirLock {
     /// Locks `dir` (which must exist) for this process, or fails with
     /// [`Error::DirectoryInUse`] if another holder has it. The lock file
     /// records the holder's process id, for that error message.
-    pub fn acquire(dir: &Path) -> Result<Self> {
+    pub(crate) fn acquire(dir: &Path) -> Result<Self> {
         let path = dir.join(LOCK_FILE);
-        let io = |e: std::io::Error| Error::Io { path: path.display().to_string(), message: e.to_string() };
+        let io = |e: std::io::Error| Error::io(&path, e);
         let mut file =
             OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).map_err(io)?;
         match file.try_lock() {
@@ -43,12 +42,7 @@ impl DirLock {
         file.set_len(0).map_err(io)?;
         file.rewind().map_err(io)?;
         writeln!(file, "{}", std::process::id()).map_err(io)?;
-        Ok(Self { _file: file, path })
-    }
-
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(Self { _file: file })
     }
 }
 
@@ -70,7 +64,8 @@ mod tests {
         assert!(message.contains("in use") && message.contains(&dir.display().to_string()), "{message}");
         drop(first);
         let again = DirLock::acquire(&dir).unwrap();
-        assert_eq!(again.path(), dir.join(LOCK_FILE));
+        let recorded = std::fs::read_to_string(dir.join(LOCK_FILE)).unwrap();
+        assert_eq!(recorded.trim(), std::process::id().to_string());
         drop(again);
         std::fs::remove_dir_all(&dir).unwrap();
     }

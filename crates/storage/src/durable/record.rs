@@ -2,7 +2,7 @@
 //! a table's rows, in a form replay can apply in order.
 //!
 //! Deletes name record ids, which a rebuild renumbers; so a rebuild is
-//! logged too ([`LogRecord::Rebuild`], written when it publishes, with the
+//! logged too ([`TableChange::Rebuild`], written when it publishes, with the
 //! delta length and the deleted ids of the snapshot it was built from).
 //! Replaying it at the same place renumbers the rows exactly as the
 //! original did, so every delete logged after it names the same rows
@@ -18,36 +18,26 @@ use std::io::Cursor;
 use arrow_array::RecordBatch;
 use arrow_ipc::reader::StreamReader;
 use arrow_ipc::writer::{StreamEncoder, StreamWriter};
-use arrow_schema::SchemaRef;
+use arrow_schema::{ArrowError, SchemaRef};
 
+use super::damage::Damage;
 use super::frame::FrameBuf;
-
-use crate::table::TableOptions;
+use super::wal::Wal;
+use crate::change::{ChangeLog, ShardDeletes, TableChange};
+use crate::error::{Error, Result};
+use crate::state::TableOptions;
 
 /// A change to log.
 #[derive(Debug, Clone, PartialEq)]
-pub enum LogRecord {
+pub(crate) enum LogRecord {
     /// A table was created (replacing one of that name if `replace`), with
     /// the changes of `fill` (commits and rebuilds, in order) already made
     /// to it when it was published.
-    CreateTable { name: String, schema: SchemaRef, options: TableOptions, replace: bool, fill: Vec<LogRecord> },
+    CreateTable { name: String, schema: SchemaRef, options: TableOptions, replace: bool, fill: Vec<TableChange> },
     /// A table was dropped.
     DropTable { name: String },
-    /// One transaction on a table: if `truncate`, every row it started
-    /// from was removed first; then its appends, and its deletes (each as
-    /// shard, shard version and record ids of the rows it started from).
-    Commit { table: String, truncate: bool, appends: Vec<RecordBatch>, deletes: Vec<ShardDeletes> },
-    /// A shard rebuild was published: it was built from the shard version
-    /// `version` with `delta_len` delta rows and the ids in `deleted` dead.
-    Rebuild { table: String, shard: u64, version: u64, delta_len: u32, deleted: Vec<u32> },
-}
-
-/// Record ids deleted from one shard version.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardDeletes {
-    pub shard: u64,
-    pub version: u64,
-    pub ids: Vec<u32>,
+    /// A change to the rows of table `table`.
+    Change { table: String, change: TableChange },
 }
 
 const CREATE_TABLE: u8 = 1;
@@ -55,12 +45,14 @@ const DROP_TABLE: u8 = 2;
 const COMMIT: u8 = 3;
 const REBUILD: u8 = 5;
 
-/// Why a payload did not decode.
-pub type DecodeError = String;
+/// Why a payload did not decode (where the reader was is added by
+/// [`LogRecord::decode`]).
+pub(crate) type DecodeError = String;
 
 impl LogRecord {
     /// The frame type and payload of this record.
-    pub fn encode(&self) -> Result<(u8, Vec<u8>), arrow_schema::ArrowError> {
+    #[cfg(test)]
+    pub(crate) fn encode(&self) -> Result<(u8, Vec<u8>), ArrowError> {
         let mut out = FrameBuf::contiguous();
         let kind = self.encode_into(&mut out)?;
         Ok((kind, out.into_bytes()))
@@ -68,8 +60,8 @@ impl LogRecord {
 
     /// The frame type of this record; its payload is appended to `out`
     /// (its batches' large buffers by reference, unless `out` copies).
-    pub fn encode_into(&self, buf: &mut FrameBuf) -> Result<u8, arrow_schema::ArrowError> {
-        let kind = match self {
+    pub(crate) fn encode_into(&self, buf: &mut FrameBuf) -> Result<u8, ArrowError> {
+        Ok(match self {
             LogRecord::CreateTable { name, schema, options, replace, fill } => {
                 let out = buf.bytes();
                 put_str(out, name);
@@ -77,12 +69,12 @@ impl LogRecord {
                 out.push(u8::from(*replace));
                 put_bytes(out, &ipc(schema, &[])?);
                 put_u64(out, fill.len() as u64);
-                for record in fill {
+                for change in fill {
                     // Its type, then its payload, length-prefixed.
                     let at = buf.bytes().len();
                     buf.bytes().extend_from_slice(&[0; 9]);
                     let before = buf.len();
-                    let kind = record.encode_into(buf)?;
+                    let kind = encode_change(name, change, buf)?;
                     let len = (buf.len() - before) as u64;
                     buf.bytes()[at] = kind;
                     buf.bytes()[at + 1..at + 9].copy_from_slice(&len.to_le_bytes());
@@ -93,41 +85,19 @@ impl LogRecord {
                 put_str(buf.bytes(), name);
                 DROP_TABLE
             }
-            LogRecord::Commit { table, truncate, appends, deletes } => {
-                put_str(buf.bytes(), table);
-                buf.bytes().push(u8::from(*truncate));
-                // One IPC stream per run of batches with the same schema
-                // (appends may differ in string layout or field nullability).
-                let runs = appends.chunk_by(|a, b| a.schema() == b.schema()).collect::<Vec<_>>();
-                put_u64(buf.bytes(), runs.len() as u64);
-                for run in runs {
-                    put_ipc(buf, &run[0].schema(), run)?;
-                }
-                let out = buf.bytes();
-                put_u64(out, deletes.len() as u64);
-                for d in deletes {
-                    put_u64(out, d.shard);
-                    put_u64(out, d.version);
-                    put_ids(out, &d.ids);
-                }
-                COMMIT
-            }
-            LogRecord::Rebuild { table, shard, version, delta_len, deleted } => {
-                let out = buf.bytes();
-                put_str(out, table);
-                put_u64(out, *shard);
-                put_u64(out, *version);
-                put_u64(out, u64::from(*delta_len));
-                put_ids(out, deleted);
-                REBUILD
-            }
-        };
-        Ok(kind)
+            LogRecord::Change { table, change } => encode_change(table, change, buf)?,
+        })
     }
 
-    /// The record a frame of type `kind` holds.
-    pub fn decode(kind: u8, payload: &[u8]) -> Result<Self, DecodeError> {
+    /// The record a frame of type `kind` holds; on failure, where in the
+    /// payload and what is wrong.
+    pub(crate) fn decode(kind: u8, payload: &[u8]) -> Result<Self, Damage> {
         let mut r = Reader { bytes: payload, at: 0 };
+        Self::read(kind, &mut r).map_err(|what| Damage::new(r.at, what))
+    }
+
+    fn read(kind: u8, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let payload = r.bytes;
         let record = match kind {
             CREATE_TABLE => {
                 let name = r.str()?;
@@ -138,8 +108,8 @@ impl LogRecord {
                 let fill = (0..n)
                     .map(|_| {
                         let kind = r.take(1)?[0];
-                        match LogRecord::decode(kind, r.bytes()?)? {
-                            record @ (LogRecord::Commit { .. } | LogRecord::Rebuild { .. }) => Ok(record),
+                        match LogRecord::decode(kind, r.bytes()?).map_err(|d| d.to_string())? {
+                            LogRecord::Change { change, .. } => Ok(change),
                             _ => Err("a table's fill holds only commits and rebuilds".to_string()),
                         }
                     })
@@ -158,13 +128,14 @@ impl LogRecord {
                 let deletes = (0..n)
                     .map(|_| Ok(ShardDeletes { shard: r.u64()?, version: r.u64()?, ids: r.ids()? }))
                     .collect::<Result<Vec<_>, DecodeError>>()?;
-                LogRecord::Commit { table, truncate, appends, deletes }
+                LogRecord::Change { table, change: TableChange::Commit { truncate, appends, deletes } }
             }
             REBUILD => {
                 let table = r.str()?;
                 let (shard, version) = (r.u64()?, r.u64()?);
                 let delta_len = u32::try_from(r.u64()?).map_err(|_| "delta length out of range")?;
-                LogRecord::Rebuild { table, shard, version, delta_len, deleted: r.ids()? }
+                let change = TableChange::Rebuild { shard, version, delta_len, deleted: r.ids()? };
+                LogRecord::Change { table, change }
             }
             other => return Err(format!("unknown record type {other}")),
         };
@@ -175,9 +146,60 @@ impl LogRecord {
     }
 }
 
+/// Appends the payload of `change` to table `table` to `buf`; its frame type.
+fn encode_change(table: &str, change: &TableChange, buf: &mut FrameBuf) -> Result<u8, ArrowError> {
+    Ok(match change {
+        TableChange::Commit { truncate, appends, deletes } => {
+            put_str(buf.bytes(), table);
+            buf.bytes().push(u8::from(*truncate));
+            // One IPC stream per run of batches with the same schema
+            // (appends may differ in string layout or field nullability).
+            let runs = appends.chunk_by(|a, b| a.schema() == b.schema()).collect::<Vec<_>>();
+            put_u64(buf.bytes(), runs.len() as u64);
+            for run in runs {
+                put_ipc(buf, &run[0].schema(), run)?;
+            }
+            let out = buf.bytes();
+            put_u64(out, deletes.len() as u64);
+            for d in deletes {
+                put_u64(out, d.shard);
+                put_u64(out, d.version);
+                put_ids(out, &d.ids);
+            }
+            COMMIT
+        }
+        TableChange::Rebuild { shard, version, delta_len, deleted } => {
+            let out = buf.bytes();
+            put_str(out, table);
+            put_u64(out, *shard);
+            put_u64(out, *version);
+            put_u64(out, u64::from(*delta_len));
+            put_ids(out, deleted);
+            REBUILD
+        }
+    })
+}
+
+/// Appends `record` to `wal`, encoded in place; its log position.
+pub(crate) fn append_record(wal: &Wal, record: &LogRecord) -> Result<u64> {
+    wal.append_with(|out| record.encode_into(out).map_err(Error::from))
+}
+
+/// The write-ahead log is the change log of every table of a durable
+/// database.
+impl ChangeLog for Wal {
+    fn append(&self, table: &str, change: &TableChange) -> Result<u64> {
+        self.append_with(|out| encode_change(table, change, out).map_err(Error::from))
+    }
+
+    fn commit(&self, position: u64) -> Result<()> {
+        Wal::commit(self, position)
+    }
+}
+
 /// A table's options: shard capacity, dead fraction, background rebuild
 /// flag, primary key columns.
-pub(super) fn put_options(out: &mut Vec<u8>, options: &TableOptions) {
+pub(crate) fn put_options(out: &mut Vec<u8>, options: &TableOptions) {
     put_u64(out, options.shard_capacity as u64);
     out.extend_from_slice(&options.rebuild_dead_fraction.to_le_bytes());
     out.push(u8::from(options.background_rebuild));
@@ -187,20 +209,20 @@ pub(super) fn put_options(out: &mut Vec<u8>, options: &TableOptions) {
     }
 }
 
-pub(super) fn put_u64(out: &mut Vec<u8>, v: u64) {
+pub(crate) fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-pub(super) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     put_u64(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }
 
-pub(super) fn put_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
     put_bytes(out, s.as_bytes());
 }
 
-pub(super) fn put_ids(out: &mut Vec<u8>, ids: &[u32]) {
+pub(crate) fn put_ids(out: &mut Vec<u8>, ids: &[u32]) {
     put_u64(out, ids.len() as u64);
     for id in ids {
         out.extend_from_slice(&id.to_le_bytes());
@@ -224,7 +246,7 @@ fn put_ipc(out: &mut FrameBuf, schema: &SchemaRef, batches: &[RecordBatch]) -> R
 }
 
 /// `batches` as one Arrow IPC stream of `schema`.
-pub(super) fn ipc(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, arrow_schema::ArrowError> {
+pub(crate) fn ipc(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, arrow_schema::ArrowError> {
     let mut writer = StreamWriter::try_new(Vec::new(), schema)?;
     for batch in batches {
         writer.write(batch)?;
@@ -232,7 +254,7 @@ pub(super) fn ipc(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>
     writer.into_inner()
 }
 
-pub(super) fn from_ipc(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), DecodeError> {
+pub(crate) fn from_ipc(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), DecodeError> {
     let reader = StreamReader::try_new(Cursor::new(bytes), None).map_err(|e| format!("batches: {e}"))?;
     let schema = reader.schema();
     let batches = reader.collect::<Result<Vec<_>, _>>().map_err(|e| format!("batches: {e}"))?;
@@ -240,24 +262,24 @@ pub(super) fn from_ipc(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), De
 }
 
 /// Bounds-checked reads from a payload.
-pub(super) struct Reader<'a> {
-    pub(super) bytes: &'a [u8],
-    pub(super) at: usize,
+pub(crate) struct Reader<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl<'a> Reader<'a> {
-    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len()).ok_or("record ends early")?;
         let out = &self.bytes[self.at..end];
         self.at = end;
         Ok(out)
     }
 
-    pub(super) fn u64(&mut self) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| "short integer")?))
     }
 
-    pub(super) fn flag(&mut self) -> Result<bool, DecodeError> {
+    pub(crate) fn flag(&mut self) -> Result<bool, DecodeError> {
         match self.take(1)?[0] {
             0 => Ok(false),
             1 => Ok(true),
@@ -267,7 +289,7 @@ impl<'a> Reader<'a> {
 
     /// A count of items of at least `min_bytes` each that must fit in
     /// what is left (so a damaged count cannot ask for a huge allocation).
-    pub(super) fn count(&mut self, min_bytes: usize) -> Result<usize, DecodeError> {
+    pub(crate) fn count(&mut self, min_bytes: usize) -> Result<usize, DecodeError> {
         let n = usize::try_from(self.u64()?).map_err(|_| "count out of range")?;
         if n.saturating_mul(min_bytes.max(1)) > self.bytes.len() - self.at {
             return Err(format!("count {n} larger than the record"));
@@ -275,16 +297,16 @@ impl<'a> Reader<'a> {
         Ok(n)
     }
 
-    pub(super) fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+    pub(crate) fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let n = self.count(1)?;
         self.take(n)
     }
 
-    pub(super) fn str(&mut self) -> Result<String, DecodeError> {
+    pub(crate) fn str(&mut self) -> Result<String, DecodeError> {
         String::from_utf8(self.bytes()?.to_vec()).map_err(|_| "a name is not UTF-8".into())
     }
 
-    pub(super) fn options(&mut self) -> Result<TableOptions, DecodeError> {
+    pub(crate) fn options(&mut self) -> Result<TableOptions, DecodeError> {
         let shard_capacity = usize::try_from(self.u64()?).map_err(|_| "shard capacity out of range")?;
         let rebuild_dead_fraction = f64::from_le_bytes(self.take(8)?.try_into().map_err(|_| "short float")?);
         let background_rebuild = self.flag()?;
@@ -293,7 +315,7 @@ impl<'a> Reader<'a> {
         Ok(TableOptions { shard_capacity, rebuild_dead_fraction, background_rebuild, primary_key })
     }
 
-    pub(super) fn ids(&mut self) -> Result<Vec<u32>, DecodeError> {
+    pub(crate) fn ids(&mut self) -> Result<Vec<u32>, DecodeError> {
         let n = self.count(4)?;
         let bytes = self.take(n * 4)?;
         Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
@@ -331,6 +353,10 @@ mod tests {
         RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![8, 9])), Arc::new(names)]).unwrap()
     }
 
+    fn change(change: TableChange) -> LogRecord {
+        LogRecord::Change { table: "t".into(), change }
+    }
+
     fn samples() -> Vec<LogRecord> {
         let b = batch(&[1, 2, 3], &[Some("a"), None, Some("c")]);
         vec![
@@ -340,14 +366,9 @@ mod tests {
                 options: TableOptions::default().with_primary_key(["id"]).with_shard_capacity(1024),
                 replace: true,
                 fill: vec![
-                    LogRecord::Commit { table: "t".into(), truncate: false, appends: vec![b.clone()], deletes: vec![] },
-                    LogRecord::Rebuild { table: "t".into(), shard: 0, version: 0, delta_len: 3, deleted: vec![] },
-                    LogRecord::Commit {
-                        table: "t".into(),
-                        truncate: true,
-                        appends: vec![batch(&[4], &[None])],
-                        deletes: vec![],
-                    },
+                    TableChange::Commit { truncate: false, appends: vec![b.clone()], deletes: vec![] },
+                    TableChange::Rebuild { shard: 0, version: 0, delta_len: 3, deleted: vec![] },
+                    TableChange::Commit { truncate: true, appends: vec![batch(&[4], &[None])], deletes: vec![] },
                 ],
             },
             LogRecord::CreateTable {
@@ -358,14 +379,13 @@ mod tests {
                 fill: vec![],
             },
             LogRecord::DropTable { name: "t".into() },
-            LogRecord::Commit {
-                table: "t".into(),
+            change(TableChange::Commit {
                 truncate: false,
                 appends: vec![b.clone(), b.clone(), views(), b],
                 deletes: vec![ShardDeletes { shard: 0, version: 3, ids: vec![1, 7, 65_535] }],
-            },
-            LogRecord::Commit { table: "t".into(), truncate: true, appends: vec![], deletes: vec![] },
-            LogRecord::Rebuild { table: "t".into(), shard: 2, version: 1, delta_len: 900, deleted: vec![0, 5] },
+            }),
+            change(TableChange::Commit { truncate: true, appends: vec![], deletes: vec![] }),
+            change(TableChange::Rebuild { shard: 2, version: 1, delta_len: 900, deleted: vec![0, 5] }),
         ]
     }
 
@@ -404,8 +424,7 @@ mod tests {
         let names: Vec<Option<&str>> =
             names.iter().enumerate().map(|(i, n)| (i % 7 != 0).then_some(n.as_str())).collect();
         let big = batch(&ids, &names);
-        let commit = LogRecord::Commit {
-            table: "t".into(),
+        let commit = TableChange::Commit {
             truncate: false,
             appends: vec![big.clone(), big.slice(100, 9_000), views(), big.clone()],
             deletes: vec![ShardDeletes { shard: 1, version: 2, ids: vec![3] }],
@@ -417,11 +436,11 @@ mod tests {
             replace: true,
             fill: vec![
                 commit.clone(),
-                LogRecord::Rebuild { table: "t".into(), shard: 0, version: 0, delta_len: 5, deleted: vec![] },
+                TableChange::Rebuild { shard: 0, version: 0, delta_len: 5, deleted: vec![] },
                 commit.clone(),
             ],
         };
-        for record in [commit, create] {
+        for record in [change(commit), create] {
             let (kind, payload) = record.encode().unwrap();
             let mut shared = FrameBuf::default();
             let start = shared.start();

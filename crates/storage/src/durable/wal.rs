@@ -38,10 +38,10 @@ use crate::error::{Error, Result};
 
 /// The default size of a log segment: a new one starts once the current
 /// one holds this many bytes.
-pub const SEGMENT_BYTES: u64 = 64 << 20;
+pub(crate) const SEGMENT_BYTES: u64 = 64 << 20;
 
 /// The smallest segment size a log accepts.
-pub const MIN_SEGMENT_BYTES: u64 = 4 << 10;
+pub(crate) const MIN_SEGMENT_BYTES: u64 = 4 << 10;
 
 /// Without a sync at every commit, writeback of the segment is started
 /// each time this many bytes were written, so the sync that ends a full
@@ -70,7 +70,7 @@ pub enum SyncMode {
 
 /// One record read back from the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     /// Its log sequence number (the first record of a log is 1).
     pub lsn: u64,
     /// Its type.
@@ -84,7 +84,7 @@ pub struct Record {
 
 /// What [`read_log`] found.
 #[derive(Debug, Default)]
-pub struct LogContents {
+pub(crate) struct LogContents {
     /// Every complete record, in order.
     pub records: Vec<Record>,
     /// A write cut short at the end of the log: the segment, the offset
@@ -94,10 +94,6 @@ pub struct LogContents {
     pub end: Option<(PathBuf, u64)>,
 }
 
-pub(super) fn io_error(path: &Path, e: &std::io::Error) -> Error {
-    Error::Io { path: path.display().to_string(), message: e.to_string() }
-}
-
 fn segment_name(first_lsn: u64) -> String {
     format!("wal-{first_lsn:020}.log")
 }
@@ -105,7 +101,7 @@ fn segment_name(first_lsn: u64) -> String {
 /// The segments of the log in `dir` with the LSN of their first record, in order.
 fn segments(io: &dyn StorageIo, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut out = Vec::new();
-    for name in io.list(dir).map_err(|e| io_error(dir, &e))? {
+    for name in io.list(dir).map_err(|e| Error::io(dir, e))? {
         let first = name.strip_prefix("wal-").and_then(|n| n.strip_suffix(".log")).and_then(|n| n.parse::<u64>().ok());
         if let Some(first) = first {
             out.push((first, dir.join(name)));
@@ -118,20 +114,20 @@ fn segments(io: &dyn StorageIo, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 /// Reads the log in `dir` up to its last complete record. A torn write is
 /// accepted only at the very end of the last segment; damage anywhere
 /// else, or a gap between segments, is [`Error::Corrupt`].
-pub fn read_log(io: &dyn StorageIo, dir: &Path) -> Result<LogContents> {
+pub(crate) fn read_log(io: &dyn StorageIo, dir: &Path) -> Result<LogContents> {
     let segments = segments(io, dir)?;
     let mut out = LogContents::default();
     let mut next: Option<u64> = None;
     for (i, (first, path)) in segments.iter().enumerate() {
-        let corrupt = |offset: u64, reason: String| Error::Corrupt { path: path.display().to_string(), offset, reason };
+        let corrupt = |offset: u64, what: String| Error::Corrupt { file: path.clone(), offset, what };
         if let Some(expected) = next
             && *first != expected
         {
             return Err(corrupt(0, format!("segment starts at record {first}, expected {expected}")));
         }
-        let (mut bytes, len) = io.read_data(path).map_err(|e| io_error(path, &e))?;
+        let (mut bytes, len) = io.read_data(path).map_err(|e| Error::io(path, e))?;
         frame::restore_zeros(&mut bytes, len);
-        let (frames, end) = frame::scan(&bytes).map_err(|c| corrupt(c.offset, c.reason.to_string()))?;
+        let (frames, end) = frame::scan(&bytes).map_err(|d| d.in_file(path))?;
         if let End::Torn { offset, bytes } = end {
             if i + 1 != segments.len() {
                 return Err(corrupt(offset, "incomplete record before the last segment".into()));
@@ -158,7 +154,7 @@ pub fn read_log(io: &dyn StorageIo, dir: &Path) -> Result<LogContents> {
 
 /// An open write-ahead log.
 #[derive(Debug, Clone)]
-pub struct Wal {
+pub(crate) struct Wal {
     inner: Arc<Inner>,
 }
 
@@ -258,31 +254,36 @@ impl Wal {
     /// existing records, which it returns for replay; a new segment starts
     /// once the current one holds `segment_bytes`. A torn tail is reported
     /// in the contents and zeroed; writing goes on where it starts.
-    pub fn open(io: Arc<dyn StorageIo>, dir: &Path, mode: SyncMode, segment_bytes: u64) -> Result<(Self, LogContents)> {
+    pub(crate) fn open(
+        io: Arc<dyn StorageIo>,
+        dir: &Path,
+        mode: SyncMode,
+        segment_bytes: u64,
+    ) -> Result<(Self, LogContents)> {
         if segment_bytes < MIN_SEGMENT_BYTES {
             return Err(Error::InvalidOption {
                 option: "log segment bytes",
                 reason: format!("{segment_bytes} is less than the smallest segment, {MIN_SEGMENT_BYTES} bytes"),
             });
         }
-        io.create_dir_all(dir).map_err(|e| io_error(dir, &e))?;
+        io.create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let contents = read_log(io.as_ref(), dir)?;
         if let Some((path, offset, bytes)) = &contents.torn {
             let zeroed = io.open_at(path, *offset).and_then(|mut file| {
                 file.write(&vec![0; *bytes as usize])?;
                 file.sync()
             });
-            zeroed.map_err(|e| io_error(path, &e))?;
+            zeroed.map_err(|e| Error::io(path, e))?;
         }
         let last_lsn = contents.records.last().map_or_else(
             || segments(io.as_ref(), dir).map(|s| s.last().map_or(0, |(first, _)| first - 1)),
             |r| Ok(r.lsn),
         )?;
-        let ready = io.list(dir).map_err(|e| io_error(dir, &e))?.iter().any(|n| n == PREPARED);
+        let ready = io.list(dir).map_err(|e| Error::io(dir, e))?.iter().any(|n| n == PREPARED);
         if ready && mode == SyncMode::Always {
             // It may have been prepared without a sync (in another mode).
             let path = dir.join(PREPARED);
-            io.open_at(&path, 0).and_then(|mut file| file.sync()).map_err(|e| io_error(&path, &e))?;
+            io.open_at(&path, 0).and_then(|mut file| file.sync()).map_err(|e| Error::io(&path, e))?;
         }
         let prepared = Prepared::default();
         prepared.set(if ready { Preparation::Ready } else { Preparation::None });
@@ -299,7 +300,7 @@ impl Wal {
         };
         let segment = match &contents.end {
             Some((path, offset)) if *offset < segment_bytes => {
-                let file = inner.io.open_at(path, *offset).map_err(|e| io_error(path, &e))?;
+                let file = inner.io.open_at(path, *offset).map_err(|e| Error::io(path, e))?;
                 Segment { file, path: path.clone(), bytes: *offset, unsynced: 0 }
             }
             _ => {
@@ -332,17 +333,15 @@ impl Wal {
             std::thread::Builder::new()
                 .name("quiverdb-wal-sync".into())
                 .spawn(move || batch_syncs(&weak, interval))
-                .map_err(|e| Error::Io {
-                    path: dir.display().to_string(),
-                    message: format!("starting the sync thread: {e}"),
-                })?;
+                .map_err(|e| Error::io(dir, e))?;
         }
         Ok((Self { inner }, contents))
     }
 
     /// Appends a record; its LSN. It is durable once [`Wal::commit`]
     /// of this LSN (or a later one) returns.
-    pub fn append(&self, kind: u8, payload: &[u8]) -> Result<u64> {
+    #[cfg(test)]
+    pub(crate) fn append(&self, kind: u8, payload: &[u8]) -> Result<u64> {
         self.append_with(|out| {
             out.bytes().extend_from_slice(payload);
             Ok(kind)
@@ -354,7 +353,7 @@ impl Wal {
     /// large Arrow buffers it pushes are written to the file from where
     /// they are); `write` returns the record's type. If it fails, nothing
     /// is appended.
-    pub fn append_with(&self, write: impl FnOnce(&mut FrameBuf) -> Result<u8>) -> Result<u64> {
+    pub(crate) fn append_with(&self, write: impl FnOnce(&mut FrameBuf) -> Result<u8>) -> Result<u64> {
         let mut state = self.inner.lock()?;
         if let Some(reason) = &state.failed {
             return Err(Error::ReadOnly(reason.clone()));
@@ -387,48 +386,49 @@ impl Wal {
     }
 
     /// Waits until record `lsn` is as durable as the sync mode promises.
-    pub fn commit(&self, lsn: u64) -> Result<()> {
+    pub(crate) fn commit(&self, lsn: u64) -> Result<()> {
         let sync = self.inner.mode == SyncMode::Always;
         self.inner.flush_through(lsn, sync)
     }
 
     /// Writes and syncs everything appended so far, whatever the mode.
-    pub fn sync(&self) -> Result<()> {
+    pub(crate) fn sync(&self) -> Result<()> {
         let last = self.inner.lock()?.last_lsn;
         self.inner.flush_through(last, true)
     }
 
     /// The LSN of the last record known durable.
-    pub fn durable_lsn(&self) -> Result<u64> {
+    #[cfg(test)]
+    pub(crate) fn durable_lsn(&self) -> Result<u64> {
         Ok(self.inner.lock()?.durable_lsn)
     }
 
     /// Keeps the data directory locked until the log and every clone of
     /// it (every handle that can still write) is dropped.
-    pub fn hold(&self, lock: DirLock) {
+    pub(crate) fn hold(&self, lock: DirLock) {
         let _ = self.inner.lock.set(lock);
     }
 
     /// The LSN of the last record appended.
-    pub fn last_lsn(&self) -> Result<u64> {
+    pub(crate) fn last_lsn(&self) -> Result<u64> {
         Ok(self.inner.lock()?.last_lsn)
     }
 
     /// What the log has done since it was opened.
-    pub fn stats(&self) -> Result<LogStats> {
+    pub(crate) fn stats(&self) -> Result<LogStats> {
         let state = self.inner.lock()?;
         Ok(LogStats { records: state.appended, bytes: state.appended_bytes, syncs: state.syncs })
     }
 
     /// Bytes of records appended since the log was opened.
-    pub fn appended_bytes(&self) -> Result<u64> {
+    pub(crate) fn appended_bytes(&self) -> Result<u64> {
         Ok(self.inner.lock()?.appended_bytes)
     }
 
     /// Makes the log refuse every later append and commit with
     /// [`Error::ReadOnly`] (`reason`): for failures outside the log that
     /// leave the data directory in an unknown state.
-    pub fn fail(&self, reason: String) {
+    pub(crate) fn fail(&self, reason: String) {
         if let Ok(mut state) = self.inner.lock() {
             state.failed.get_or_insert(reason);
         }
@@ -437,7 +437,7 @@ impl Wal {
 
     /// Removes the segments that hold only records up to `lsn` (which a
     /// checkpoint covers). The segment being written is always kept.
-    pub fn remove_through(&self, lsn: u64) -> Result<()> {
+    pub(crate) fn remove_through(&self, lsn: u64) -> Result<()> {
         let io = self.inner.io.as_ref();
         let dir = &self.inner.dir;
         let segments = segments(io, dir)?;
@@ -447,11 +447,11 @@ impl Wal {
             if *next_first > lsn + 1 {
                 break;
             }
-            io.remove(path).map_err(|e| io_error(path, &e))?;
+            io.remove(path).map_err(|e| Error::io(path, e))?;
             removed = true;
         }
         if removed {
-            io.sync_dir(dir).map_err(|e| io_error(dir, &e))?;
+            io.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
         }
         Ok(())
     }
@@ -513,7 +513,7 @@ impl Inner {
             if let Some(handle) = handle {
                 let mut handle = match handle {
                     Ok(handle) => handle,
-                    Err(e) => return Err(self.fail(state, io_error(&self.dir, &e))),
+                    Err(e) => return Err(self.fail(state, Error::io(&self.dir, e))),
                 };
                 state.syncing = true;
                 self.flushed.notify_all();
@@ -523,7 +523,7 @@ impl Inner {
                 state.syncing = false;
                 if let Err(e) = synced {
                     let path = state.segment.as_ref().map_or_else(|| self.dir.clone(), |s| s.path.clone());
-                    return Err(self.fail(state, io_error(&path, &e)));
+                    return Err(self.fail(state, Error::io(&path, e)));
                 }
                 state.durable_lsn = state.durable_lsn.max(target);
                 state.syncs += 1;
@@ -546,19 +546,22 @@ impl Inner {
     /// full, syncs it and starts a new one (`true`: everything through
     /// `last` is durable).
     fn write(&self, mut segment: Segment, bytes: &FrameBuf, last: u64) -> Result<(Segment, bool)> {
-        let failed = |e: std::io::Error| io_error(&segment.path, &e);
+        let failed = |e: std::io::Error, at: u64| Error::Io { path: segment.path.clone(), offset: Some(at), source: e };
         if !bytes.is_empty() {
-            segment.file.write_vectored(&mut bytes.io_slices()).map_err(failed)?;
+            let at = segment.bytes;
+            segment.file.write_vectored(&mut bytes.io_slices()).map_err(|e| failed(e, at))?;
             segment.bytes += bytes.len() as u64;
             segment.unsynced += bytes.len() as u64;
         }
         if segment.unsynced >= WRITEBACK_BYTES && self.mode != SyncMode::Always {
-            segment.file.start_writeback(segment.bytes).map_err(failed)?;
+            let at = segment.bytes;
+            segment.file.start_writeback(at).map_err(|e| failed(e, at))?;
             segment.unsynced = 0;
         }
         // A full segment must be durable before records go elsewhere.
         if segment.bytes >= self.segment_bytes {
-            segment.file.sync().map_err(failed)?;
+            let at = segment.bytes;
+            segment.file.sync().map_err(|e| failed(e, at))?;
             return Ok((self.new_segment(last + 1)?, true));
         }
         if segment.bytes >= self.segment_bytes / 2 {
@@ -582,8 +585,8 @@ impl Inner {
         } else {
             self.io.append(&path)
         };
-        let file = file.map_err(|e| io_error(&path, &e))?;
-        self.io.sync_dir(&self.dir).map_err(|e| io_error(&self.dir, &e))?;
+        let file = file.map_err(|e| Error::io(&path, e))?;
+        self.io.sync_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         Ok(Segment { file, path, bytes: 0, unsynced: 0 })
     }
 
@@ -648,7 +651,7 @@ fn batch_syncs(inner: &Weak<Inner>, interval: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::io::SimulatedIo;
+    use super::super::simulated::SimulatedIo;
     use super::*;
 
     fn dir() -> PathBuf {
@@ -816,8 +819,8 @@ mod tests {
         // Inside the second record's payload.
         io.flip_bit(&segment, frame::HEADER + 10 + frame::HEADER + 3, 2).unwrap();
         match read_log(&io, &dir()) {
-            Err(Error::Corrupt { path, offset, .. }) => {
-                assert!(path.ends_with(&segment_name(1)), "{path}");
+            Err(Error::Corrupt { file, offset, .. }) => {
+                assert!(file.ends_with(segment_name(1)), "{}", file.display());
                 assert_eq!(offset, (frame::HEADER + 10) as u64);
             }
             other => panic!("expected corruption, got {other:?}"),
@@ -836,7 +839,7 @@ mod tests {
         io.fail_syncs(true);
         let lsn = wal.append(1, b"unknown fate").unwrap();
         assert!(
-            matches!(wal.commit(lsn), Err(Error::Io { message, .. }) if message.contains("simulated fsync failure"))
+            matches!(wal.commit(lsn), Err(Error::Io { source, .. }) if source.to_string().contains("simulated fsync failure"))
         );
         io.fail_syncs(false);
         // It does not retry and carry on.

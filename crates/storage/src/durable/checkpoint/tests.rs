@@ -389,7 +389,7 @@ fn every_truncation_is_rejected() {
     let mut longer = bytes.clone();
     longer.push(0);
     let e = decode_main(&longer, &schema).unwrap_err();
-    assert_eq!((e.offset, e.reason.as_str()), (bytes.len() as u64, "1 bytes after the last column"));
+    assert_eq!((e.offset, e.what.as_str()), (bytes.len() as u64, "1 bytes after the last column"));
 }
 
 #[test]
@@ -429,7 +429,7 @@ fn errors_say_where_and_what() {
     let bytes = encode_main(&main);
     for junk in [&b""[..], b"QVMAIN", b"PAR1 and more bytes than a header"] {
         let e = decode_main(junk, &schema).unwrap_err();
-        assert_eq!((e.offset, e.reason.as_str()), (0, "not a quiverdb checkpoint file"));
+        assert_eq!((e.offset, e.what.as_str()), (0, "not a quiverdb checkpoint file"));
     }
     let mut future = bytes.clone();
     future[8..12].copy_from_slice(&2u32.to_le_bytes());
@@ -446,7 +446,7 @@ fn errors_say_where_and_what() {
     let mut damaged = bytes.clone();
     damaged[second + 3] ^= 0x40;
     let e = decode_main(&damaged, &schema).unwrap_err();
-    assert_eq!((e.offset, e.reason.as_str()), (second as u64, "checksum mismatch in column 'packed'"));
+    assert_eq!((e.offset, e.what.as_str()), (second as u64, "checksum mismatch in column 'packed'"));
 
     let narrow = schema_of(vec![Field::new("seq", DataType::Int64, true)]);
     let e = decode_main(&bytes, &narrow).unwrap_err();
@@ -456,10 +456,10 @@ fn errors_say_where_and_what() {
     fields[0] = Field::new("seq", DataType::Utf8, true);
     let e = decode_main(&bytes, &schema_of(fields)).unwrap_err();
     assert_eq!(e.offset, (HEADER_LEN + COLUMN_PREFIX) as u64);
-    assert_eq!(e.reason, "column 'seq': stored as Int64, but the table declares Utf8 (Bytes)");
+    assert_eq!(e.what, "column 'seq': stored as Int64, but the table declares Utf8 (Bytes)");
 
     let e = decode_main(&bytes[..HEADER_LEN + 30], &schema).unwrap_err();
-    assert!(e.reason.starts_with("column 'seq': truncated"), "{e}");
+    assert!(e.what.starts_with("column 'seq': truncated"), "{e}");
 }
 
 #[test]
@@ -503,7 +503,7 @@ fn rejection(data_type: DataType, file: &[u8]) -> String {
     let schema = schema_of(vec![Field::new("c", data_type, true)]);
     match decode_main(file, &schema) {
         Ok(main) => panic!("a crafted column was read: {:?}", main.column(0)),
-        Err(e) => e.reason,
+        Err(e) => e.what,
     }
 }
 

@@ -25,13 +25,16 @@
 use arrow_buffer::NullBuffer;
 use arrow_buffer::bit_chunk_iterator::BitChunks;
 
-use super::{Fault, ZONE_LEN};
+use crate::durable::damage::Damage;
 use crate::main::bitpacked::BitPacked;
 use crate::main::run_end::RunEnd;
 use crate::main::sequence::Sequence;
 use crate::main::strings::StrPlain;
 use crate::main::{BLOCK_SIZE, Encoding, KeyEncoding, Zone};
 use crate::types::{KeyNative, PhysicalType};
+
+/// Bytes of a stored zone: min, max, null count.
+pub(super) const ZONE_LEN: usize = 8 + 8 + 4;
 
 /// Checks a string dictionary: offsets from 0, ascending (entries never
 /// equal), ending at `bytes.len()`, entries sorted, UTF-8 when `utf8`.
@@ -77,8 +80,8 @@ pub(super) struct Expect<'a> {
 }
 
 impl Expect<'_> {
-    fn fault(&self, reason: impl Into<String>) -> Fault {
-        Fault::new(self.at, reason)
+    fn fault(&self, reason: impl Into<String>) -> Damage {
+        Damage::new(self.at, reason)
     }
 
     fn blocks(&self) -> usize {
@@ -107,7 +110,7 @@ impl Expect<'_> {
     /// slots included, passes as is; only other blocks (whose null slots
     /// repeat a key from beyond the zone) pay for the exact minimum and
     /// maximum over the valid rows.
-    fn zone(&self, block: usize, values: &[u64], range: (u64, u64), key: impl Fn(u64) -> u64) -> Result<(), Fault> {
+    fn zone(&self, block: usize, values: &[u64], range: (u64, u64), key: impl Fn(u64) -> u64) -> Result<(), Damage> {
         let n = values.len();
         let nulls = self.nulls_in(block, n);
         let null_count = nulls as u32;
@@ -131,12 +134,12 @@ impl Expect<'_> {
     /// is all-null exactly when the block is. (Used alone for zones of
     /// strings, whose keys scans use only to prune: plain strings' prefix
     /// keys would cost a pass over every string to recompute.)
-    fn zone_counts(&self, block: usize) -> Result<(), Fault> {
+    fn zone_counts(&self, block: usize) -> Result<(), Damage> {
         let n = self.rows_in(block);
         let nulls = self.nulls_in(block, n);
         let stored = self.zones[block];
         if stored.null_count as usize != nulls || stored.all_null() != (nulls == n) {
-            return Err(Fault::new(
+            return Err(Damage::new(
                 self.zones_at + block * ZONE_LEN,
                 format!("the zone of block {block} is {stored:?}, but the block has {nulls} nulls in {n} rows"),
             ));
@@ -144,10 +147,10 @@ impl Expect<'_> {
         Ok(())
     }
 
-    fn same_zone(&self, block: usize, found: Zone) -> Result<(), Fault> {
+    fn same_zone(&self, block: usize, found: Zone) -> Result<(), Damage> {
         let stored = self.zones[block];
         if stored != found {
-            return Err(Fault::new(
+            return Err(Damage::new(
                 self.zones_at + block * ZONE_LEN,
                 format!("the zone of block {block} is {stored:?}, but its values give {found:?}"),
             ));
@@ -163,7 +166,7 @@ pub(super) fn check_values(
     physical: PhysicalType,
     utf8: bool,
     e: &Expect<'_>,
-) -> Result<(), Fault> {
+) -> Result<(), Damage> {
     let (lo, hi) = key_domain(physical);
     let in_domain = |block: usize, min: u64, max: u64| {
         if min < lo || max > hi {
@@ -274,7 +277,7 @@ pub(super) fn check_values(
                 e.zone_counts(b)?;
                 let zone = e.zones[b];
                 if !zone.all_null() && zone.max >= entries {
-                    return Err(Fault::new(
+                    return Err(Damage::new(
                         e.zones_at + b * ZONE_LEN,
                         format!("the zone of block {b} reaches code {}, the dictionary {entries} entries", zone.max),
                     ));
@@ -338,7 +341,7 @@ fn run_range(runs: &RunEnd, start: usize, end: usize) -> (u64, u64) {
 /// Checks plain strings: offsets from 0, never descending, ending at the
 /// byte length (on character boundaries of valid UTF-8 when `utf8`), and
 /// zones with the right null counts.
-fn check_plain(p: &StrPlain, utf8: bool, e: &Expect<'_>) -> Result<(), Fault> {
+fn check_plain(p: &StrPlain, utf8: bool, e: &Expect<'_>) -> Result<(), Damage> {
     let bytes: &[u8] = p.bytes();
     let text = match utf8 {
         true => Some(
@@ -376,8 +379,8 @@ fn check_plain(p: &StrPlain, utf8: bool, e: &Expect<'_>) -> Result<(), Fault> {
 fn walk_packed(
     packed: &BitPacked,
     e: &Expect<'_>,
-    mut f: impl FnMut(usize, &[u64], u64, (u64, u64)) -> Result<(), Fault>,
-) -> Result<(), Fault> {
+    mut f: impl FnMut(usize, &[u64], u64, (u64, u64)) -> Result<(), Damage>,
+) -> Result<(), Damage> {
     let mut deltas = [0u64; BLOCK_SIZE];
     for (b, frame) in packed.frames().iter().enumerate() {
         let n = (packed.len() - b * BLOCK_SIZE).min(BLOCK_SIZE);

@@ -1,0 +1,159 @@
+//! The catalog file of a data directory: the last checkpoint's tables,
+//! their shards, and the log position it covers.
+//!
+//! Written whole at every checkpoint (temp file, sync, rename, sync
+//! directory); read once when the directory is opened.
+
+use arrow_schema::SchemaRef;
+
+use super::damage::Damage;
+use super::record::{Reader, from_ipc, ipc, put_bytes, put_ids, put_options, put_str, put_u64};
+use crate::error::Result;
+use crate::state::TableOptions;
+
+/// The catalog file's name in a data directory.
+pub(super) const CATALOG: &str = "CATALOG";
+const CATALOG_MAGIC: &[u8; 8] = b"QVCATLG\0";
+const CATALOG_VERSION: u32 = 1;
+/// Magic, version, body length, body CRC32C.
+const CATALOG_HEADER: usize = 8 + 4 + 8 + 4;
+
+/// The catalog file's contents.
+#[derive(Debug, Default)]
+pub(super) struct CatalogFile {
+    pub(super) lsn: u64,
+    pub(super) tables: Vec<TableEntry>,
+}
+
+#[derive(Debug)]
+pub(super) struct TableEntry {
+    pub(super) name: String,
+    pub(super) uid: u64,
+    pub(super) schema: SchemaRef,
+    pub(super) options: TableOptions,
+    pub(super) next_shard_id: u64,
+    pub(super) shards: Vec<ShardEntry>,
+}
+
+#[derive(Debug)]
+pub(super) struct ShardEntry {
+    pub(super) id: u64,
+    pub(super) version: u64,
+    pub(super) capacity: u64,
+    /// Main rows, in the file [`shard_file`] names (none when 0).
+    pub(super) main_rows: u64,
+    /// The delta rows as one Arrow IPC stream; empty when there are none.
+    pub(super) delta: Vec<u8>,
+    pub(super) deleted: Vec<u32>,
+}
+
+/// ```text
+///   "QVCATLG\0" | version u32 | body length u64 | body CRC32C u32 | body
+///   body: lsn u64, tables u64, per table:
+///         name, uid u64, schema (IPC), options, next shard id u64, shards u64,
+///         per shard: id, version, capacity, main rows (u64 each),
+///                    delta rows (IPC), deleted ids
+/// ```
+pub(super) fn encode_catalog(catalog: &CatalogFile) -> Result<Vec<u8>> {
+    let mut body = Vec::new();
+    put_u64(&mut body, catalog.lsn);
+    put_u64(&mut body, catalog.tables.len() as u64);
+    for t in &catalog.tables {
+        put_str(&mut body, &t.name);
+        put_u64(&mut body, t.uid);
+        put_bytes(&mut body, &ipc(&t.schema, &[])?);
+        put_options(&mut body, &t.options);
+        put_u64(&mut body, t.next_shard_id);
+        put_u64(&mut body, t.shards.len() as u64);
+        for s in &t.shards {
+            for v in [s.id, s.version, s.capacity, s.main_rows] {
+                put_u64(&mut body, v);
+            }
+            put_bytes(&mut body, &s.delta);
+            put_ids(&mut body, &s.deleted);
+        }
+    }
+    let mut out = Vec::with_capacity(CATALOG_HEADER + body.len());
+    out.extend_from_slice(CATALOG_MAGIC);
+    out.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
+    put_u64(&mut out, body.len() as u64);
+    out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// Parses a catalog file; on failure, the offset and what is wrong.
+pub(super) fn decode_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, Damage> {
+    read_catalog(bytes).map_err(|(offset, what)| Damage { offset, what })
+}
+
+fn read_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String)> {
+    if bytes.len() < CATALOG_HEADER || &bytes[..8] != CATALOG_MAGIC {
+        return Err((0, "not a quiverdb catalog file".into()));
+    }
+    let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let version = u32_at(8);
+    if version != CATALOG_VERSION {
+        return Err((
+            8,
+            format!("catalog format version {version} is not supported (this quiverdb reads {CATALOG_VERSION})"),
+        ));
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&bytes[12..20]);
+    let len = u64::from_le_bytes(len);
+    let body = &bytes[CATALOG_HEADER..];
+    if body.len() as u64 != len {
+        return Err((12, format!("the body should be {len} bytes, the file holds {}", body.len())));
+    }
+    if crc32c::crc32c(body) != u32_at(20) {
+        return Err((CATALOG_HEADER as u64, "checksum mismatch".into()));
+    }
+    let mut r = Reader { bytes: body, at: 0 };
+    let at = |r: &Reader<'_>, e: String| ((CATALOG_HEADER + r.at) as u64, e);
+    let mut catalog = CatalogFile { lsn: r.u64().map_err(|e| at(&r, e))?, tables: Vec::new() };
+    let tables = r.count(8).map_err(|e| at(&r, e))?;
+    for _ in 0..tables {
+        let entry = (|| {
+            let name = r.str()?;
+            let uid = r.u64()?;
+            let (schema, _) = from_ipc(r.bytes()?)?;
+            let options = r.options()?;
+            let next_shard_id = r.u64()?;
+            let n = r.count(40)?;
+            let mut shards = Vec::with_capacity(n);
+            for _ in 0..n {
+                let (id, version, capacity, main_rows) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+                let delta = r.bytes()?.to_vec();
+                let deleted = r.ids()?;
+                shards.push(ShardEntry { id, version, capacity, main_rows, delta, deleted });
+            }
+            Ok::<_, String>(TableEntry { name, uid, schema, options, next_shard_id, shards })
+        })()
+        .map_err(|e| at(&r, e))?;
+        catalog.tables.push(entry);
+    }
+    if r.at != body.len() {
+        return Err(at(&r, "unread bytes after the last table".into()));
+    }
+    Ok(catalog)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damaged_catalogs_are_refused_with_an_offset() {
+        let bytes = encode_catalog(&CatalogFile { lsn: 7, tables: Vec::new() }).unwrap();
+        assert_eq!(decode_catalog(&bytes).unwrap().lsn, 7);
+        for cut in 0..bytes.len() {
+            assert!(decode_catalog(&bytes[..cut]).is_err());
+        }
+        for at in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x10;
+            assert!(decode_catalog(&damaged).is_err(), "flip at {at}");
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! A table's state: its options, its published shards, and the one
+//! operation that changes them.
+//!
+//! ```text
+//!   TableCore
+//!   ├─ name, schema, options                     fixed at creation
+//!   ├─ state: ArcSwap<TableState>                readers: one pointer load
+//!   └─ writer: Mutex<Writer>                     writers: serialised
+//!        next shard id · change log · uid
+//!
+//!   WriterGuard::publish(next)  ── the only store of `state`, made while
+//!                                  holding the writer lock
+//! ```
+//!
+//! Transactions, rebuilds and recovery all build a new [`TableState`] and
+//! hand it to [`WriterGuard::publish`]; readers never take the lock. This
+//! module knows nothing about how a state is built: the modules that do
+//! (`table`, `rebuild`, `snapshot`, recovery) build on it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use arc_swap::ArcSwap;
+
+use crate::background::Background;
+use crate::change::TableLog;
+use crate::error::{Error, Result};
+use crate::shard::{ShardId, ShardList, ShardState};
+use crate::types::TableSchema;
+
+/// Default maximum rows per shard (MemCP's shard size: big enough that
+/// per-shard overheads vanish, small enough that a rebuild takes ~10 ms).
+pub const DEFAULT_SHARD_CAPACITY: usize = 65_536;
+
+/// Default fraction of deleted rows at which a shard is rebuilt: above it a
+/// scan spends more than a fifth of its work skipping dead rows.
+pub const DEFAULT_REBUILD_DEAD_FRACTION: f64 = 0.2;
+
+/// Largest shard capacity: record ids are `u32`.
+pub const MAX_SHARD_CAPACITY: usize = 1 << 31;
+
+/// Settings of a table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableOptions {
+    /// Maximum rows per shard.
+    pub shard_capacity: usize,
+    /// Fraction of deleted rows (0..=1) at which a shard is rebuilt.
+    pub rebuild_dead_fraction: f64,
+    /// Rebuild full or mostly-dead shards in the background. When false,
+    /// shards change only through [`crate::Table::rebuild`].
+    pub background_rebuild: bool,
+    /// Primary key columns: made NOT NULL, and unique among live rows
+    /// (every write is checked when it commits).
+    pub primary_key: Vec<String>,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        Self {
+            shard_capacity: DEFAULT_SHARD_CAPACITY,
+            rebuild_dead_fraction: DEFAULT_REBUILD_DEAD_FRACTION,
+            background_rebuild: true,
+            primary_key: Vec::new(),
+        }
+    }
+}
+
+impl TableOptions {
+    /// Sets the shard capacity.
+    pub fn with_shard_capacity(mut self, capacity: usize) -> Self {
+        self.shard_capacity = capacity;
+        self
+    }
+
+    /// Sets the dead fraction that triggers a rebuild.
+    pub fn with_rebuild_dead_fraction(mut self, fraction: f64) -> Self {
+        self.rebuild_dead_fraction = fraction;
+        self
+    }
+
+    /// Enables or disables background rebuilds.
+    pub fn with_background_rebuild(mut self, enabled: bool) -> Self {
+        self.background_rebuild = enabled;
+        self
+    }
+
+    /// Declares the primary key.
+    pub fn with_primary_key<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
+        self.primary_key = columns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.shard_capacity == 0 || self.shard_capacity > MAX_SHARD_CAPACITY {
+            return Err(Error::InvalidOption {
+                option: "shard_capacity",
+                reason: format!("must be in 1..={MAX_SHARD_CAPACITY}, got {}", self.shard_capacity),
+            });
+        }
+        if !(self.rebuild_dead_fraction > 0.0 && self.rebuild_dead_fraction <= 1.0) {
+            return Err(Error::InvalidOption {
+                option: "rebuild_dead_fraction",
+                reason: format!("must be in (0, 1], got {}", self.rebuild_dead_fraction),
+            });
+        }
+        Ok(())
+    }
+
+    /// True when `shard` is full or has enough dead rows to be rebuilt.
+    pub(crate) fn needs_rebuild(&self, shard: &ShardState) -> bool {
+        let full = shard.room() == 0 && shard.delta_len > 0;
+        let dead = shard.deleted() as f64 > self.rebuild_dead_fraction * shard.rows() as f64;
+        full || (dead && shard.deleted() > 0)
+    }
+}
+
+/// The published state of a table: its shards, each at a delta length and
+/// deletion set. Immutable; replaced whole by every publish.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TableState {
+    pub(crate) shards: ShardList,
+}
+
+/// What the writer lock protects.
+#[derive(Debug)]
+struct Writer {
+    next_shard_id: u64,
+    log: TableLog,
+    /// Names the table's checkpoint files: the log position of the record
+    /// that created it (0 for a table that is not durable).
+    uid: u64,
+}
+
+/// A table: its definition, its published state, and its writer lock.
+#[derive(Debug)]
+pub(crate) struct TableCore {
+    name: String,
+    schema: TableSchema,
+    options: TableOptions,
+    state: ArcSwap<TableState>,
+    writer: Mutex<Writer>,
+    dropped: AtomicBool,
+    background: Background,
+    /// Background rebuilds that failed (each is a bug), and the last error.
+    rebuild_failures: AtomicU64,
+    last_rebuild_error: Mutex<Option<String>>,
+    self_ref: Weak<TableCore>,
+}
+
+impl TableCore {
+    /// An empty table whose background work runs on `background`.
+    pub(crate) fn new(name: String, schema: TableSchema, options: TableOptions, background: Background) -> Arc<Self> {
+        Arc::new_cyclic(|self_ref| TableCore {
+            name,
+            schema,
+            options,
+            state: ArcSwap::from_pointee(TableState::default()),
+            writer: Mutex::new(Writer { next_shard_id: 0, log: TableLog::Off, uid: 0 }),
+            dropped: AtomicBool::new(false),
+            background,
+            rebuild_failures: AtomicU64::new(0),
+            last_rebuild_error: Mutex::new(None),
+            self_ref: self_ref.clone(),
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn schema(&self) -> &TableSchema {
+        &self.schema
+    }
+
+    pub(crate) fn options(&self) -> &TableOptions {
+        &self.options
+    }
+
+    /// The published state.
+    pub(crate) fn state(&self) -> Arc<TableState> {
+        self.state.load_full()
+    }
+
+    /// Number of live rows of the published state (no reference kept).
+    pub(crate) fn live_rows(&self) -> usize {
+        self.state.load().shards.iter().map(ShardState::live).sum()
+    }
+
+    /// Takes the writer lock.
+    pub(crate) fn lock(&self) -> Result<WriterGuard<'_>> {
+        let writer =
+            self.writer.lock().map_err(|_| Error::Internal(format!("a writer of table '{}' panicked", self.name)))?;
+        Ok(WriterGuard { table: self, writer })
+    }
+
+    /// True once the table was dropped or replaced.
+    pub(crate) fn is_dropped(&self) -> bool {
+        self.dropped.load(Ordering::Acquire)
+    }
+
+    /// Where the table's background work runs.
+    pub(crate) fn background(&self) -> &Background {
+        &self.background
+    }
+
+    /// A handle that does not keep the table alive.
+    pub(crate) fn weak(&self) -> Weak<TableCore> {
+        self.self_ref.clone()
+    }
+
+    /// Counts a failed background rebuild.
+    pub(crate) fn record_rebuild_failure(&self, e: &Error) {
+        self.rebuild_failures.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut last) = self.last_rebuild_error.lock() {
+            *last = Some(e.to_string());
+        }
+    }
+
+    /// Failed background rebuilds, and the last error.
+    pub(crate) fn rebuild_failures(&self) -> (u64, Option<String>) {
+        let last = self.last_rebuild_error.lock().ok().and_then(|e| e.clone());
+        (self.rebuild_failures.load(Ordering::Relaxed), last)
+    }
+}
+
+/// The writer lock of a table, held: the right to change it.
+#[derive(Debug)]
+pub(crate) struct WriterGuard<'t> {
+    table: &'t TableCore,
+    writer: MutexGuard<'t, Writer>,
+}
+
+impl<'t> WriterGuard<'t> {
+    /// The id the next new shard gets.
+    pub(crate) fn next_shard_id(&self) -> u64 {
+        self.writer.next_shard_id
+    }
+
+    /// Sets the id the next new shard gets (handing out again the ids of
+    /// shards that were never published, or restoring a checkpoint's).
+    pub(crate) fn set_next_shard_id(&mut self, id: u64) {
+        self.writer.next_shard_id = id;
+    }
+
+    /// Takes an id for a new shard.
+    pub(crate) fn take_shard_id(&mut self) -> ShardId {
+        let id = ShardId(self.writer.next_shard_id);
+        self.writer.next_shard_id += 1;
+        id
+    }
+
+    /// Where changes are logged.
+    pub(crate) fn log(&self) -> &TableLog {
+        &self.writer.log
+    }
+
+    /// Where changes are logged, to write to.
+    pub(crate) fn log_mut(&mut self) -> &mut TableLog {
+        &mut self.writer.log
+    }
+
+    /// Replaces where changes are logged; the previous one.
+    pub(crate) fn replace_log(&mut self, log: TableLog) -> TableLog {
+        std::mem::replace(&mut self.writer.log, log)
+    }
+
+    /// The table's durable identity (see `Writer::uid`).
+    pub(crate) fn uid(&self) -> u64 {
+        self.writer.uid
+    }
+
+    pub(crate) fn set_uid(&mut self, uid: u64) {
+        self.writer.uid = uid;
+    }
+
+    /// Makes `next` the table's state: one pointer swap; every snapshot
+    /// taken from now on sees it, and none taken before changes.
+    pub(crate) fn publish(&mut self, next: TableState) {
+        self.table.state.store(Arc::new(next));
+    }
+
+    /// Marks the table dropped: writes through old handles fail from now on.
+    pub(crate) fn mark_dropped(&mut self) {
+        self.table.dropped.store(true, Ordering::Release);
+    }
+}
