@@ -16,18 +16,14 @@
 use arrow_buffer::bit_chunk_iterator::BitChunks;
 use arrow_buffer::{NullBuffer, ToByteSlice};
 use arrow_schema::DataType;
-use quiverdb_storage::main::{Encoding, KeyEncoding};
+use quiverdb_storage::main::KeySource;
 use quiverdb_storage::types::{KeyNative, PhysicalType, SIGN_BIT};
 use quiverdb_storage::{DeleteSet, DeltaBytes, DeltaColumnReader, MainColumn, ShardSnapshot};
 
 use crate::error::{Error, Result};
 use crate::scalar::Domain;
-use crate::vector::{Bits, LANES, NumVector, Sel, Values, WORDS};
-
-/// From this many requested rows in one block on, a fetch unpacks the
-/// whole block rather than reading values one by one (FastLanes measures
-/// the crossover at "~10 values"; see the same constant in storage).
-const UNPACK_THRESHOLD: usize = 16;
+use crate::vector::{NumVector, Values};
+use quiverdb_storage::block::{Bits, LANES, Sel, WORDS};
 
 /// Scratch buffers for decoding keys, allocated once per reducer.
 #[derive(Debug)]
@@ -173,11 +169,7 @@ impl<'a> ColumnSource<'a> {
     /// Bytes of main row `row` (string and binary columns).
     #[inline]
     pub fn main_bytes(&self, row: usize) -> &'a [u8] {
-        match self.main.map(MainColumn::encoding) {
-            Some(Encoding::StrDict(d)) => d.get(row),
-            Some(Encoding::StrPlain(p)) => p.get(row),
-            _ => &[],
-        }
+        self.main.map_or(&[], |m| m.bytes(row))
     }
 
     /// Bytes of row `i` of delta chunk `c` (string and binary columns).
@@ -192,45 +184,28 @@ impl<'a> ColumnSource<'a> {
         let start = block * LANES;
         let lanes = sel.lanes();
         out.len = lanes;
-        match col.encoding() {
-            Encoding::Keys(KeyEncoding::BitPacked(bp))
-                if is_int64_domain(self.physical) && lanes >= UNPACK_THRESHOLD =>
-            {
-                // Unpacked straight into the vector, the block's
-                // reference value added in the same pass.
-                let Values::I64(dst) = &mut out.values else {
-                    return Err(Error::Internal("integer fetch into a non-I64 vector".into()));
-                };
-                let base = |reference| key_value_i64(self.physical, reference) as u64;
-                match sel {
-                    Sel::Range(a, b) => {
-                        bp.decode_block_i64(block, base, dst);
-                        if a > 0 {
-                            dst.copy_within(a..b, 0);
-                        }
-                    }
-                    Sel::Mask(..) => bp.decode_block_i64(block, base, dst),
-                    Sel::Ids(ids, first) => {
-                        bp.decode_block_from(block, base, &mut scratch.block);
-                        for (d, &id) in dst.iter_mut().zip(ids) {
-                            *d = scratch.block[(id - first) as usize] as i64;
-                        }
-                    }
+        if let Some(keys) = col.keys() {
+            // Integers unpack straight into the vector, the block's
+            // reference value added in the same pass, where the encoding
+            // allows; otherwise keys are gathered and converted.
+            let base = |reference| key_value_i64(self.physical, reference) as u64;
+            let unpacked = match &mut out.values {
+                Values::I64(dst) if is_int64_domain(self.physical) => {
+                    keys.fetch_i64(block, sel, base, dst, &mut scratch.block)
                 }
-            }
-            Encoding::Keys(enc) => {
-                gather_keys(enc, start, col.len(), sel, scratch);
+                _ => false,
+            };
+            if !unpacked {
+                keys.gather(block, sel, &mut scratch.keys, &mut scratch.block);
                 keys_to_values(self.physical, &scratch.keys[..lanes], &mut out.values)?;
             }
-            Encoding::Wide(values) => {
-                let Values::I128(dst) = &mut out.values else {
-                    return Err(Error::Internal("wide decimals fetched into a non-I128 vector".into()));
-                };
-                sel_for_each_row(sel, |lane, offset| dst[lane] = values[start + offset]);
-            }
-            Encoding::StrDict(_) | Encoding::StrPlain(_) => {
-                return Err(Error::Internal("numeric fetch of a bytes column".into()));
-            }
+        } else if let Some(values) = col.wide_values() {
+            let Values::I128(dst) = &mut out.values else {
+                return Err(Error::Internal("wide decimals fetched into a non-I128 vector".into()));
+            };
+            sel_for_each_row(sel, |lane, offset| dst[lane] = values[start + offset]);
+        } else {
+            return Err(Error::Internal("numeric fetch of a bytes column".into()));
         }
         out.has_nulls = match col.validity() {
             Some(nulls) => {
@@ -248,23 +223,16 @@ impl<'a> ColumnSource<'a> {
     /// The output path of plain column gathers: no vector in between.
     pub fn extend_main_i64(&self, block: usize, a: usize, b: usize, scratch: &mut Scratch, dst: &mut Vec<i64>) -> bool {
         let Some(col) = self.main else { return false };
-        let Encoding::Keys(enc) = col.encoding() else { return false };
+        let Some(keys) = col.keys() else { return false };
         if col.validity().is_some() || !is_int64_domain(self.physical) {
             return false;
         }
-        match enc {
-            KeyEncoding::BitPacked(bp) if b - a >= UNPACK_THRESHOLD => {
-                bp.extend_block_i64(block, |reference| key_value_i64(self.physical, reference) as u64, a..b, dst);
-            }
-            KeyEncoding::Sequence(seq) => {
-                seq.extend_block_i64(block, |key| key_value_i64(self.physical, key) as u64, a..b, dst)
-            }
-            _ => {
-                gather_keys(enc, block * LANES, col.len(), Sel::Range(a, b), scratch);
-                // Signed keys are stored with their sign bit flipped.
-                let flip = key_value_i64(self.physical, 0) as u64;
-                dst.extend(scratch.keys[..b - a].iter().map(|&k| (k ^ flip) as i64));
-            }
+        let value = |key| key_value_i64(self.physical, key) as u64;
+        if !keys.extend_i64(block, a..b, value, dst) {
+            keys.gather(block, Sel::Range(a, b), &mut scratch.keys, &mut scratch.block);
+            // Signed keys are stored with their sign bit flipped.
+            let flip = key_value_i64(self.physical, 0) as u64;
+            dst.extend(scratch.keys[..b - a].iter().map(|&k| (k ^ flip) as i64));
         }
         true
     }
@@ -345,81 +313,11 @@ fn sel_for_each_row(sel: Sel<'_>, mut f: impl FnMut(usize, usize)) {
     }
 }
 
-/// Keys addressable by row and by block: a key encoding, or the
-/// bit-packed codes of a string dictionary.
-pub(crate) trait KeySource {
-    fn get(&self, row: usize) -> u64;
-    fn decode_block(&self, block: usize, out: &mut [u64; LANES]);
-    /// The low 32 bits of `key - minus` for every key of the block, into
-    /// `out` (through `scratch` unless the keys unpack straight into it).
-    fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; LANES], scratch: &mut [u64; LANES]);
-}
-
-impl KeySource for KeyEncoding {
-    #[inline]
-    fn get(&self, row: usize) -> u64 {
-        KeyEncoding::get(self, row)
-    }
-    fn decode_block(&self, block: usize, out: &mut [u64; LANES]) {
-        KeyEncoding::decode_block(self, block, out)
-    }
-    fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; LANES], scratch: &mut [u64; LANES]) {
-        match self {
-            KeyEncoding::BitPacked(bp) => bp.decode_block_u32(block, minus, out),
-            _ => {
-                KeyEncoding::decode_block(self, block, scratch);
-                for (o, &k) in out.iter_mut().zip(scratch.iter()) {
-                    *o = k.wrapping_sub(minus) as u32;
-                }
-            }
-        }
-    }
-}
-
-impl KeySource for quiverdb_storage::main::bitpacked::BitPacked {
-    #[inline]
-    fn get(&self, row: usize) -> u64 {
-        quiverdb_storage::main::bitpacked::BitPacked::get(self, row)
-    }
-    fn decode_block(&self, block: usize, out: &mut [u64; LANES]) {
-        quiverdb_storage::main::bitpacked::BitPacked::decode_block(self, block, out)
-    }
-    fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; LANES], _: &mut [u64; LANES]) {
-        quiverdb_storage::main::bitpacked::BitPacked::decode_block_u32(self, block, minus, out)
-    }
-}
-
-/// Gathers the keys of `sel` in block `start / 1024` into `scratch.keys`,
-/// lane by lane.
-pub(crate) fn gather_keys(enc: &impl KeySource, start: usize, col_len: usize, sel: Sel<'_>, scratch: &mut Scratch) {
-    let block = start / LANES;
-    let keys = &mut scratch.keys;
-    match sel {
-        Sel::Range(a, b) if b - a < UNPACK_THRESHOLD => {
-            for (lane, offset) in (a..b).enumerate() {
-                keys[lane] = enc.get(start + offset);
-            }
-        }
-        Sel::Range(a, b) => {
-            enc.decode_block(block, keys);
-            if a > 0 {
-                keys.copy_within(a..b, 0);
-            }
-        }
-        Sel::Mask(..) => enc.decode_block(block, keys),
-        Sel::Ids(ids, base) if ids.len() < UNPACK_THRESHOLD => {
-            for (lane, &id) in ids.iter().enumerate() {
-                keys[lane] = enc.get(start + (id - base) as usize);
-            }
-        }
-        Sel::Ids(ids, base) => {
-            enc.decode_block(block, &mut scratch.block);
-            for (lane, &id) in ids.iter().enumerate() {
-                keys[lane] = scratch.block[(id - base) as usize];
-            }
-        }
-    }
-    debug_assert!(start < col_len || sel.lanes() == 0);
+/// Gathers the keys of the rows `sel` of block `block` of `src` into
+/// `scratch.keys`, one per lane.
+#[inline]
+pub(crate) fn gather_keys(src: &impl KeySource, block: usize, sel: Sel<'_>, scratch: &mut Scratch) {
+    src.gather(block, sel, &mut scratch.keys, &mut scratch.block);
 }
 
 /// True for the physical types whose I64-domain value is `key - reference`

@@ -22,7 +22,8 @@ use quiverdb_storage::TableSchema;
 use crate::columns::{Scratch, ShardColumns};
 use crate::error::{Error, Result};
 use crate::scalar::{Domain, IntWidth, Num, Scalar, wrap_i64};
-use crate::vector::{Bits, LANES, NumVector, Sel, Values};
+use crate::vector::{NumVector, Values};
+use quiverdb_storage::block::{Bits, LANES, Sel};
 
 /// An arithmetic operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -19,7 +19,6 @@ use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, Scala
 use arrow_data::ArrayDataBuilder;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use quiverdb_storage::TableSchema;
-use quiverdb_storage::main::Encoding;
 
 use crate::columns::{ColumnSource, Scratch, ShardColumns, gather_keys};
 use crate::error::{Error, Result};
@@ -27,7 +26,8 @@ use crate::expr::{CompiledExpr, MapExpr, Operand, Side};
 use crate::output::{f64_array, i64_array, native_array};
 use crate::scalar::{Domain, Num};
 use crate::shard::Kernel;
-use crate::vector::{Bits, LANES, Sel, Values, sel_offsets};
+use crate::vector::Values;
+use quiverdb_storage::block::{Bits, LANES, Sel, sel_offsets};
 
 /// Longest value an Arrow view stores inline.
 const MAX_INLINE: usize = 12;
@@ -581,12 +581,12 @@ fn push_bytes_column(
     match side {
         Side::Main(block) => {
             let Some(col) = src.main() else { return };
-            if let (Encoding::StrDict(dict), ColumnBuilder::Views { views, shared: bufs, valid: vb, .. }) =
-                (col.encoding(), &mut *builder)
+            if let (Some(dict), ColumnBuilder::Views { views, shared: bufs, valid: vb, .. }) =
+                (col.string_dictionary(), &mut *builder)
             {
                 // Views into the dictionary: no string is copied. Buffer 0
                 // is the builder's own; shared dictionaries follow.
-                let dict_buf = dict.dict_bytes();
+                let dict_buf = dict.values_buffer();
                 let index = match bufs.iter().position(|b| b.as_ptr() == dict_buf.as_ptr()) {
                     Some(i) => i as u32 + 1,
                     None => {
@@ -597,14 +597,13 @@ fn push_bytes_column(
                 let table = match dict_views {
                     Some(t) if t.buffer == index => t,
                     _ => {
-                        let starts = dict.dict_offsets();
-                        let views = (0..dict.dict_len())
-                            .map(|code| make_view(dict.dict_value(code), index, starts[code]))
-                            .collect();
+                        let starts = dict.offsets();
+                        let views =
+                            (0..dict.dict_len()).map(|code| make_view(dict.value(code), index, starts[code])).collect();
                         dict_views.insert(DictViews { buffer: index, views })
                     }
                 };
-                gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
+                gather_keys(&dict.codes(), block, sel, scratch);
                 let (codes, table) = (&scratch.keys, table.views.as_slice());
                 match lanes.dense_len() {
                     Some(n) => views.extend(codes[..n].iter().map(|&c| table[c as usize])),
@@ -616,14 +615,14 @@ fn push_bytes_column(
                 }
                 return;
             }
-            if let (Encoding::StrDict(dict), ColumnBuilder::Bytes { offsets, bytes, valid: vb }) =
-                (col.encoding(), &mut *builder)
+            if let (Some(dict), ColumnBuilder::Bytes { offsets, bytes, valid: vb }) =
+                (col.string_dictionary(), &mut *builder)
             {
                 // Unpack the block's codes at once, then copy each value
                 // out of the dictionary.
-                gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
+                gather_keys(&dict.codes(), block, sel, scratch);
                 let codes = &scratch.keys;
-                let (starts, values) = (dict.dict_offsets(), dict.dict_bytes().as_slice());
+                let (starts, values) = (dict.offsets(), dict.values_buffer().as_slice());
                 let span = |l: usize| {
                     let code = codes[l] as usize;
                     if valid(l) { starts[code] as usize..starts[code + 1] as usize } else { 0..0 }

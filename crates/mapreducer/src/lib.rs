@@ -66,7 +66,6 @@ mod columns;
 mod error;
 mod expr;
 mod gather;
-pub mod kernels;
 mod output;
 mod scalar;
 mod shard;
@@ -78,9 +77,10 @@ pub use error::{Error, Result};
 pub use expr::{ArithOp, CompiledExpr, MapExpr, Operand, Side};
 pub use gather::{GatherAcc, GatherKernel, GatherSpec, RECORD_COLUMN, SHARD_COLUMN};
 pub use quiverdb_storage::RecId;
+pub use quiverdb_storage::block::{Bits, LANES, Sel, WORDS};
 pub use scalar::{Domain, Num, Scalar};
 pub use shard::{Kernel, ShardMapReducer};
-pub use vector::{Bits, LANES, NumVector, Sel, Values, WORDS};
+pub use vector::{NumVector, Values};
 
 /// A batched map+reduce over the records of one shard.
 pub trait MapReducer {
@@ -147,7 +147,7 @@ impl BlockSelection<'_> {
     pub fn count(&self) -> usize {
         match *self {
             BlockSelection::Range { start, end } => (end - start) as usize,
-            BlockSelection::Mask { mask, .. } => vector::count_bits(mask),
+            BlockSelection::Mask { mask, .. } => quiverdb_storage::block::count_bits(mask),
         }
     }
 

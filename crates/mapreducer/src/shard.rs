@@ -23,8 +23,8 @@ use quiverdb_storage::{RecId, ShardSnapshot};
 
 use crate::columns::{Scratch, ShardColumns};
 use crate::error::Result;
-use crate::vector::{LANES, Sel};
 use crate::{BlockSelection, MapReducer};
+use quiverdb_storage::block::{LANES, Sel};
 
 /// The reduce logic a [`ShardMapReducer`] runs on each block.
 pub trait Kernel {

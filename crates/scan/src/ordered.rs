@@ -26,7 +26,6 @@ use quiverdb_mapreducer::{
     Bits, CompiledExpr, Domain, Kernel, LANES, MapExpr, MapReducer, Num, Operand, RecId, Scratch, Sel, ShardColumns,
     ShardMapReducer, Side, Values, WORDS,
 };
-use quiverdb_storage::main::Encoding;
 use quiverdb_storage::types::KeyNative;
 use quiverdb_storage::{ShardSnapshot, TableSnapshot};
 
@@ -265,7 +264,7 @@ fn seed_bound(snapshot: &TableSnapshot, shards: &[usize], key: &SortKey, k: usiz
     for &i in shards {
         let shard = snapshot.shard(i);
         let Some(main) = shard.main().column(c) else { continue };
-        if !matches!(main.encoding(), Encoding::Keys(_)) {
+        if main.keys().is_none() {
             continue;
         }
         let p = shard.schema().physical(c);
@@ -317,7 +316,7 @@ fn top_k_numeric(
     };
     let zone_col = key.expr.as_column().and_then(|c| {
         let main = shard.main().column(c)?;
-        matches!(main.encoding(), Encoding::Keys(_)).then_some((main, shard.schema().physical(c)))
+        main.keys().is_some().then_some((main, shard.schema().physical(c)))
     });
     let prune = |block: usize| -> bool {
         let Some((main, p)) = zone_col else { return false };

@@ -35,7 +35,6 @@ use quiverdb_mapreducer::{
 use quiverdb_scan::{
     CmpOp, Predicate, ScanOptions, SortKey, candidate_shards, delete_where, scan, scan_order, update_where,
 };
-use quiverdb_storage::main::Encoding;
 use quiverdb_storage::{Database, RecId, Table, TableOptions, TableSnapshot, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -1564,7 +1563,7 @@ fn grouping_by_code_or_value_matches_the_reference() {
         by_code_shards += (0..snapshot.num_shards())
             .filter(|&i| {
                 let main = snapshot.shard(i).main();
-                main.column(S).is_some_and(|c| matches!(c.encoding(), Encoding::StrDict(_)) && c.null_count() == 0)
+                main.column(S).is_some_and(|c| c.string_dictionary().is_some() && c.null_count() == 0)
             })
             .count();
         for q in 0..12 {

@@ -40,8 +40,6 @@ use datafusion::physical_plan::{ExecutionPlan, Partitioning, PhysicalExpr};
 use quiverdb_mapreducer::{AggFunc, Aggregate, AggregateSpec, Domain, GatherSpec, MapExpr};
 use quiverdb_scan::{Predicate, SortKey};
 use quiverdb_storage::TableSchema;
-use quiverdb_storage::main::Encoding;
-use quiverdb_storage::types::PhysicalType;
 
 use crate::exec::{AggregateOutputMode, QuiverAggregateExec, QuiverScanExec, QuiverTopKExec, ScanSource, shard_groups};
 use crate::translate::Translator;
@@ -245,7 +243,6 @@ const FEW_GROUPS: u64 = 1 << 16;
 fn group_bound(folded: &Folded<'_>, keys: &[MapExpr]) -> u64 {
     let snapshot = &folded.scan.source().snapshot;
     let shards = folded.scan.shards();
-    let schema = snapshot.schema();
     let rows: u64 = shards.iter().map(|&s| snapshot.shard(s).rows() as u64).sum();
     let mut columns = Vec::new();
     keys.iter().for_each(|k| k.columns(&mut columns));
@@ -253,22 +250,7 @@ fn group_bound(folded: &Folded<'_>, keys: &[MapExpr]) -> u64 {
     columns.dedup();
     let mut bound = 1u64;
     for c in columns {
-        let exact_keys = !matches!(
-            schema.physical(c),
-            PhysicalType::Float32 | PhysicalType::Float64 | PhysicalType::Decimal128 | PhysicalType::Bytes
-        );
-        let mut distinct = 0u64;
-        for &s in &shards {
-            let shard = snapshot.shard(s);
-            distinct = distinct.saturating_add(shard.delta_len() as u64 + 1);
-            let Some(col) = shard.main().column(c) else { continue };
-            distinct = distinct.saturating_add(match (col.encoding(), col.key_range()) {
-                (_, None) => 0,
-                (Encoding::StrDict(_), Some((lo, hi))) => hi - lo + 1,
-                (Encoding::Keys(_), Some((lo, hi))) if exact_keys => (hi - lo).saturating_add(1),
-                _ => col.len() as u64,
-            });
-        }
+        let distinct = shards.iter().fold(0u64, |sum, &s| sum.saturating_add(snapshot.shard(s).distinct_bound(c)));
         bound = bound.saturating_mul(distinct);
     }
     bound.min(rows.saturating_add(1))

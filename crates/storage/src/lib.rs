@@ -67,6 +67,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod background;
+pub mod block;
 mod change;
 mod database;
 pub mod delta;
@@ -81,6 +82,7 @@ mod rebuild;
 mod shard;
 mod snapshot;
 mod state;
+mod stats;
 mod table;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -97,5 +99,6 @@ pub use output::primitive_array;
 pub use shard::{DeleteSet, ShardId};
 pub use snapshot::{ShardSnapshot, TableSnapshot};
 pub use state::{DEFAULT_REBUILD_DEAD_FRACTION, DEFAULT_SHARD_CAPACITY, MAX_SHARD_CAPACITY, TableOptions};
+pub use stats::{ColumnStats, ValueRange};
 pub use table::{Table, Transaction};
 pub use types::{PhysicalType, RecId, TableSchema, Value};

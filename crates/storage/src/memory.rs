@@ -129,16 +129,15 @@ impl Table {
             for (i, col) in usage.columns.iter_mut().enumerate() {
                 col.delta_bytes += shard.delta().column(i).size_bytes();
                 let Some(main) = shard.main().column(i) else { continue };
-                let encoding = main.encoding();
-                let dict = encoding.dictionary_bytes();
-                col.main_bytes += encoding.size_bytes() - dict;
+                let dict = main.dictionary_bytes();
+                col.main_bytes += main.value_bytes() - dict;
                 col.dictionary_bytes += dict;
                 col.zone_map_bytes += main.zone_bytes();
                 col.validity_bytes += main.validity_bytes();
-                let e = col.encodings.entry(encoding.kind()).or_default();
+                let e = col.encodings.entry(main.kind()).or_default();
                 e.shards += 1;
                 e.rows += main.len();
-                e.bytes += encoding.size_bytes();
+                e.bytes += main.value_bytes();
             }
         }
         usage

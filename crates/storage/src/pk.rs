@@ -27,8 +27,8 @@ use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use arrow_schema::DataType;
 use hashbrown::HashSet;
 
+use crate::block::BLOCK_SIZE;
 use crate::error::{Error, Result};
-use crate::main::BLOCK_SIZE;
 use crate::snapshot::ShardSnapshot;
 use crate::types::{KeyNative, PhysicalType, RecId, TableSchema, with_native};
 

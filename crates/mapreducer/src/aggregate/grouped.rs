@@ -1,8 +1,6 @@
 //! Aggregation with GROUP BY: per-lane group ids (computed by the
 //! kernel), then one scatter loop per aggregate into per-group states.
 
-use quiverdb_storage::main::Encoding;
-
 use super::state::{StateColumn, StateKind};
 use super::ungrouped::{max_abs, offer_num_at};
 use super::{Input, column_validity};
@@ -10,7 +8,8 @@ use crate::columns::{Scratch, ShardColumns, key_to_num};
 use crate::error::{Error, Result};
 use crate::expr::{Operand, Side};
 use crate::scalar::Num;
-use crate::vector::{Bits, LANES, Sel, Values, sel_offsets};
+use crate::vector::Values;
+use quiverdb_storage::block::{Bits, LANES, Sel, sel_offsets};
 
 /// Folds `sel` into the groups `gids` (per lane) of one aggregate.
 #[allow(clippy::too_many_arguments)]
@@ -76,9 +75,7 @@ fn zone_magnitude(cols: &ShardColumns<'_>, col: usize, side: Side) -> Option<u64
     let Side::Main(block) = side else { return None };
     let src = cols.column(col);
     let main = src.main()?;
-    if !matches!(main.encoding(), Encoding::Keys(_)) {
-        return None;
-    }
+    main.keys()?;
     let z = main.zones()[block];
     if z.all_null() {
         return Some(0);

@@ -100,9 +100,9 @@ impl IntMap {
     #[inline]
     pub(crate) fn ids(
         &mut self,
-        x: &[i64; crate::vector::LANES],
-        lanes: &crate::vector::Bits,
-        out: &mut [u32; crate::vector::LANES],
+        x: &[i64; quiverdb_storage::block::LANES],
+        lanes: &quiverdb_storage::block::Bits,
+        out: &mut [u32; quiverdb_storage::block::LANES],
     ) {
         #[inline(always)]
         fn lookup(window: &[u32], base: i64, v: i64) -> u32 {
@@ -186,9 +186,9 @@ impl BytesMap {
 /// [`UNASSIGNED`], for the caller's second, rare pass.
 #[inline(always)]
 pub(crate) fn lookup_lanes<T: Copy>(
-    x: &[T; crate::vector::LANES],
-    lanes: &crate::vector::Bits,
-    out: &mut [u32; crate::vector::LANES],
+    x: &[T; quiverdb_storage::block::LANES],
+    lanes: &quiverdb_storage::block::Bits,
+    out: &mut [u32; quiverdb_storage::block::LANES],
     lookup: impl Fn(T) -> u32,
 ) -> bool {
     let mut misses = false;

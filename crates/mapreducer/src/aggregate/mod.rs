@@ -27,18 +27,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arrow_array::ArrayRef;
 use arrow_schema::DataType;
 use quiverdb_storage::TableSchema;
-use quiverdb_storage::main::Encoding;
-use quiverdb_storage::main::strings::StrDict;
+use quiverdb_storage::main::{KeySource, StrDictionary};
 
 use self::groups::{BytesMap, Groups, HashMapKeys, IntMap, KeyId, KeyMap, KeyValue, MAX_KEYS, float_group_bits};
 use self::state::{MinMaxDomain, StateColumn, StateKind, SumDomain};
-use crate::columns::{ColumnSource, KeySource, Scratch, ShardColumns, gather_keys, key_to_num};
+use crate::columns::{ColumnSource, Scratch, ShardColumns, gather_keys, key_to_num};
 use crate::error::{Error, Result};
 use crate::expr::{CompiledExpr, MapExpr, Operand, Side};
 use crate::output::{bytes_array, f64_array, i64_array, native_array, nulls_from};
 use crate::scalar::{Domain, Num};
 use crate::shard::Kernel;
-use crate::vector::{Bits, LANES, Sel, Values, sel_offsets};
+use crate::vector::Values;
+use quiverdb_storage::block::{Bits, LANES, Sel, sel_offsets};
 
 /// An aggregate function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -520,22 +520,22 @@ struct DictCache {
 
 impl DictCache {
     /// Makes the cache valid for `dict` under accumulator `token`.
-    fn bind(&mut self, dict: &StrDict, token: u64) {
-        let address = dict.dict_bytes().as_ptr() as usize;
+    fn bind(&mut self, dict: StrDictionary<'_>, token: u64) {
+        let address = dict.values_buffer().as_ptr() as usize;
         if self.token == token && self.dict == address {
             return;
         }
         let same =
-            self.token == token && self.offsets == dict.dict_offsets() && self.bytes == dict.dict_bytes().as_slice();
+            self.token == token && self.offsets == dict.offsets() && self.bytes == dict.values_buffer().as_slice();
         self.dict = address;
         if same {
             return;
         }
         self.token = token;
         self.offsets.clear();
-        self.offsets.extend_from_slice(dict.dict_offsets());
+        self.offsets.extend_from_slice(dict.offsets());
         self.bytes.clear();
-        self.bytes.extend_from_slice(dict.dict_bytes());
+        self.bytes.extend_from_slice(dict.values_buffer());
         self.ids.clear();
         self.ids.resize(dict.dict_len(), u32::MAX);
     }
@@ -549,7 +549,7 @@ impl DictCache {
 /// shard is finished ([`Kernel::close`]) or a block that cannot go by
 /// code arrives. When every main row of the shard went by code, every
 /// code has rows (each dictionary entry is some row's value, see
-/// [`StrDict`]); otherwise the codes of the blocks that did are decoded
+/// [`StrDictionary`]); otherwise the codes of the blocks that did are decoded
 /// again to find them.
 ///
 /// A group key that is an integer function of one integer column
@@ -739,10 +739,10 @@ impl AggregateKernel {
             && rows == cols.block_len(block)
             && let Some(main) = cols.column(col).main()
         {
-            match (main.encoding(), memo, self.value_range) {
-                (Encoding::StrDict(dict), false, _) if main.null_count() == 0 => {
+            match (main.string_dictionary(), main.keys(), memo, self.value_range) {
+                (Some(dict), _, false, _) if main.null_count() == 0 => {
                     return self.fold_slots(
-                        dict.codes(),
+                        &dict.codes(),
                         main.len(),
                         dict.dict_len(),
                         None,
@@ -754,9 +754,9 @@ impl AggregateKernel {
                         scratch,
                     );
                 }
-                (Encoding::Keys(enc), true, Some((lo, hi))) => {
+                (_, Some(keys), true, Some((lo, hi))) => {
                     return self.fold_slots(
-                        enc,
+                        &keys,
                         main.len(),
                         (hi - lo) as usize + 1,
                         Some(lo),
@@ -861,7 +861,7 @@ impl AggregateKernel {
                 return Err(Error::Internal("rows by code without a string key".into()));
             };
             let main = cols.column(*col).main();
-            let Some(Encoding::StrDict(dict)) = main.map(|m| m.encoding()) else {
+            let Some(dict) = main.and_then(|m| m.string_dictionary()) else {
                 return Err(Error::Internal("rows by code without a dictionary".into()));
             };
             cache.bind(dict, acc.token);
@@ -872,7 +872,7 @@ impl AggregateKernel {
                 for &b in &bc.blocks {
                     let start = b as usize * LANES;
                     let n = LANES.min(dict.len() - start);
-                    gather_keys(dict.codes(), start, dict.len(), Sel::Range(0, n), scratch);
+                    gather_keys(&dict.codes(), b as usize, Sel::Range(0, n), scratch);
                     for &code in &scratch.keys[..n] {
                         bc.present[(code / 64) as usize] |= 1 << (code % 64);
                     }
@@ -884,7 +884,7 @@ impl AggregateKernel {
                 }
                 let mut g = cache.ids[code];
                 if g == u32::MAX {
-                    g = map.id(dict.dict_value(code));
+                    g = map.id(dict.value(code));
                     cache.ids[code] = g;
                 }
                 bc.pairs.push((g, code as u32));
@@ -1120,10 +1120,10 @@ fn bytes_key_ids(
     match side {
         Side::Main(block) => {
             let col = src.main().expect("main block of a shard with main rows");
-            match col.encoding() {
-                Encoding::StrDict(dict) => {
+            match col.string_dictionary() {
+                Some(dict) => {
                     cache.bind(dict, token);
-                    gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
+                    gather_keys(&dict.codes(), block, sel, scratch);
                     let codes = &scratch.keys;
                     // A plain lookup per lane first (no branch, so it
                     // vectorises); codes seen for the first time are
@@ -1135,7 +1135,7 @@ fn bytes_key_ids(
                                 let code = codes[l] as usize;
                                 let mut id = cache.ids[code];
                                 if id == u32::MAX {
-                                    id = map.id(dict.dict_value(code));
+                                    id = map.id(dict.value(code));
                                     cache.ids[code] = id;
                                 }
                                 ids[l] = id;
@@ -1143,7 +1143,7 @@ fn bytes_key_ids(
                         });
                     }
                 }
-                _ => {
+                None => {
                     let start = block * LANES;
                     sel_offsets(sel, &valid, |l, o| ids[l] = map.id(src.main_bytes(start + o)));
                 }
@@ -1175,7 +1175,7 @@ impl Kernel for AggregateKernel {
         if let (Some(_), [KeyInput::Memo { col, memo, .. }]) = (self.count_star, self.keys.as_slice())
             && !memo.off
             && let Some(main) = cols.column(*col).main()
-            && matches!(main.encoding(), Encoding::Keys(_))
+            && main.keys().is_some()
             && main.null_count() == 0
             && let Some((lo, hi)) = main.key_range()
             && hi - lo < groups::DENSE_WINDOW as u64

@@ -2,17 +2,16 @@
 //! cheapest way the encoding allows.
 //!
 //! ```text
-//!   SUM  bit-packed  n·reference + Σ deltas (a whole block: Σ deltas from its
-//!                    frame, O(1); else deltas unpacked, never widened)
-//!        constant    n·value;  sequence  arithmetic series per run (a wrapping
-//!        run falls back to key by key);  run-end  Σ run value × selected rows
+//!   SUM              Σ keys read from the encoding (storage's `Keys::sum_block`):
+//!                    bit-packed n·reference + Σ deltas (a whole block from its
+//!                    frame, O(1)), constant n·value, sequence arithmetic series,
+//!                    run-end Σ run value × selected rows
 //!   MIN/MAX          a whole block without nulls: its zone map, O(1);
 //!                    otherwise the best key of the block (key order = value order)
 //!   strings          dictionary: the best code, one lookup; else byte compares
 //!   anything else    evaluate the expression, reduce the vector
 //! ```
 
-use quiverdb_storage::main::{Encoding, KeyEncoding};
 use quiverdb_storage::types::PhysicalType;
 
 use super::state::{MinMaxDomain, StateColumn, StateKind, SumDomain, better, f64_better};
@@ -20,9 +19,9 @@ use super::{Input, column_validity};
 use crate::columns::{ColumnSource, Scratch, ShardColumns, gather_keys, key_to_num};
 use crate::error::{Error, Result};
 use crate::expr::{Operand, Side};
-use crate::kernels;
 use crate::scalar::Num;
-use crate::vector::{Bits, LANES, Sel, Values, sel_offsets};
+use crate::vector::Values;
+use quiverdb_storage::block::{Bits, LANES, Sel, sel_offsets};
 
 /// Folds `sel` into the single group of an aggregate without keys.
 pub(super) fn fold(
@@ -47,10 +46,10 @@ pub(super) fn fold(
         }
         (StateKind::Sum { domain, .. }, Input::Column { col, expr }) if !matches!(domain, SumDomain::Float) => {
             let src = cols.column(*col);
-            if let (Side::Main(block), Some(Encoding::Keys(enc))) = (side, src.main().map(|m| m.encoding())) {
+            if let (Side::Main(block), Some(keys)) = (side, src.main().and_then(|m| m.keys())) {
                 let valid = src.main_validity(block, sel).map(|v| v.and(&active()));
                 let len = cols.block_len(block);
-                let (sum_keys, n) = sum_keys(enc, block, len, sel, valid, scratch);
+                let (sum_keys, n) = keys.sum_block(block, len, sel, valid, &mut scratch.block);
                 let signed = !matches!(
                     src.physical(),
                     PhysicalType::UInt8
@@ -68,7 +67,7 @@ pub(super) fn fold(
         (StateKind::MinMax { max, domain }, Input::Column { col, expr }) if *domain != MinMaxDomain::Bytes => {
             let src = cols.column(*col);
             if let (Side::Main(block), Some(main)) = (side, src.main())
-                && let Encoding::Keys(enc) = main.encoding()
+                && let Some(keys) = main.keys()
             {
                 let valid = src.main_validity(block, sel).map(|v| v.and(&active()));
                 let full = matches!(sel, Sel::Range(0, b) if b == cols.block_len(block));
@@ -77,7 +76,7 @@ pub(super) fn fold(
                     (!z.all_null()).then_some(if *max { z.max } else { z.min })
                 } else {
                     let lanes = valid.unwrap_or_else(active);
-                    gather_keys(enc, block * LANES, main.len(), sel, scratch);
+                    gather_keys(&keys, block, sel, scratch);
                     best_key(&scratch.keys, &lanes, *max)
                 };
                 if let Some(k) = key {
@@ -136,164 +135,6 @@ fn add_key_sum(state: &mut StateColumn, sum_keys: u128, n: u64, signed: bool) ->
         _ => return Err(Error::Internal("key sum into a non-integer state".into())),
     }
     Ok(())
-}
-
-/// Σ keys and count of the selected, valid rows of block `block` of a key
-/// encoding, reading the encoding directly where it allows.
-fn sum_keys(
-    enc: &KeyEncoding,
-    block: usize,
-    block_len: usize,
-    sel: Sel<'_>,
-    valid: Option<Bits>,
-    scratch: &mut Scratch,
-) -> (u128, u64) {
-    let start = block * LANES;
-    let range = match (sel, valid) {
-        (Sel::Range(a, b), None) => Some((a, b)),
-        _ => None,
-    };
-    let lanes = valid.unwrap_or_else(|| sel.active());
-    match enc {
-        KeyEncoding::Constant { key, .. } => {
-            let n = lanes.count() as u64;
-            (*key as u128 * n as u128, n)
-        }
-        KeyEncoding::BitPacked(bp) => {
-            let frame = bp.frames()[block];
-            if frame.width == 0 {
-                let n = lanes.count() as u64;
-                return (frame.reference as u128 * n as u128, n);
-            }
-            let small = frame.width <= 53;
-            if small && range == Some((0, block_len)) {
-                // A whole block: its frame holds the sum of its deltas.
-                let n = block_len as u64;
-                return (n as u128 * frame.reference as u128 + frame.delta_sum as u128, n);
-            }
-            // Unpack the deltas (without the reference) and sum them.
-            let deltas = &mut scratch.block;
-            bp.decode_block_deltas(block, deltas);
-            let (sum, n) = match (range, sel) {
-                (Some((a, b)), _) if small => (kernels::sum_small(deltas, a, b) as u128, (b - a) as u64),
-                (Some((a, b)), _) => (sum_all(&deltas[a..b], false), (b - a) as u64),
-                (None, Sel::Ids(ids, base)) => {
-                    let mut s: u128 = 0;
-                    lanes.for_each_one(|l| s += deltas[(ids[l] - base) as usize] as u128);
-                    (s, lanes.count() as u64)
-                }
-                (None, Sel::Range(a, _)) => {
-                    let mut s: u128 = 0;
-                    lanes.for_each_one(|l| s += deltas[a + l] as u128);
-                    (s, lanes.count() as u64)
-                }
-                (None, Sel::Mask(..)) if small => {
-                    (kernels::masked_sum_small(deltas, &lanes) as u128, lanes.count() as u64)
-                }
-                (None, Sel::Mask(..)) => (masked_sum(&deltas[..], &lanes, false), lanes.count() as u64),
-            };
-            (n as u128 * frame.reference as u128 + sum, n)
-        }
-        KeyEncoding::Sequence(seq) if range.is_some() => {
-            let (a, b) = range.unwrap_or_default();
-            let mut total: u128 = 0;
-            let mut row = start + a;
-            let end = start + b;
-            while row < end {
-                let r = seq.run_of(row);
-                let run = seq.runs()[r];
-                let run_end = seq.runs().get(r + 1).map_or(usize::MAX, |x| x.start as usize).min(end);
-                let k = (run_end - row) as i128;
-                let first = run.key(row) as i128;
-                let step = run.step as i64 as i128;
-                let last = first + (k - 1) * step;
-                if (0..=u64::MAX as i128).contains(&last) {
-                    total += (k * first + step * k * (k - 1) / 2) as u128;
-                } else {
-                    // The progression wraps around the key space: add key by key.
-                    for i in row..run_end {
-                        total += run.key(i) as u128;
-                    }
-                }
-                row = run_end;
-            }
-            (total, (b - a) as u64)
-        }
-        KeyEncoding::RunEnd(re) if !matches!(sel, Sel::Ids(..)) => {
-            let offset = if let Sel::Range(a, _) = sel { a } else { 0 };
-            let (lo, hi) = (start + offset, start + offset + sel.lanes());
-            let mut total: u128 = 0;
-            let mut n = 0u64;
-            let mut r = re.run_of(lo);
-            let mut row = lo;
-            while row < hi {
-                let run_end = (re.ends()[r] as usize).min(hi);
-                let k = lanes_in(&lanes, row - start - offset, run_end - start - offset) as u64;
-                total += re.values()[r] as u128 * k as u128;
-                n += k;
-                row = run_end;
-                r += 1;
-            }
-            (total, n)
-        }
-        _ => {
-            gather_keys(enc, start, start + block_len, sel, scratch);
-            let keys = &scratch.keys;
-            let mut s: u128 = 0;
-            lanes.for_each_one(|l| s += keys[l] as u128);
-            (s, lanes.count() as u64)
-        }
-    }
-}
-
-/// Number of set lanes in `a..b`.
-fn lanes_in(lanes: &Bits, a: usize, b: usize) -> usize {
-    lanes.and(&Bits::range(a, b)).count()
-}
-
-/// Σ values; `small` promises every value is below 2^53, so 1,024 of them
-/// fit a u64 and the loop vectorises.
-#[inline]
-fn sum_all(v: &[u64], small: bool) -> u128 {
-    if small {
-        let mut acc = [0u64; 4];
-        let chunks = v.chunks_exact(4);
-        let rest: u64 = chunks.remainder().iter().sum();
-        for c in chunks {
-            for i in 0..4 {
-                acc[i] += c[i];
-            }
-        }
-        (acc.iter().sum::<u64>() + rest) as u128
-    } else {
-        v.iter().map(|&x| x as u128).sum()
-    }
-}
-
-/// Σ of the lanes set in `mask`, 64 lanes at a time.
-#[inline]
-fn masked_sum(v: &[u64], mask: &Bits, small: bool) -> u128 {
-    let mut total: u128 = 0;
-    for (w, &word) in mask.0.iter().enumerate() {
-        if word == 0 {
-            continue;
-        }
-        let lanes = &v[w * 64..w * 64 + 64];
-        if word == u64::MAX {
-            total += sum_all(lanes, small);
-        } else if small {
-            let mut s = 0u64;
-            for (j, &x) in lanes.iter().enumerate() {
-                s += x & 0u64.wrapping_sub((word >> j) & 1);
-            }
-            total += s as u128;
-        } else {
-            for (j, &x) in lanes.iter().enumerate() {
-                total += (x & 0u64.wrapping_sub((word >> j) & 1)) as u128;
-            }
-        }
-    }
-    total
 }
 
 /// The smallest (or largest) key among `lanes`.
@@ -470,11 +311,11 @@ fn best_bytes<'s>(
     match side {
         Side::Main(block) => {
             let col = src.main()?;
-            if let Encoding::StrDict(dict) = col.encoding() {
+            if let Some(dict) = col.string_dictionary() {
                 // Code order is value order: find the best code, then one lookup.
-                gather_keys(dict.codes(), block * LANES, col.len(), sel, scratch);
+                gather_keys(&dict.codes(), block, sel, scratch);
                 let code = best_key(&scratch.keys, lanes, max)?;
-                return Some(dict.dict_value(code as usize));
+                return Some(dict.value(code as usize));
             }
             let start = block * LANES;
             sel_offsets(sel, lanes, |_, o| offer(src.main_bytes(start + o)));

@@ -4,16 +4,13 @@
 
 use std::cmp::Ordering;
 
-use quiverdb_mapreducer::{Bits, Domain, LANES, Num, Scalar, kernels};
+use quiverdb_mapreducer::{Domain, Num, Scalar};
+use quiverdb_storage::block::KeyTest;
+use quiverdb_storage::main::StrDictionary;
 use quiverdb_storage::main::Zone;
-use quiverdb_storage::main::strings::StrDict;
 use quiverdb_storage::types::{KeyNative, PhysicalType, prefix_key};
 
 use crate::predicate::CmpOp;
-
-/// An IN-list over keys whose span is at most this many is tested with a
-/// bitset (one load per row) instead of a binary search; 2^20 bits = 128 KiB.
-pub(super) const DENSE_SET_SPAN: u64 = 1 << 20;
 
 /// Inclusive range of ordinals (see [`ordinal`]); empty when `lo > hi`.
 #[derive(Debug, Clone, Copy)]
@@ -27,20 +24,6 @@ pub(super) struct OrdRange {
 pub(super) enum OrdTest {
     Range(OrdRange),
     Set { values: Vec<i128>, null_in_list: bool },
-}
-
-/// A test on u64 keys of one column.
-#[derive(Debug, Clone)]
-pub(super) enum KeyTest {
-    Range { lo: u64, hi: u64, empty: bool },
-    Set(KeySet),
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct KeySet {
-    pub(super) keys: Vec<u64>,
-    pub(super) dense: Option<(u64, Vec<u64>)>,
-    pub(super) null_in_list: bool,
 }
 
 /// A test on byte strings.
@@ -159,94 +142,15 @@ pub(super) fn literal_range(p: PhysicalType, domain: Domain, op: CmpOp, v: &Scal
     })
 }
 
-impl KeyTest {
-    pub(super) fn range(p: PhysicalType, r: OrdRange) -> Self {
-        let (tmin, tmax) = type_range(p);
-        let (lo, hi) = (r.lo.max(tmin), r.hi.min(tmax));
-        if lo > hi {
-            return KeyTest::Range { lo: 1, hi: 0, empty: true };
-        }
-        KeyTest::Range { lo: ord_to_key(p, lo), hi: ord_to_key(p, hi), empty: false }
+/// The key test of a comparison of a column of `p` with the ordinal range
+/// `r` (clamped to the type's range).
+pub(super) fn key_range(p: PhysicalType, r: OrdRange) -> KeyTest {
+    let (tmin, tmax) = type_range(p);
+    let (lo, hi) = (r.lo.max(tmin), r.hi.min(tmax));
+    if lo > hi {
+        return KeyTest::nothing();
     }
-
-    pub(super) fn set(mut keys: Vec<u64>, null_in_list: bool) -> Self {
-        keys.sort_unstable();
-        keys.dedup();
-        let dense = match (keys.first(), keys.last()) {
-            (Some(&lo), Some(&hi)) if hi - lo < DENSE_SET_SPAN => {
-                let mut words = vec![0u64; ((hi - lo) / 64 + 1) as usize];
-                for k in &keys {
-                    let o = k - lo;
-                    words[(o / 64) as usize] |= 1 << (o % 64);
-                }
-                Some((lo, words))
-            }
-            _ => None,
-        };
-        KeyTest::Set(KeySet { keys, dense, null_in_list })
-    }
-
-    #[inline(always)]
-    pub(super) fn test(&self, k: u64) -> bool {
-        match self {
-            KeyTest::Range { empty: true, .. } => false,
-            KeyTest::Range { lo, hi, .. } => k.wrapping_sub(*lo) <= hi.wrapping_sub(*lo),
-            KeyTest::Set(s) => s.contains(k),
-        }
-    }
-
-    /// Whether some key in `[min, max]` passes, and whether some fails.
-    pub(super) fn zone(&self, min: u64, max: u64) -> (bool, bool) {
-        match self {
-            KeyTest::Range { empty: true, .. } => (false, true),
-            KeyTest::Range { lo, hi, .. } => (min <= *hi && max >= *lo, !(*lo <= min && max <= *hi)),
-            KeyTest::Set(s) => {
-                let i = s.keys.partition_point(|&k| k < min);
-                let any = s.keys.get(i).is_some_and(|&k| k <= max);
-                (any, !(min == max && any))
-            }
-        }
-    }
-
-    pub(super) fn null_in_list(&self) -> bool {
-        matches!(self, KeyTest::Set(s) if s.null_in_list)
-    }
-
-    /// Mask of `keys[0..n]` that pass.
-    #[inline]
-    pub(super) fn mask(&self, keys: &[u64; LANES], n: usize) -> Bits {
-        let mut out = Bits::EMPTY;
-        match self {
-            KeyTest::Range { empty: true, .. } => {}
-            KeyTest::Range { lo, hi, .. } => {
-                out = kernels::range_mask(keys, n, *lo, hi.wrapping_sub(*lo));
-            }
-            KeyTest::Set(s) => match &s.dense {
-                Some((lo, words)) => out = kernels::bitset_mask(keys, n, *lo, words),
-                None => {
-                    for (i, &k) in keys[..n].iter().enumerate() {
-                        if s.keys.binary_search(&k).is_ok() {
-                            out.set(i);
-                        }
-                    }
-                }
-            },
-        }
-        out
-    }
-}
-
-impl KeySet {
-    #[inline(always)]
-    pub(super) fn contains(&self, k: u64) -> bool {
-        match &self.dense {
-            Some((lo, words)) => {
-                let o = k.wrapping_sub(*lo);
-                (o / 64) < words.len() as u64 && words[(o / 64) as usize] >> (o % 64) & 1 == 1
-            }
-            None => self.keys.binary_search(&k).is_ok(),
-        }
-    }
+    KeyTest::range(ord_to_key(p, lo), ord_to_key(p, hi))
 }
 
 impl OrdTest {
@@ -301,18 +205,14 @@ impl ByteTest {
     }
 
     /// The test on a dictionary's codes.
-    pub(super) fn codes(&self, dict: &StrDict) -> KeyTest {
+    pub(super) fn codes(&self, dict: StrDictionary<'_>) -> KeyTest {
         let n = dict.dict_len() as u64;
         let upper = |v: &[u8]| {
             let i = dict.lower_bound(v);
-            if i < dict.dict_len() && dict.dict_value(i) == v { i + 1 } else { i }
+            if i < dict.dict_len() && dict.value(i) == v { i + 1 } else { i }
         };
         let code_range = |lo: u64, hi_excl: u64| {
-            if lo >= hi_excl {
-                KeyTest::Range { lo: 1, hi: 0, empty: true }
-            } else {
-                KeyTest::Range { lo, hi: hi_excl - 1, empty: false }
-            }
+            if lo >= hi_excl { KeyTest::nothing() } else { KeyTest::range(lo, hi_excl - 1) }
         };
         match self {
             ByteTest::Range { lo, hi } => {
@@ -321,15 +221,15 @@ impl ByteTest {
                     hi.as_ref().map_or(n, |(v, incl)| (if *incl { upper(v) } else { dict.lower_bound(v) }) as u64);
                 code_range(clo, chi)
             }
-            ByteTest::Set { values, null_in_list } => {
+            ByteTest::Set { values, .. } => {
                 let codes = values
                     .iter()
                     .filter_map(|v| {
                         let i = dict.lower_bound(v);
-                        (i < dict.dict_len() && dict.dict_value(i) == v.as_slice()).then_some(i as u64)
+                        (i < dict.dict_len() && dict.value(i) == v.as_slice()).then_some(i as u64)
                     })
                     .collect();
-                KeyTest::set(codes, *null_in_list)
+                KeyTest::set(codes)
             }
             ByteTest::Prefix(p) => {
                 let lo = dict.lower_bound(p) as u64;
@@ -367,26 +267,6 @@ pub(super) fn widen_f32_test(test: OrdTest) -> OrdTest {
         OrdTest::Range(r) => OrdTest::Range(OrdRange { lo: widen(r.lo), hi: widen(r.hi) }),
         OrdTest::Set { values, null_in_list } => {
             OrdTest::Set { values: values.into_iter().map(widen).collect(), null_in_list }
-        }
-    }
-}
-
-/// A key test translated to the codes of a sorted key dictionary.
-pub(super) fn dict_codes(test: &KeyTest, values: &[u64]) -> KeyTest {
-    match test {
-        KeyTest::Range { empty: true, .. } => test.clone(),
-        KeyTest::Range { lo, hi, .. } => {
-            let clo = values.partition_point(|&v| v < *lo) as u64;
-            let chi = values.partition_point(|&v| v <= *hi) as u64;
-            if clo >= chi {
-                KeyTest::Range { lo: 1, hi: 0, empty: true }
-            } else {
-                KeyTest::Range { lo: clo, hi: chi - 1, empty: false }
-            }
-        }
-        KeyTest::Set(s) => {
-            let codes = s.keys.iter().filter_map(|k| values.binary_search(k).ok().map(|c| c as u64)).collect();
-            KeyTest::set(codes, s.null_in_list)
         }
     }
 }

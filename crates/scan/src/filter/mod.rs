@@ -29,13 +29,13 @@ mod leaf;
 use quiverdb_mapreducer::{
     Bits, CompiledExpr, Domain, LANES, MapExpr, Operand, Scalar, Scratch, Sel, ShardColumns, Side, Values,
 };
-use quiverdb_storage::main::{Encoding, KeyEncoding};
+use quiverdb_storage::block::KeyTest;
 use quiverdb_storage::types::{KeyNative, PhysicalType};
 use quiverdb_storage::{ShardSnapshot, TableSchema};
 
-use self::block::{delta_keys, key_block, packed_block};
+use self::block::delta_keys;
 use self::leaf::{
-    ByteTest, KeyTest, OrdRange, OrdTest, dict_codes, literal_ordinal, literal_range, ord_to_key, ordinal, type_range,
+    ByteTest, OrdRange, OrdTest, key_range, literal_ordinal, literal_range, ord_to_key, ordinal, type_range,
     widen_f32_test, zero_span,
 };
 use crate::error::{Error, Result};
@@ -66,11 +66,13 @@ enum Node {
     /// A constant; `None` is NULL.
     Const(Option<bool>),
     /// A numeric column (not decimal) by keys; `codes` is the test on a
-    /// dictionary-encoded main column's codes.
+    /// dictionary-encoded main column's codes; with `null_in_list` (an
+    /// IN-list holding NULL) a key that fails is NULL, not FALSE.
     Keys {
         col: usize,
         physical: PhysicalType,
         test: KeyTest,
+        null_in_list: bool,
         codes: Option<KeyTest>,
     },
     /// A string or binary column; `codes` for a dictionary-encoded main.
@@ -165,7 +167,7 @@ pub(crate) struct PreparedFilter {
 #[derive(Debug)]
 enum Prep {
     Const(Option<bool>),
-    Keys { col: usize, physical: PhysicalType, test: KeyTest },
+    Keys { col: usize, physical: PhysicalType, test: KeyTest, null_in_list: bool },
     Bytes { col: usize, test: ByteTest },
     IsNull { col: usize },
     Expr { expr: MapExpr, test: OrdTest },
@@ -190,18 +192,12 @@ fn instantiate(p: &Prep, schema: &TableSchema, cols: &ShardColumns<'_>) -> Resul
     let all = |v: &[Prep]| v.iter().map(|p| instantiate(p, schema, cols)).collect::<Result<Vec<_>>>();
     Ok(match p {
         Prep::Const(c) => Node::Const(*c),
-        Prep::Keys { col, physical, test } => {
-            let codes = match cols.column(*col).main().map(|m| m.encoding()) {
-                Some(Encoding::Keys(KeyEncoding::Dict(d))) => Some(dict_codes(test, d.values())),
-                _ => None,
-            };
-            Node::Keys { col: *col, physical: *physical, test: test.clone(), codes }
+        Prep::Keys { col, physical, test, null_in_list } => {
+            let codes = cols.column(*col).main().and_then(|m| m.keys()).and_then(|k| k.code_test(test));
+            Node::Keys { col: *col, physical: *physical, test: test.clone(), null_in_list: *null_in_list, codes }
         }
         Prep::Bytes { col, test } => {
-            let codes = match cols.column(*col).main().map(|m| m.encoding()) {
-                Some(Encoding::StrDict(d)) => Some(test.codes(d)),
-                _ => None,
-            };
+            let codes = cols.column(*col).main().and_then(|m| m.string_dictionary()).map(|d| test.codes(d));
             Node::Bytes { col: *col, test: test.clone(), codes }
         }
         Prep::IsNull { col } => Node::IsNull { col: *col },
@@ -338,8 +334,8 @@ fn leaf(expr: &MapExpr, schema: &TableSchema, make: impl Fn(Ctx) -> Option<Test>
         (Some(domain), Some(col)) if schema.physical(col) != PhysicalType::Decimal128 => {
             let physical = schema.physical(col);
             let Some(Test::Ord(test)) = make(Ctx::Ord(physical, domain)) else { return Err(invalid()) };
-            let test = match test {
-                OrdTest::Range(r) => KeyTest::range(physical, r),
+            let (test, null_in_list) = match test {
+                OrdTest::Range(r) => (key_range(physical, r), false),
                 OrdTest::Set { values, null_in_list } => {
                     let (tmin, tmax) = type_range(physical);
                     let keys = values
@@ -347,10 +343,10 @@ fn leaf(expr: &MapExpr, schema: &TableSchema, make: impl Fn(Ctx) -> Option<Test>
                         .filter(|o| (tmin..=tmax).contains(o))
                         .map(|o| ord_to_key(physical, o))
                         .collect();
-                    KeyTest::set(keys, null_in_list)
+                    (KeyTest::set(keys), null_in_list)
                 }
             };
-            Ok(Prep::Keys { col, physical, test })
+            Ok(Prep::Keys { col, physical, test, null_in_list })
         }
         (Some(domain), _) => {
             let physical = match Domain::of(&t) {
@@ -373,14 +369,14 @@ fn zone(node: &Node, cols: &ShardColumns<'_>, block: usize) -> Maybe {
     match node {
         Node::Const(None) => Maybe { t: false, f: false, n: true },
         Node::Const(Some(b)) => Maybe { t: *b, f: !*b, n: false },
-        Node::Keys { col, test, .. } => match zone_of(*col) {
+        Node::Keys { col, test, null_in_list, .. } => match zone_of(*col) {
             None => Maybe::ANY,
             Some(z) if z.all_null() => Maybe { t: false, f: false, n: true },
             Some(z) => {
                 let (t, f) = test.zone(z.min, z.max);
                 let nil = z.null_count > 0;
                 // With a NULL in an IN-list, non-matches are NULL, not FALSE.
-                if test.null_in_list() { Maybe { t, f: false, n: nil || f } } else { Maybe { t, f, n: nil } }
+                if *null_in_list { Maybe { t, f: false, n: nil || f } } else { Maybe { t, f, n: nil } }
             }
         },
         Node::Bytes { col, test, codes } => match zone_of(*col) {
@@ -450,27 +446,27 @@ fn leaf_cond(
     validity: &mut Bits,
 ) -> Result<Option<Leaf>> {
     let (col, null_in_list) = match node {
-        Node::Keys { col, physical, test, codes } => {
+        Node::Keys { col, physical, test, null_in_list, codes } => {
             let src = cols.column(*col);
             match side {
                 Side::Main(block) => {
-                    let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
-                    let Encoding::Keys(enc) = main.encoding() else {
-                        return Err(Error::Internal("key test on a non-key encoding".into()));
-                    };
-                    key_block(enc, block, len, test, codes.as_ref(), scratch, cond);
+                    let keys = src
+                        .main()
+                        .and_then(|m| m.keys())
+                        .ok_or_else(|| Error::Internal("key test on a main block without keys".into()))?;
+                    keys.filter_block(block, len, test, codes.as_ref(), scratch.keys_mut(), cond);
                 }
                 Side::Delta(chunk) => *cond = delta_keys(src.delta(), *physical, chunk, len, test, scratch),
             }
-            (*col, test.null_in_list())
+            (*col, *null_in_list)
         }
         Node::Bytes { col, test, codes } => {
             let src = cols.column(*col);
             match side {
                 Side::Main(block) => {
                     let main = src.main().ok_or_else(|| Error::Internal("main block without a main column".into()))?;
-                    match (main.encoding(), codes) {
-                        (Encoding::StrDict(d), Some(c)) => packed_block(d.codes(), block, len, c, scratch, cond),
+                    match (main.string_dictionary(), codes) {
+                        (Some(d), Some(c)) => d.codes().filter_block(block, len, c, scratch.keys_mut(), cond),
                         _ => {
                             let start = block * LANES;
                             *cond = Bits::EMPTY;

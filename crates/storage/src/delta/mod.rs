@@ -30,8 +30,8 @@ use arrow_array::{Array, ArrayRef};
 use arrow_buffer::{ArrowNativeType, BooleanBuffer, BooleanBufferBuilder, NullBuffer, ToByteSlice};
 use arrow_schema::DataType;
 
+use crate::block::BLOCK_SIZE;
 use crate::error::{Error, Result};
-use crate::main::BLOCK_SIZE;
 use crate::output::{boolean_array, bytes_array, normalize_nulls, primitive_array};
 use crate::types::{PhysicalType, TableSchema, with_native};
 use buffer::{BitWords, RawAppend};

@@ -72,12 +72,14 @@ use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer};
 use arrow_schema::DataType;
 
 use super::damage::Damage;
+use crate::block::BLOCK_SIZE;
 use crate::main::bitpacked::{BitPacked, Frame, WORDS_PER_BIT};
 use crate::main::dict::Dict;
+use crate::main::encoding::{Encoding, KeyEncoding};
 use crate::main::run_end::RunEnd;
 use crate::main::sequence::{SeqRun, Sequence};
 use crate::main::strings::{StrDict, StrPlain};
-use crate::main::{BLOCK_SIZE, Encoding, KeyEncoding, Main, MainColumn, Zone};
+use crate::main::{Main, MainColumn, Zone};
 use crate::state::MAX_SHARD_CAPACITY;
 use crate::types::{PhysicalType, TableSchema, is_string};
 use validate::{Expect, ZONE_LEN, check_dictionary, check_values};

@@ -252,7 +252,7 @@ impl Durable {
             io.sync_dir(&shards_dir).map_err(|e| Error::io(&shards_dir, e))?;
         }
         let bytes = encode_catalog(&catalog)?;
-        write_atomically(io, &self.dir, CATALOG, &bytes).map_err(|e| Error::io(&self.dir.join(CATALOG), e))?;
+        write_atomically(io, &self.dir, CATALOG, &bytes).map_err(|e| Error::io(self.dir.join(CATALOG), e))?;
 
         // The new catalog is durable: what only the old one needed can go.
         for name in io.list(&shards_dir).map_err(|e| Error::io(&shards_dir, e))? {

@@ -23,14 +23,14 @@ use std::ops::Range;
 
 use fastlanes::BitPacking;
 
-use super::BLOCK_SIZE;
+use crate::block::BLOCK_SIZE;
 
 /// Words of packed data per bit of width in one block (1,024 bits / 64).
-pub const WORDS_PER_BIT: usize = BLOCK_SIZE / 64;
+pub(crate) const WORDS_PER_BIT: usize = BLOCK_SIZE / 64;
 
 /// Per-block frame: reference key, word offset and bit width.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frame {
+pub(crate) struct Frame {
     /// The block's minimum key; every value is `reference + delta`.
     pub reference: u64,
     /// Σ deltas of the block (wrapping; exact when `width <= 53`, as
@@ -45,7 +45,7 @@ pub struct Frame {
 
 /// A bit-packed `u64` sequence with a frame of reference per block.
 #[derive(Debug, Clone)]
-pub struct BitPacked {
+pub(crate) struct BitPacked {
     len: usize,
     frames: Box<[Frame]>,
     words: Box<[u64]>,
@@ -53,13 +53,13 @@ pub struct BitPacked {
 
 /// The number of bits needed to store `range` (0 for 0).
 #[inline]
-pub fn bits_for(range: u64) -> u8 {
+pub(crate) fn bits_for(range: u64) -> u8 {
     (64 - range.leading_zeros()) as u8
 }
 
 impl BitPacked {
     /// Packs `keys` (any length).
-    pub fn encode(keys: &[u64]) -> Self {
+    pub(crate) fn encode(keys: &[u64]) -> Self {
         let blocks = keys.len().div_ceil(BLOCK_SIZE);
         let mut frames = Vec::with_capacity(blocks);
         let mut words = Vec::new();
@@ -110,7 +110,7 @@ impl BitPacked {
     }
 
     /// The exact size [`BitPacked::encode`] would produce for `keys`, in bytes.
-    pub fn estimate_size(keys: &[u64]) -> usize {
+    pub(crate) fn estimate_size(keys: &[u64]) -> usize {
         let bits: usize = keys
             .chunks(BLOCK_SIZE)
             .map(|c| {
@@ -122,23 +122,23 @@ impl BitPacked {
     }
 
     /// Number of values.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// True when there are no values.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The frames, one per block.
-    pub fn frames(&self) -> &[Frame] {
+    pub(crate) fn frames(&self) -> &[Frame] {
         &self.frames
     }
 
     /// The packed words of block `block` (`16 * width` words).
     #[inline]
-    pub fn block_words(&self, block: usize) -> &[u64] {
+    pub(crate) fn block_words(&self, block: usize) -> &[u64] {
         let f = self.frames[block];
         let start = f.offset as usize;
         &self.words[start..start + WORDS_PER_BIT * f.width as usize]
@@ -147,7 +147,7 @@ impl BitPacked {
     /// Unpacks block `block` into `out` (values past the column's end are
     /// the block's reference).
     #[inline]
-    pub fn decode_block(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
+    pub(crate) fn decode_block(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
         let f = self.frames[block];
         super::unpack::unpack_for(f.width as usize, self.block_words(block), f.reference, out);
     }
@@ -155,7 +155,7 @@ impl BitPacked {
     /// Unpacks block `block`'s deltas (values minus the block's
     /// reference) into `out`; padding slots past the column's end are 0.
     #[inline]
-    pub fn decode_block_deltas(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
+    pub(crate) fn decode_block_deltas(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
         let width = self.frames[block].width as usize;
         super::unpack::unpack_for(width, self.block_words(block), 0, out);
     }
@@ -165,14 +165,14 @@ impl BitPacked {
     /// the value it stands for (a signed column's keys have their sign bit
     /// flipped), so a block of keys decodes straight into the values.
     #[inline]
-    pub fn decode_block_from(&self, block: usize, base: impl FnOnce(u64) -> u64, out: &mut [u64; BLOCK_SIZE]) {
+    pub(crate) fn decode_block_from(&self, block: usize, base: impl FnOnce(u64) -> u64, out: &mut [u64; BLOCK_SIZE]) {
         let f = self.frames[block];
         super::unpack::unpack_for(f.width as usize, self.block_words(block), base(f.reference), out);
     }
 
     /// [`Self::decode_block_from`], with the values reinterpreted as `i64`.
     #[inline]
-    pub fn decode_block_i64(&self, block: usize, base: impl FnOnce(u64) -> u64, out: &mut [i64; BLOCK_SIZE]) {
+    pub(crate) fn decode_block_i64(&self, block: usize, base: impl FnOnce(u64) -> u64, out: &mut [i64; BLOCK_SIZE]) {
         // SAFETY: `i64` and `u64` have the same size and alignment and
         // every bit pattern is valid for both.
         let out = unsafe { &mut *(out as *mut [i64; BLOCK_SIZE]).cast::<[u64; BLOCK_SIZE]>() };
@@ -184,7 +184,7 @@ impl BitPacked {
     /// capacity when it has room for a whole block, with no copy in
     /// between; through a block on the stack otherwise (never growing
     /// `dst` by more than the rows).
-    pub fn extend_block_i64(
+    pub(crate) fn extend_block_i64(
         &self,
         block: usize,
         base: impl FnOnce(u64) -> u64,
@@ -220,7 +220,7 @@ impl BitPacked {
     /// minus` (wrapping) for every value: slot numbers straight from the
     /// keys, for keys known to lie in `minus..minus + 2^32`.
     #[inline]
-    pub fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; BLOCK_SIZE]) {
+    pub(crate) fn decode_block_u32(&self, block: usize, minus: u64, out: &mut [u32; BLOCK_SIZE]) {
         let f = self.frames[block];
         super::unpack::unpack_for(f.width as usize, self.block_words(block), f.reference.wrapping_sub(minus), out);
     }
@@ -231,7 +231,7 @@ impl BitPacked {
     /// Small widths compare while unpacking, without writing the values
     /// out.
     #[inline]
-    pub fn block_delta_range_bits(&self, block: usize, lo: u64, span: u64, out: &mut [u64; 16]) {
+    pub(crate) fn block_delta_range_bits(&self, block: usize, lo: u64, span: u64, out: &mut [u64; 16]) {
         let width = self.frames[block].width as usize;
         if width == 0 {
             *out = [if 0u64.wrapping_sub(lo) <= span { u64::MAX } else { 0 }; 16];
@@ -242,7 +242,7 @@ impl BitPacked {
 
     /// The value at `index`.
     #[inline]
-    pub fn get(&self, index: usize) -> u64 {
+    pub(crate) fn get(&self, index: usize) -> u64 {
         debug_assert!(index < self.len);
         let block = index / BLOCK_SIZE;
         let f = self.frames[block];
@@ -257,14 +257,14 @@ impl BitPacked {
     }
 
     /// Heap bytes used.
-    pub fn size_bytes(&self) -> usize {
+    pub(crate) fn size_bytes(&self) -> usize {
         self.frames.len() * size_of::<Frame>() + self.words.len() * 8
     }
 }
 
 /// Minimum and maximum of a non-empty slice (`(u64::MAX, 0)` when empty).
 #[inline]
-pub fn min_max(values: &[u64]) -> (u64, u64) {
+pub(crate) fn min_max(values: &[u64]) -> (u64, u64) {
     // Four independent lanes so the compiler vectorises.
     let mut min = [u64::MAX; 4];
     let mut max = [0u64; 4];

@@ -17,74 +17,23 @@
 //! exceed it, so a rebuild of a column that bit-packs well never builds a
 //! large hash set.
 
-use std::fmt;
-use std::str::FromStr;
-
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use arrow_buffer::NullBuffer;
 use arrow_schema::DataType;
 
 use super::bitpacked::{BitPacked, min_max};
+use super::column::MainColumn;
 use super::dict::{Dict, distinct_keys};
+use super::encoding::{Encoding, KeyEncoding};
+use super::kind::EncodingKind;
 use super::run_end::RunEnd;
 use super::sequence::Sequence;
 use super::strings::{RawBytes, StrDict, StrPlain, distinct_bytes};
-use super::{BLOCK_SIZE, Encoding, KeyEncoding, MainColumn, Zone};
+use super::zone::Zone;
+use crate::block::BLOCK_SIZE;
 use crate::error::{Error, Result};
 use crate::types::{KeyNative, PhysicalType, fits_i64, prefix_key, with_native};
-
-/// The encodings of main storage, in order of decoding cost (ties in size
-/// go to the earlier one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum EncodingKind {
-    /// One value for all rows.
-    Constant,
-    /// Runs of arithmetic progressions.
-    Sequence,
-    /// Frame-of-reference bit-packing per block.
-    BitPacked,
-    /// Runs of equal values.
-    RunEnd,
-    /// Sorted dictionary plus bit-packed codes.
-    Dictionary,
-    /// Uncompressed values.
-    Plain,
-}
-
-impl EncodingKind {
-    /// Every encoding.
-    pub const ALL: [EncodingKind; 6] =
-        [Self::Constant, Self::Sequence, Self::BitPacked, Self::RunEnd, Self::Dictionary, Self::Plain];
-
-    /// The encoding's name, as printed in statistics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Constant => "constant",
-            Self::Sequence => "sequence",
-            Self::BitPacked => "bitpacked",
-            Self::RunEnd => "run_end",
-            Self::Dictionary => "dictionary",
-            Self::Plain => "plain",
-        }
-    }
-}
-
-impl fmt::Display for EncodingKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for EncodingKind {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| Error::InvalidOption { option: "encoding", reason: format!("unknown encoding '{s}'") })
-    }
-}
 
 /// Values of a column gathered for encoding.
 #[derive(Debug)]

@@ -18,8 +18,10 @@ use arrow_array::ArrayRef;
 use arrow_buffer::{BooleanBuffer, NullBuffer};
 
 use super::bitpacked::BitPacked;
+use super::column::MainColumn;
+use super::encoding::{Encoding, KeyEncoding};
 use super::strings::{StrDict, StrPlain};
-use super::{BLOCK_SIZE, Encoding, KeyEncoding, MainColumn};
+use crate::block::BLOCK_SIZE;
 use crate::error::{Error, Result};
 use crate::output::{
     boolean_array, bytes_array, dictionary_views, normalize_nulls, primitive_array, share_source, view_array,

@@ -11,12 +11,12 @@
 
 use hashbrown::HashMap;
 
-use super::BLOCK_SIZE;
 use super::bitpacked::BitPacked;
+use crate::block::BLOCK_SIZE;
 
 /// A sorted key dictionary with bit-packed codes.
 #[derive(Debug, Clone)]
-pub struct Dict {
+pub(crate) struct Dict {
     values: Box<[u64]>,
     codes: BitPacked,
 }
@@ -60,38 +60,28 @@ impl Dict {
     }
 
     /// Size of a dictionary of `distinct` values whose codes pack to `codes_bytes`.
-    pub fn size_for(distinct: usize, codes_bytes: usize) -> usize {
+    pub(crate) fn size_for(distinct: usize, codes_bytes: usize) -> usize {
         distinct * 8 + codes_bytes
     }
 
-    /// Number of values.
-    pub fn len(&self) -> usize {
-        self.codes.len()
-    }
-
-    /// True when there are no values.
-    pub fn is_empty(&self) -> bool {
-        self.codes.is_empty()
-    }
-
     /// The sorted distinct keys.
-    pub fn values(&self) -> &[u64] {
+    pub(crate) fn values(&self) -> &[u64] {
         &self.values
     }
 
     /// The codes (indexes into [`Dict::values`]).
-    pub fn codes(&self) -> &BitPacked {
+    pub(crate) fn codes(&self) -> &BitPacked {
         &self.codes
     }
 
     /// The key at `row`.
     #[inline]
-    pub fn get(&self, row: usize) -> u64 {
+    pub(crate) fn get(&self, row: usize) -> u64 {
         self.values[self.codes.get(row) as usize]
     }
 
     /// Decodes block `block` into `out`.
-    pub fn decode_block(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
+    pub(crate) fn decode_block(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
         self.codes.decode_block(block, out);
         for v in out.iter_mut() {
             // Codes of padding slots are the block's reference, a valid code.
@@ -100,7 +90,7 @@ impl Dict {
     }
 
     /// Heap bytes used.
-    pub fn size_bytes(&self) -> usize {
+    pub(crate) fn size_bytes(&self) -> usize {
         Self::size_for(self.values.len(), self.codes.size_bytes())
     }
 }

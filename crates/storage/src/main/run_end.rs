@@ -9,11 +9,11 @@
 //! Row `r` belongs to the first run whose end is greater than `r`
 //! (a binary search); decoding a block walks the runs that overlap it.
 
-use super::BLOCK_SIZE;
+use crate::block::BLOCK_SIZE;
 
 /// Runs of equal keys.
 #[derive(Debug, Clone)]
-pub struct RunEnd {
+pub(crate) struct RunEnd {
     ends: Box<[u32]>,
     values: Box<[u64]>,
 }
@@ -21,7 +21,7 @@ pub struct RunEnd {
 impl RunEnd {
     /// Encodes `keys`, or returns `None` as soon as more than `max_runs`
     /// runs would be needed.
-    pub fn encode(keys: &[u64], max_runs: usize) -> Option<Self> {
+    pub(crate) fn encode(keys: &[u64], max_runs: usize) -> Option<Self> {
         let mut ends = Vec::new();
         let mut values = Vec::new();
         let mut i = 0;
@@ -51,50 +51,45 @@ impl RunEnd {
     }
 
     /// The number of runs `keys` has (a cheap pass used to size candidates).
-    pub fn count_runs(keys: &[u64]) -> usize {
+    pub(crate) fn count_runs(keys: &[u64]) -> usize {
         let breaks = keys.windows(2).filter(|w| w[0] != w[1]).count();
         if keys.is_empty() { 0 } else { breaks + 1 }
     }
 
     /// Bytes a run-end column of `runs` runs occupies.
-    pub fn size_for_runs(runs: usize) -> usize {
+    pub(crate) fn size_for_runs(runs: usize) -> usize {
         runs * (size_of::<u32>() + size_of::<u64>())
     }
 
     /// Number of values.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.ends.last().map_or(0, |&e| e as usize)
     }
 
-    /// True when there are no values.
-    pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
-    }
-
     /// Exclusive end row of each run.
-    pub fn ends(&self) -> &[u32] {
+    pub(crate) fn ends(&self) -> &[u32] {
         &self.ends
     }
 
     /// Key of each run.
-    pub fn values(&self) -> &[u64] {
+    pub(crate) fn values(&self) -> &[u64] {
         &self.values
     }
 
     /// Index of the run containing `row`.
     #[inline]
-    pub fn run_of(&self, row: usize) -> usize {
+    pub(crate) fn run_of(&self, row: usize) -> usize {
         self.ends.partition_point(|&e| e as usize <= row)
     }
 
     /// The key at `row`.
     #[inline]
-    pub fn get(&self, row: usize) -> u64 {
+    pub(crate) fn get(&self, row: usize) -> u64 {
         self.values[self.run_of(row)]
     }
 
     /// Decodes block `block` into `out`.
-    pub fn decode_block(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
+    pub(crate) fn decode_block(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
         let start = block * BLOCK_SIZE;
         let end = (start + BLOCK_SIZE).min(self.len());
         let mut r = self.run_of(start);
@@ -108,7 +103,7 @@ impl RunEnd {
     }
 
     /// Heap bytes used.
-    pub fn size_bytes(&self) -> usize {
+    pub(crate) fn size_bytes(&self) -> usize {
         Self::size_for_runs(self.values.len())
     }
 }

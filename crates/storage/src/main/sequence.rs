@@ -15,11 +15,11 @@
 
 use std::ops::Range;
 
-use super::BLOCK_SIZE;
+use crate::block::BLOCK_SIZE;
 
 /// One arithmetic progression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SeqRun {
+pub(crate) struct SeqRun {
     /// First row of the run.
     pub start: u32,
     /// Key of the first row.
@@ -31,14 +31,14 @@ pub struct SeqRun {
 impl SeqRun {
     /// The key of row `row` (which must lie in this run).
     #[inline(always)]
-    pub fn key(&self, row: usize) -> u64 {
+    pub(crate) fn key(&self, row: usize) -> u64 {
         self.base.wrapping_add(((row - self.start as usize) as u64).wrapping_mul(self.step))
     }
 }
 
 /// Runs of arithmetic progressions.
 #[derive(Debug, Clone)]
-pub struct Sequence {
+pub(crate) struct Sequence {
     len: usize,
     runs: Box<[SeqRun]>,
 }
@@ -46,7 +46,7 @@ pub struct Sequence {
 impl Sequence {
     /// Encodes `keys`, or returns `None` as soon as more than `max_runs`
     /// runs would be needed.
-    pub fn encode(keys: &[u64], max_runs: usize) -> Option<Self> {
+    pub(crate) fn encode(keys: &[u64], max_runs: usize) -> Option<Self> {
         let mut runs = Vec::new();
         let mut i = 0;
         while i < keys.len() {
@@ -80,39 +80,34 @@ impl Sequence {
     }
 
     /// Bytes a sequence of `runs` runs occupies.
-    pub fn size_for_runs(runs: usize) -> usize {
+    pub(crate) fn size_for_runs(runs: usize) -> usize {
         runs * size_of::<SeqRun>()
     }
 
     /// Number of values.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// True when there are no values.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The runs, ordered by start row.
-    pub fn runs(&self) -> &[SeqRun] {
+    pub(crate) fn runs(&self) -> &[SeqRun] {
         &self.runs
     }
 
     /// Index of the run containing `row`.
     #[inline]
-    pub fn run_of(&self, row: usize) -> usize {
+    pub(crate) fn run_of(&self, row: usize) -> usize {
         self.runs.partition_point(|r| r.start as usize <= row) - 1
     }
 
     /// The key at `row`.
     #[inline]
-    pub fn get(&self, row: usize) -> u64 {
+    pub(crate) fn get(&self, row: usize) -> u64 {
         self.runs[self.run_of(row)].key(row)
     }
 
     /// Decodes block `block` into `out`.
-    pub fn decode_block(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
+    pub(crate) fn decode_block(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) {
         let start = block * BLOCK_SIZE;
         let end = (start + BLOCK_SIZE).min(self.len);
         let mut r = self.run_of(start);
@@ -135,7 +130,13 @@ impl Sequence {
     /// wrapping), as the flip of a signed key's sign bit is, so that a run
     /// is computed as a progression of values, written straight into
     /// `dst`.
-    pub fn extend_block_i64(&self, block: usize, map: impl Fn(u64) -> u64, rows: Range<usize>, dst: &mut Vec<i64>) {
+    pub(crate) fn extend_block_i64(
+        &self,
+        block: usize,
+        map: impl Fn(u64) -> u64,
+        rows: Range<usize>,
+        dst: &mut Vec<i64>,
+    ) {
         let start = block * BLOCK_SIZE;
         let (mut row, end) = (start + rows.start, (start + rows.end).min(self.len));
         if row >= end {
@@ -161,7 +162,7 @@ impl Sequence {
     }
 
     /// Heap bytes used.
-    pub fn size_bytes(&self) -> usize {
+    pub(crate) fn size_bytes(&self) -> usize {
         Self::size_for_runs(self.runs.len())
     }
 }

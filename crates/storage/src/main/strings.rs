@@ -17,7 +17,6 @@
 use arrow_buffer::Buffer;
 use hashbrown::HashMap;
 
-use super::BLOCK_SIZE;
 use super::bitpacked::BitPacked;
 
 /// Sorted byte-string dictionary plus bit-packed codes. Every entry is the
@@ -25,7 +24,7 @@ use super::bitpacked::BitPacked;
 /// value, `""`): aggregation by code relies on it, and checkpoint
 /// validation checks it.
 #[derive(Debug, Clone)]
-pub struct StrDict {
+pub(crate) struct StrDict {
     offsets: Box<[u32]>,
     bytes: Buffer,
     codes: BitPacked,
@@ -33,7 +32,7 @@ pub struct StrDict {
 
 /// Offsets + bytes, offsets bit-packed.
 #[derive(Debug, Clone)]
-pub struct StrPlain {
+pub(crate) struct StrPlain {
     offsets: BitPacked,
     bytes: Buffer,
 }
@@ -122,48 +121,48 @@ impl StrDict {
 
     /// Bytes a dictionary of `distinct` entries and `dict_bytes` bytes whose
     /// codes pack to `codes_bytes` occupies.
-    pub fn size_for(distinct: usize, dict_bytes: usize, codes_bytes: usize) -> usize {
+    pub(crate) fn size_for(distinct: usize, dict_bytes: usize, codes_bytes: usize) -> usize {
         dict_bytes + (distinct + 1) * 4 + codes_bytes
     }
 
     /// Number of values.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.codes.len()
     }
 
     /// True when there are no values.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.codes.is_empty()
     }
 
     /// Number of dictionary entries.
-    pub fn dict_len(&self) -> usize {
+    pub(crate) fn dict_len(&self) -> usize {
         self.offsets.len() - 1
     }
 
     /// Dictionary entry `code`.
     #[inline]
-    pub fn dict_value(&self, code: usize) -> &[u8] {
+    pub(crate) fn dict_value(&self, code: usize) -> &[u8] {
         &self.bytes[self.offsets[code] as usize..self.offsets[code + 1] as usize]
     }
 
     /// Dictionary offsets (`dict_len() + 1` entries).
-    pub fn dict_offsets(&self) -> &[u32] {
+    pub(crate) fn dict_offsets(&self) -> &[u32] {
         &self.offsets
     }
 
     /// Dictionary bytes.
-    pub fn dict_bytes(&self) -> &Buffer {
+    pub(crate) fn dict_bytes(&self) -> &Buffer {
         &self.bytes
     }
 
     /// The codes.
-    pub fn codes(&self) -> &BitPacked {
+    pub(crate) fn codes(&self) -> &BitPacked {
         &self.codes
     }
 
     /// The first code whose value is `>= v` (dictionary size if none).
-    pub fn lower_bound(&self, v: &[u8]) -> usize {
+    pub(crate) fn lower_bound(&self, v: &[u8]) -> usize {
         let (mut lo, mut hi) = (0, self.dict_len());
         while lo < hi {
             let mid = (lo + hi) / 2;
@@ -174,17 +173,17 @@ impl StrDict {
 
     /// The value at `row`.
     #[inline]
-    pub fn get(&self, row: usize) -> &[u8] {
+    pub(crate) fn get(&self, row: usize) -> &[u8] {
         self.dict_value(self.codes.get(row) as usize)
     }
 
     /// Heap bytes used.
-    pub fn size_bytes(&self) -> usize {
+    pub(crate) fn size_bytes(&self) -> usize {
         Self::size_for(self.dict_len(), self.bytes.len(), self.codes.size_bytes())
     }
 
     /// Bytes of the dictionary itself (values and offsets).
-    pub fn dictionary_bytes(&self) -> usize {
+    pub(crate) fn dictionary_bytes(&self) -> usize {
         self.bytes.len() + self.offsets.len() * 4
     }
 }
@@ -210,51 +209,31 @@ impl StrPlain {
         BitPacked::estimate_size(&raw.offsets) + raw.bytes.len()
     }
 
-    /// Number of values.
-    pub fn len(&self) -> usize {
-        self.offsets.len() - 1
-    }
-
-    /// True when there are no values.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Offsets of the values (`len() + 1` entries).
-    pub fn offsets(&self) -> &BitPacked {
+    pub(crate) fn offsets(&self) -> &BitPacked {
         &self.offsets
     }
 
     /// The bytes of all values.
-    pub fn bytes(&self) -> &Buffer {
+    pub(crate) fn bytes(&self) -> &Buffer {
         &self.bytes
     }
 
     /// Byte range of `row` within [`StrPlain::bytes`].
     #[inline]
-    pub fn range(&self, row: usize) -> (usize, usize) {
+    pub(crate) fn range(&self, row: usize) -> (usize, usize) {
         (self.offsets.get(row) as usize, self.offsets.get(row + 1) as usize)
     }
 
     /// The value at `row`.
     #[inline]
-    pub fn get(&self, row: usize) -> &[u8] {
+    pub(crate) fn get(&self, row: usize) -> &[u8] {
         let (s, e) = self.range(row);
         &self.bytes[s..e]
     }
 
-    /// Decodes the offsets of rows `block * 1024 ..` into `out`: `out[i]` is
-    /// the start of row `block * 1024 + i`; one more than the block is needed
-    /// for the end of the last row, so this also returns the end offset of
-    /// the block's last row.
-    pub fn decode_block_offsets(&self, block: usize, out: &mut [u64; BLOCK_SIZE]) -> u64 {
-        self.offsets.decode_block(block, out);
-        let next = (block + 1) * BLOCK_SIZE;
-        if next < self.offsets.len() { self.offsets.get(next) } else { self.bytes.len() as u64 }
-    }
-
     /// Heap bytes used.
-    pub fn size_bytes(&self) -> usize {
+    pub(crate) fn size_bytes(&self) -> usize {
         self.offsets.size_bytes() + self.bytes.len()
     }
 }

@@ -12,7 +12,7 @@
 //! lanes) and AVX-512 (eight), with the addition and the narrowing to `u32`
 //! in the loop body.
 
-use super::BLOCK_SIZE;
+use crate::block::BLOCK_SIZE;
 
 /// A type unpacked values are written as: the low bits of each value.
 pub(crate) trait Lane: Copy {
@@ -459,8 +459,30 @@ mod tests {
 
     use super::*;
 
+    /// The SIMD kernels this CPU runs (by name), printed with the test's
+    /// name so a run on a CPU without them says what it did not test. The
+    /// portable kernels are always tested.
+    fn simd_kernels(test: &str) -> Vec<&'static str> {
+        #[cfg(target_arch = "x86_64")]
+        let found = [
+            ("avx512", std::arch::is_x86_feature_detected!("avx512f")),
+            ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+        ];
+        #[cfg(not(target_arch = "x86_64"))]
+        let found: [(&str, bool); 0] = [];
+        let (ran, skipped): (Vec<_>, Vec<_>) = found.iter().partition(|(_, available)| *available);
+        let names = |v: &[&(&'static str, bool)]| v.iter().map(|(n, _)| *n).collect::<Vec<_>>();
+        println!(
+            "{test}: portable kernel tested; SIMD kernels tested: {:?}; skipped (not on this CPU): {:?}",
+            names(&ran),
+            names(&skipped)
+        );
+        names(&ran)
+    }
+
     #[test]
     fn every_unpack_kernel_matches_fastlanes() {
+        let simd = simd_kernels("unpack");
         for width in 0..=64usize {
             let values: Vec<u64> = (0..1024u64)
                 .map(|i| if width == 0 { 0 } else { i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - width) })
@@ -503,13 +525,7 @@ mod tests {
                     expect32("baseline", &out32);
                 }
                 #[cfg(target_arch = "x86_64")]
-                for (kernel, available) in [
-                    ("avx512", std::arch::is_x86_feature_detected!("avx512f")),
-                    ("avx2", std::arch::is_x86_feature_detected!("avx2")),
-                ] {
-                    if !available {
-                        continue;
-                    }
+                for &kernel in &simd {
                     out.fill(0);
                     out32.fill(0);
                     // SAFETY: the kernel's feature is available; `packed`
@@ -538,6 +554,7 @@ mod tests {
 
     #[test]
     fn range_bits_match_unpack_then_compare() {
+        let simd = simd_kernels("range_bits");
         let mut seed = 0x2545_F491_4F6C_DD1Du64;
         let mut next = || {
             seed ^= seed << 13;
@@ -573,13 +590,13 @@ mod tests {
                     vec![("dispatched", dispatched), ("unfused", range_bits_unfused(width, &packed, lo, span))];
                 #[cfg(target_arch = "x86_64")]
                 if width <= FUSED_MAX_WIDTH {
-                    if std::arch::is_x86_feature_detected!("avx512f") {
+                    if simd.contains(&"avx512") {
                         let mut bits = [0u64; 16];
                         // SAFETY: AVX-512F is available; the width is fused.
                         unsafe { range_bits_avx512(width, &packed, lo, span, &mut bits) };
                         kernels.push(("avx512", bits));
                     }
-                    if std::arch::is_x86_feature_detected!("avx2") {
+                    if simd.contains(&"avx2") {
                         let mut bits = [0u64; 16];
                         // SAFETY: AVX2 is available; the width is fused.
                         unsafe { range_bits_avx2(width, &packed, lo, span, &mut bits) };

@@ -69,7 +69,7 @@ fn exercise(main: &Main) {
             }
             Encoding::StrPlain(p) => {
                 for b in 0..col.num_blocks() {
-                    p.decode_block_offsets(b, &mut buf);
+                    p.offsets().decode_block(b, &mut buf);
                 }
                 let _: usize = (0..n).map(|r| p.get(r).len()).sum();
             }

@@ -25,12 +25,14 @@
 use arrow_buffer::NullBuffer;
 use arrow_buffer::bit_chunk_iterator::BitChunks;
 
+use crate::block::BLOCK_SIZE;
 use crate::durable::damage::Damage;
+use crate::main::Zone;
 use crate::main::bitpacked::BitPacked;
+use crate::main::encoding::{Encoding, KeyEncoding};
 use crate::main::run_end::RunEnd;
 use crate::main::sequence::Sequence;
 use crate::main::strings::StrPlain;
-use crate::main::{BLOCK_SIZE, Encoding, KeyEncoding, Zone};
 use crate::types::{KeyNative, PhysicalType};
 
 /// Bytes of a stored zone: min, max, null count.

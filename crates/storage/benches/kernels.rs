@@ -2,13 +2,13 @@
 //! plain and masked sums.
 //!
 //! ```text
-//! cargo bench -p quiverdb-mapreducer --bench kernels
+//! cargo bench -p quiverdb-storage --bench kernels
 //! ```
 
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use quiverdb_mapreducer::{Bits, LANES, kernels};
+use quiverdb_storage::block::{Bits, LANES, kernels};
 
 fn bench(c: &mut Criterion) {
     let mut values = [0u64; LANES];

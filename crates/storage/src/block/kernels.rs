@@ -8,7 +8,7 @@
 //! AVX2 builds of the masks are written with intrinsics over four lanes
 //! at a time (`mask_by_4`), the sums are the same loop compiled with AVX2.
 
-use crate::vector::{Bits, LANES, WORDS};
+use super::{Bits, LANES, WORDS};
 
 /// True when the CPU runs AVX2 (detected once, then a cached load).
 #[cfg(target_arch = "x86_64")]
@@ -295,6 +295,59 @@ fn masked_sum_small_impl(values: &[u64; LANES], mask: &Bits) -> u64 {
 mod tests {
     use super::*;
 
+    /// The kernels of one function this CPU runs: the portable one always,
+    /// the AVX2 one where the CPU has it. Prints which ran, so a run on a
+    /// CPU without AVX2 says what it did not test.
+    fn variants<F: Copy>(test: &str, portable: F, avx2_kernel: Option<F>) -> Vec<(&'static str, F)> {
+        let mut out = vec![("portable", portable)];
+        #[cfg(target_arch = "x86_64")]
+        let has_avx2 = avx2();
+        #[cfg(not(target_arch = "x86_64"))]
+        let has_avx2 = false;
+        match avx2_kernel {
+            Some(k) if has_avx2 => {
+                out.push(("avx2", k));
+                println!("{test}: portable and AVX2 kernels tested");
+            }
+            _ => println!("{test}: portable kernel tested; AVX2 kernel skipped (this CPU has no AVX2)"),
+        }
+        out
+    }
+
+    type Mask = fn(&[u64; LANES], usize, u64, u64) -> Bits;
+    type SetMask = fn(&[u64; LANES], usize, u64, &[u64]) -> Bits;
+
+    fn range_masks() -> Vec<(&'static str, Mask)> {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: called only when `variants` found AVX2 on this CPU.
+        let avx2: Option<Mask> = Some(|v, n, lo, span| unsafe { range_mask_avx2(v, n, lo, span) });
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2: Option<Mask> = None;
+        let mut all: Vec<(&'static str, Mask)> = variants("range_mask", range_mask_impl as Mask, avx2);
+        all.push(("dispatched", range_mask as Mask));
+        all
+    }
+
+    fn bitset_masks() -> Vec<(&'static str, SetMask)> {
+        #[cfg(target_arch = "x86_64")]
+        let avx2: Option<SetMask> = Some(|v, n, lo, bitset| {
+            // SAFETY: called only when `variants` found AVX2 on this CPU,
+            // with a non-empty bitset.
+            unsafe {
+                if bitset.len() <= SMALL_BITSET_WORDS {
+                    bitset_mask_avx2_small(v, n, lo, bitset)
+                } else {
+                    bitset_mask_avx2(v, n, lo, bitset)
+                }
+            }
+        });
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2: Option<SetMask> = None;
+        let mut all: Vec<(&'static str, SetMask)> = variants("bitset_mask", bitset_mask_impl as SetMask, avx2);
+        all.push(("dispatched", bitset_mask as SetMask));
+        all
+    }
+
     #[test]
     fn range_mask_edges() {
         let mut v = [0u64; LANES];
@@ -302,12 +355,18 @@ mod tests {
         for (i, x) in v.iter_mut().enumerate() {
             *x = specials[i % specials.len()];
         }
-        for (lo, span) in [(42, 0), (0, u64::MAX), (u64::MAX, 1), (1 << 63, 5), (0, 0), (40, 3)] {
-            let m = range_mask(&v, LANES, lo, span);
-            let plain = range_mask_impl(&v, LANES, lo, span);
-            assert_eq!(m, plain, "lo {lo} span {span}");
-            for (i, &x) in v.iter().enumerate() {
-                assert_eq!(m.get(i), x.wrapping_sub(lo) <= span);
+        for (kernel, mask) in range_masks() {
+            for (lo, span) in [(42, 0), (0, u64::MAX), (u64::MAX, 1), (1 << 63, 5), (0, 0), (40, 3)] {
+                for n in [LANES, 1000, 1, 0] {
+                    let m = mask(&v, n, lo, span);
+                    for (i, &x) in v.iter().enumerate() {
+                        assert_eq!(
+                            m.get(i),
+                            i < n && x.wrapping_sub(lo) <= span,
+                            "{kernel}: lo {lo} span {span} n {n}"
+                        );
+                    }
+                }
             }
         }
     }
@@ -319,12 +378,34 @@ mod tests {
             *x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
         }
         let (lo, span) = (1 << 20, 1 << 22);
-        let m = range_mask(&v, 1000, lo, span);
-        for (i, &x) in v.iter().enumerate() {
-            assert_eq!(m.get(i), i < 1000 && x.wrapping_sub(lo) <= span);
+        for (kernel, mask) in range_masks() {
+            let m = mask(&v, 1000, lo, span);
+            for (i, &x) in v.iter().enumerate() {
+                assert_eq!(m.get(i), i < 1000 && x.wrapping_sub(lo) <= span, "{kernel}");
+            }
+        }
+        let m = range_mask_impl(&v, 1000, lo, span);
+        let expected: u64 = v.iter().enumerate().filter(|(i, _)| m.get(*i)).map(|(_, x)| x).sum();
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: called only when `variants` found AVX2 on this CPU.
+        let avx2_sum: Option<fn(&[u64]) -> u64> = Some(|v| unsafe { sum_small_avx2(v) });
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2_sum: Option<fn(&[u64]) -> u64> = None;
+        for (kernel, sum) in variants("sum_small", sum_small_impl as fn(&[u64]) -> u64, avx2_sum) {
+            assert_eq!(sum(&v[10..900]), v[10..900].iter().sum::<u64>(), "{kernel}");
+            assert_eq!(sum(&v[..0]), 0, "{kernel}");
         }
         assert_eq!(sum_small(&v, 10, 900), v[10..900].iter().sum::<u64>());
-        let expected: u64 = v.iter().enumerate().filter(|(i, _)| m.get(*i)).map(|(_, x)| x).sum();
+        type Masked = fn(&[u64; LANES], &Bits) -> u64;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: called only when `variants` found AVX2 on this CPU.
+        let avx2_masked: Option<Masked> = Some(|v, m| unsafe { masked_sum_small_avx2(v, m) });
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2_masked: Option<Masked> = None;
+        for (kernel, masked) in variants("masked_sum_small", masked_sum_small_impl as Masked, avx2_masked) {
+            assert_eq!(masked(&v, &m), expected, "{kernel}");
+            assert_eq!(masked(&v, &Bits::EMPTY), 0, "{kernel}");
+        }
         assert_eq!(masked_sum_small(&v, &m), expected);
     }
 
@@ -339,32 +420,39 @@ mod tests {
                 (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56
             };
         }
-        for (lo, words) in [(100u64, 2usize), (0, 1), (u64::MAX - 10, 1), (1 << 63, 3), (37, 4)] {
-            let bitset: Vec<u64> =
-                (0..words as u64).map(|w| 0xA5A5_5A5A_F00F_0FF0u64.rotate_left(w as u32 * 7) | 1 | (1 << 63)).collect();
-            let nbits = words as u64 * 64;
-            for n in [LANES, 1000, 1] {
-                let m = bitset_mask(&v, n, lo, &bitset);
-                assert_eq!(m, bitset_mask_impl(&v, n, lo, &bitset), "lo {lo} words {words} n {n}");
-                for (i, &x) in v.iter().enumerate() {
-                    let o = x.wrapping_sub(lo);
-                    let expected = i < n && o < nbits && (bitset[(o / 64) as usize] >> (o % 64)) & 1 == 1;
-                    assert_eq!(m.get(i), expected, "value {x} lo {lo} words {words} lane {i}");
+        // Values spread over whole bitsets of every size up to and past
+        // 1,024 bits (where AVX2 switches from registers to gathers).
+        let spread: [u64; LANES] = std::array::from_fn(|i| (i as u64 * 7919) % 1300);
+        for (kernel, mask) in bitset_masks() {
+            for (lo, words) in [(100u64, 2usize), (0, 1), (u64::MAX - 10, 1), (1 << 63, 3), (37, 4)] {
+                let bitset: Vec<u64> = (0..words as u64)
+                    .map(|w| 0xA5A5_5A5A_F00F_0FF0u64.rotate_left(w as u32 * 7) | 1 | (1 << 63))
+                    .collect();
+                let nbits = words as u64 * 64;
+                for n in [LANES, 1000, 1] {
+                    let m = mask(&v, n, lo, &bitset);
+                    for (i, &x) in v.iter().enumerate() {
+                        let o = x.wrapping_sub(lo);
+                        let expected = i < n && o < nbits && (bitset[(o / 64) as usize] >> (o % 64)) & 1 == 1;
+                        assert_eq!(m.get(i), expected, "{kernel}: value {x} lo {lo} words {words} lane {i}");
+                    }
+                }
+            }
+            for words in [1usize, 2, 7, 8, 9, 15, 16, 17, 20] {
+                let bitset: Vec<u64> =
+                    (0..words as u64).map(|w| 0x9E37_79B9_7F4A_7C15u64.rotate_left(w as u32 * 11) ^ w).collect();
+                let nbits = words as u64 * 64;
+                for lo in [0u64, 5, 64, 300] {
+                    let m = mask(&spread, LANES, lo, &bitset);
+                    for (i, &x) in spread.iter().enumerate() {
+                        let o = x.wrapping_sub(lo);
+                        let expected = o < nbits && (bitset[(o / 64) as usize] >> (o % 64)) & 1 == 1;
+                        assert_eq!(m.get(i), expected, "{kernel}: lo {lo} words {words} lane {i}");
+                    }
+                    assert!(m.count() > 0 && m.count() < LANES, "{kernel}: lo {lo} words {words}: {} hits", m.count());
                 }
             }
         }
         assert_eq!(bitset_mask(&v, LANES, 0, &[]), Bits::EMPTY);
-        // Values spread over whole bitsets of every size up to and past
-        // 1,024 bits (where AVX2 switches from registers to gathers).
-        let spread: [u64; LANES] = std::array::from_fn(|i| (i as u64 * 7919) % 1300);
-        for words in [1usize, 2, 7, 8, 9, 15, 16, 17, 20] {
-            let bitset: Vec<u64> =
-                (0..words as u64).map(|w| 0x9E37_79B9_7F4A_7C15u64.rotate_left(w as u32 * 11) ^ w).collect();
-            for lo in [0u64, 5, 64, 300] {
-                let m = bitset_mask(&spread, LANES, lo, &bitset);
-                assert_eq!(m, bitset_mask_impl(&spread, LANES, lo, &bitset), "lo {lo} words {words}");
-                assert!(m.count() > 0 && m.count() < LANES, "lo {lo} words {words}: {} hits", m.count());
-            }
-        }
     }
 }
