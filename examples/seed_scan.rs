@@ -27,7 +27,7 @@ use arrow_array::{Array, RecordBatch};
 use quiverdb::mapreducer::{
     AggFunc, Aggregate, AggregateKernel, AggregateOutput, AggregateSpec, GatherKernel, GatherSpec, MapExpr, Scalar,
 };
-use quiverdb::scan::{CmpOp, Predicate, ScanOptions, SortKey, scan, scan_order};
+use quiverdb::scan::{CmpOp, OrderBy, Predicate, ScanOptions, SortKey, scan, scan_order};
 use quiverdb::{Database, TableOptions, TableSnapshot};
 
 #[global_allocator]
@@ -212,10 +212,8 @@ fn main() -> Result<(), BoxError> {
                 let acc = scan_order(
                     &snap,
                     None,
-                    &[SortKey::desc(MapExpr::col(VALUE))],
-                    0,
-                    Some(100),
-                    o,
+                    OrderBy::new(&[SortKey::desc(MapExpr::col(VALUE))]),
+                    &o.clone().with_limit(Some(100)),
                     || GatherKernel::new(Arc::clone(&spec)),
                     || spec.new_acc(),
                 )?;

@@ -405,7 +405,8 @@ impl Node {
                 if let (Operand::Scalar(a), Operand::Scalar(b)) = (l, r) {
                     return Ok(Operand::Scalar(scalar_arith(*op, a, b, self.width, &self.data_type)?));
                 }
-                arith(*op, l, r, sel.lanes(), active, self.width, &self.data_type, &mut self.out)?;
+                let typed = TypedOp { op: *op, width: self.width, data_type: &self.data_type };
+                arith(typed, l, r, sel.lanes(), active, &mut self.out)?;
                 Ok(Operand::Vector(&self.out))
             }
             NodeKind::Cast(child) => {
@@ -506,18 +507,26 @@ fn i128_op(op: ArithOp, x: i128, y: i128) -> Option<i128> {
     }
 }
 
-/// Applies `op` lane by lane into `out`.
-#[allow(clippy::too_many_arguments)]
-fn arith(
+/// An arithmetic operator and the type of its result: integers wrap to
+/// `width`, and a result must fit `data_type`.
+#[derive(Clone, Copy)]
+struct TypedOp<'t> {
     op: ArithOp,
+    width: IntWidth,
+    data_type: &'t DataType,
+}
+
+/// Applies `op` to the first `lanes` lanes into `out` (`active`: the lanes
+/// whose failures count).
+fn arith(
+    typed: TypedOp<'_>,
     l: Operand<'_>,
     r: Operand<'_>,
     lanes: usize,
     active: &Bits,
-    width: IntWidth,
-    data_type: &DataType,
     out: &mut NumVector,
 ) -> Result<()> {
+    let TypedOp { op, width, data_type } = typed;
     // Validity: the AND of the operands'; a NULL scalar makes every lane NULL.
     let mut validity = Bits::first(lanes);
     let mut has_nulls = false;

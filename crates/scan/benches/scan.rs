@@ -13,7 +13,7 @@ use arrow_array::{Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use quiverdb_mapreducer::{Aggregate, AggregateKernel, AggregateSpec, GatherKernel, GatherSpec, MapExpr, Scalar};
-use quiverdb_scan::{CmpOp, Predicate, ScanOptions, SortKey, scan, scan_order};
+use quiverdb_scan::{CmpOp, OrderBy, Predicate, ScanOptions, SortKey, scan, scan_order};
 use quiverdb_storage::{Database, EncodingKind, Table, TableOptions, TableSnapshot};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -80,9 +80,7 @@ fn bench(c: &mut Criterion) {
                         let acc = scan_order(
                             &snap,
                             Some(&f),
-                            &key,
-                            0,
-                            None,
+                            OrderBy::new(&key),
                             &opts,
                             || GatherKernel::new(Arc::clone(&spec)),
                             || spec.new_acc(),
@@ -97,10 +95,8 @@ fn bench(c: &mut Criterion) {
                         let acc = scan_order(
                             &snap,
                             Some(&f),
-                            &key,
-                            0,
-                            Some(100),
-                            &opts,
+                            OrderBy::new(&key),
+                            &opts.clone().with_limit(Some(100)),
                             || GatherKernel::new(Arc::clone(&spec)),
                             || spec.new_acc(),
                         )

@@ -10,7 +10,7 @@
 //!                              phase 2  ShardMapReducer(kernel).stream(..)
 //!     per-worker accumulators merged (reduce2)
 //!
-//!   scan_order(snapshot, filter, sort keys, offset, limit, kernel)
+//!   scan_order(snapshot, filter, order by (keys, offset), options (limit), kernel)
 //!     per shard: top offset+limit (heap + zone-map pruning) or full sort
 //!     global heap merge, ties by (shard, record id), runs of one shard's
 //!     ids streamed through that shard's reducer
@@ -65,7 +65,7 @@ mod unordered;
 
 pub use error::{Error, Result};
 pub use mutate::{delete_where, matching_records, update_where};
-pub use ordered::{SortKey, scan_order};
+pub use ordered::{OrderBy, SortKey, scan_order};
 pub use predicate::{CmpOp, Predicate};
 pub use unordered::{ScanCursor, candidate_shards, scan};
 

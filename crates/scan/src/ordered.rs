@@ -46,6 +46,30 @@ pub struct SortKey {
     pub nulls_first: bool,
 }
 
+/// The order of an ordered scan: the rows by `keys` (ties by shard and
+/// record id), after skipping `offset`. How many it returns at most is
+/// [`ScanOptions::limit`].
+#[derive(Debug, Clone, Copy)]
+pub struct OrderBy<'k> {
+    /// The sort keys, most significant first.
+    pub keys: &'k [SortKey],
+    /// Rows to skip.
+    pub offset: usize,
+}
+
+impl<'k> OrderBy<'k> {
+    /// By `keys`, skipping nothing.
+    pub fn new(keys: &'k [SortKey]) -> Self {
+        Self { keys, offset: 0 }
+    }
+
+    /// Skips the first `offset` rows.
+    pub fn with_offset(mut self, offset: usize) -> Self {
+        self.offset = offset;
+        self
+    }
+}
+
 impl SortKey {
     /// ASC NULLS LAST.
     pub fn asc(expr: MapExpr) -> Self {
@@ -580,16 +604,14 @@ fn sorted_candidates(
 }
 
 /// The ordered scan: streams the records of `snapshot` that pass `filter`,
-/// ordered by `sort` (ties by shard and record id), skipping `offset` and
-/// taking at most `limit`, through per-shard [`ShardMapReducer`]s running
-/// fresh `kernel()`s, into one accumulator started from `init()`.
-#[allow(clippy::too_many_arguments)]
+/// in the order `order` gives (ties by shard and record id), skipping its
+/// offset and taking at most `options.limit`, through per-shard
+/// [`ShardMapReducer`]s running fresh `kernel()`s, into one accumulator
+/// started from `init()`.
 pub fn scan_order<K, F, I>(
     snapshot: &TableSnapshot,
     filter: Option<&Predicate>,
-    sort: &[SortKey],
-    offset: usize,
-    limit: Option<usize>,
+    order: OrderBy<'_>,
     options: &ScanOptions,
     kernel: F,
     init: I,
@@ -599,6 +621,7 @@ where
     F: Fn() -> quiverdb_mapreducer::Result<K> + Sync,
     I: Fn() -> K::Acc,
 {
+    let sort = order.keys;
     if let Some(p) = filter {
         p.validate(snapshot.schema())?;
     }
@@ -609,7 +632,7 @@ where
         }
     }
     let shards = options.shard_positions(snapshot);
-    let k = limit.map(|l| l.saturating_add(offset));
+    let k = options.limit.map(|l| l.saturating_add(order.offset));
     let numeric_single = sort.len() == 1 && Domain::of(&sort[0].expr.data_type(snapshot.schema())?).is_some();
     let bound = SharedBound::new(k.unwrap_or(0));
     if let Some(k) = k
@@ -627,21 +650,19 @@ where
             _ => sorted_candidates(i, shard, prepared.as_ref(), sort, k, id_buffer),
         }
     })?;
-    merge(snapshot, per_shard, sort, offset, limit, id_buffer, kernel, init)
+    merge(snapshot, per_shard, order, options, kernel, init)
 }
 
 /// Merges the shards' sorted candidates and streams the winners.
-#[allow(clippy::too_many_arguments)]
 fn merge<K: Kernel>(
     snapshot: &TableSnapshot,
     shards: Vec<Candidates>,
-    sort: &[SortKey],
-    offset: usize,
-    limit: Option<usize>,
-    id_buffer: usize,
+    order: OrderBy<'_>,
+    options: &ScanOptions,
     kernel: impl Fn() -> quiverdb_mapreducer::Result<K>,
     init: impl Fn() -> K::Acc,
 ) -> Result<K::Acc> {
+    let (sort, offset, limit, id_buffer) = (order.keys, order.offset, options.limit, options.id_buffer());
     let shards: Vec<Candidates> = shards.into_iter().filter(|c| !c.ids.is_empty()).collect();
     let mut reducers = shards
         .iter()

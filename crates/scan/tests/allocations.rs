@@ -16,7 +16,7 @@ use quiverdb_mapreducer::{
     AggFunc, Aggregate, AggregateKernel, AggregateSpec, ArithOp, GatherKernel, GatherSpec, MapExpr, MapReducer, Scalar,
     ShardMapReducer,
 };
-use quiverdb_scan::{CmpOp, Predicate, ScanOptions, SortKey, scan, scan_order};
+use quiverdb_scan::{CmpOp, OrderBy, Predicate, ScanOptions, SortKey, scan, scan_order};
 use quiverdb_storage::{Database, Table, TableOptions, TableSnapshot};
 
 struct Counting;
@@ -231,10 +231,8 @@ fn ordered_top_k_allocates_the_same_for_10k_and_1m_rows() {
             scan_order(
                 snap,
                 None,
-                &key,
-                5,
-                Some(100),
-                &opts,
+                OrderBy::new(&key).with_offset(5),
+                &opts.clone().with_limit(Some(100)),
                 || GatherKernel::new(Arc::clone(&spec)),
                 || spec.new_acc(),
             )

@@ -33,7 +33,7 @@ use quiverdb_mapreducer::{
     Scalar,
 };
 use quiverdb_scan::{
-    CmpOp, Predicate, ScanOptions, SortKey, candidate_shards, delete_where, scan, scan_order, update_where,
+    CmpOp, OrderBy, Predicate, ScanOptions, SortKey, candidate_shards, delete_where, scan, scan_order, update_where,
 };
 use quiverdb_storage::{Database, RecId, Table, TableOptions, TableSnapshot, Value};
 use rand::rngs::StdRng;
@@ -1774,10 +1774,8 @@ fn random_ordered_scans_match_the_reference() {
                 let out = scan_order(
                     &snapshot,
                     f,
-                    &sort,
-                    offset,
-                    limit,
-                    &o,
+                    OrderBy::new(&sort).with_offset(offset),
+                    &o.clone().with_limit(limit),
                     || GatherKernel::new(Arc::clone(&spec)),
                     || spec.new_acc(),
                 )
@@ -1828,10 +1826,8 @@ fn random_ordered_scans_match_the_reference() {
                     let out = scan_order(
                         &snapshot,
                         f,
-                        &sort,
-                        offset,
-                        limit,
-                        &o,
+                        OrderBy::new(&sort).with_offset(offset),
+                        &o.clone().with_limit(limit),
                         || AggregateKernel::new(Arc::clone(&aspec)),
                         || aspec.new_acc(),
                     )
@@ -2080,10 +2076,8 @@ fn division_by_zero_is_an_error() {
         let r = scan_order(
             &snapshot,
             None,
-            &[SortKey::asc(ar(col(A), ArithOp::Div, zero64.clone()))],
-            0,
-            Some(5),
-            &o,
+            OrderBy::new(&[SortKey::asc(ar(col(A), ArithOp::Div, zero64.clone()))]),
+            &o.clone().with_limit(Some(5)),
             || GatherKernel::new(Arc::clone(&spec)),
             || spec.new_acc(),
         )
@@ -2183,10 +2177,8 @@ fn invalid_predicates_are_errors() {
         let r = scan_order(
             &snapshot,
             Some(p),
-            &[SortKey::asc(col(A))],
-            0,
-            Some(3),
-            &o,
+            OrderBy::new(&[SortKey::asc(col(A))]),
+            &o.clone().with_limit(Some(3)),
             || GatherKernel::new(Arc::clone(&spec)),
             || spec.new_acc(),
         )
@@ -2221,9 +2213,7 @@ fn invalid_predicates_are_errors() {
     let r = scan_order(
         &snapshot,
         None,
-        &[SortKey::asc(col(99))],
-        0,
-        None,
+        OrderBy::new(&[SortKey::asc(col(99))]),
         &o,
         || GatherKernel::new(Arc::clone(&spec)),
         || spec.new_acc(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use quiverdb_mapreducer::{GatherKernel, GatherSpec, MapExpr, Scalar};
-use quiverdb_scan::{CmpOp, Predicate, ScanOptions, SortKey, delete_where, scan_order};
+use quiverdb_scan::{CmpOp, OrderBy, Predicate, ScanOptions, SortKey, delete_where, scan_order};
 use quiverdb_storage::{Database, Table, TableOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -78,10 +78,8 @@ fn top_k(table: &Table, key: &SortKey, k: usize, threads: usize) -> Vec<(i64, Op
     let batches = scan_order(
         &snapshot,
         None,
-        std::slice::from_ref(key),
-        0,
-        Some(k),
-        &options,
+        OrderBy::new(std::slice::from_ref(key)),
+        &options.clone().with_limit(Some(k)),
         || GatherKernel::new(Arc::clone(&spec)),
         || spec.new_acc(),
     )

@@ -1,28 +1,25 @@
 //! Aggregation with GROUP BY: per-lane group ids (computed by the
 //! kernel), then one scatter loop per aggregate into per-group states.
 
-use super::state::{StateColumn, StateKind};
-use super::ungrouped::{max_abs, offer_num_at};
-use super::{Input, column_validity};
+use super::input::{Input, Step, column_validity};
+use super::state::{StateColumn, StateKind, max_abs, offer_num_at};
 use crate::columns::{Scratch, ShardColumns, key_to_num};
 use crate::error::{Error, Result};
 use crate::expr::{Operand, Side};
 use crate::scalar::Num;
 use crate::vector::Values;
-use quiverdb_storage::block::{Bits, LANES, Sel, sel_offsets};
+use quiverdb_storage::block::{Bits, LANES, sel_offsets};
 
 /// Folds `sel` into the groups `gids` (per lane) of one aggregate.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn fold(
     state: &mut StateColumn,
     kind: &StateKind,
     input: &mut Input,
-    cols: &ShardColumns<'_>,
-    side: Side,
-    sel: Sel<'_>,
+    step: Step<'_, '_>,
     scratch: &mut Scratch,
     gids: &[u32; LANES],
 ) -> Result<()> {
+    let Step { cols, side, sel } = step;
     let active = sel.active();
     match (kind, input) {
         (StateKind::Count, Input::CountStar) => {

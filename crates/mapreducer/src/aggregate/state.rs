@@ -10,10 +10,12 @@ use std::sync::Arc;
 
 use arrow_array::ArrayRef;
 use arrow_schema::DataType;
+use quiverdb_storage::block::{Bits, LANES};
 use quiverdb_storage::types::KeyNative;
 
 use crate::error::{Error, Result};
 use crate::output::{bytes_array, f64_array, i64_array, native_array, nulls_from};
+use crate::scalar::Num;
 
 /// How one aggregate accumulates.
 #[derive(Debug, Clone, PartialEq)]
@@ -401,4 +403,37 @@ fn avg_f64(sums: impl Iterator<Item = f64>, n: &[u64]) -> Result<ArrayRef> {
 fn div_round_half_away(a: i128, b: i128) -> i128 {
     let (q, r) = (a / b, a % b);
     if 2 * r.abs() >= b { q + a.signum() } else { q }
+}
+
+/// The largest magnitude among `lanes` of `x`.
+#[inline]
+pub(super) fn max_abs(x: &[i64; LANES], lanes: &Bits) -> u64 {
+    match lanes.dense_len() {
+        Some(n) => x[..n].iter().fold(0u64, |m, v| m.max(v.unsigned_abs())),
+        None => {
+            let mut m = 0u64;
+            lanes.for_each_one(|l| m = m.max(x[l].unsigned_abs()));
+            m
+        }
+    }
+}
+
+/// Offers `n` to group `g` of a MIN (or, with `max`, MAX) state.
+#[inline]
+pub(super) fn offer_num_at(state: &mut StateColumn, g: usize, n: Num, max: bool) {
+    match (state, n) {
+        (StateColumn::MinMaxI { v, has }, Num::I64(x)) if (!has[g] || better(x, v[g], max)) => {
+            (v[g], has[g]) = (x, true);
+        }
+        (StateColumn::MinMaxU { v, has }, Num::U64(x)) if (!has[g] || better(x, v[g], max)) => {
+            (v[g], has[g]) = (x, true);
+        }
+        (StateColumn::MinMaxF { v, has }, Num::F64(x)) if (!has[g] || f64_better(x, v[g], max)) => {
+            (v[g], has[g]) = (x, true);
+        }
+        (StateColumn::MinMaxD { v, has }, Num::I128(x)) if (!has[g] || better(x, v[g], max)) => {
+            (v[g], has[g]) = (x, true);
+        }
+        _ => {}
+    }
 }

@@ -14,9 +14,9 @@
 
 use quiverdb_storage::types::PhysicalType;
 
-use super::state::{MinMaxDomain, StateColumn, StateKind, SumDomain, better, f64_better};
-use super::{Input, column_validity};
-use crate::columns::{ColumnSource, Scratch, ShardColumns, gather_keys, key_to_num};
+use super::input::{Input, Step, column_validity};
+use super::state::{MinMaxDomain, StateColumn, StateKind, SumDomain, better, max_abs, offer_num_at};
+use crate::columns::{ColumnSource, Scratch, gather_keys, key_to_num};
 use crate::error::{Error, Result};
 use crate::expr::{Operand, Side};
 use crate::scalar::Num;
@@ -28,11 +28,10 @@ pub(super) fn fold(
     state: &mut StateColumn,
     kind: &StateKind,
     input: &mut Input,
-    cols: &ShardColumns<'_>,
-    side: Side,
-    sel: Sel<'_>,
+    step: Step<'_, '_>,
     scratch: &mut Scratch,
 ) -> Result<()> {
+    let Step { cols, side, sel } = step;
     // Built only where an input needs it (not for COUNT(*)).
     let active = || sel.active();
     match (kind, input) {
@@ -149,41 +148,9 @@ fn best_key(keys: &[u64; LANES], lanes: &Bits, max: bool) -> Option<u64> {
     Some(best)
 }
 
-/// The largest magnitude among `lanes` of `x`.
-#[inline]
-pub(super) fn max_abs(x: &[i64; LANES], lanes: &Bits) -> u64 {
-    match lanes.dense_len() {
-        Some(n) => x[..n].iter().fold(0u64, |m, v| m.max(v.unsigned_abs())),
-        None => {
-            let mut m = 0u64;
-            lanes.for_each_one(|l| m = m.max(x[l].unsigned_abs()));
-            m
-        }
-    }
-}
-
 /// Offers a number to group 0 of a MIN/MAX state.
 fn offer_num(state: &mut StateColumn, n: Num, max: bool) {
     offer_num_at(state, 0, n, max);
-}
-
-#[inline]
-pub(super) fn offer_num_at(state: &mut StateColumn, g: usize, n: Num, max: bool) {
-    match (state, n) {
-        (StateColumn::MinMaxI { v, has }, Num::I64(x)) if (!has[g] || better(x, v[g], max)) => {
-            (v[g], has[g]) = (x, true);
-        }
-        (StateColumn::MinMaxU { v, has }, Num::U64(x)) if (!has[g] || better(x, v[g], max)) => {
-            (v[g], has[g]) = (x, true);
-        }
-        (StateColumn::MinMaxF { v, has }, Num::F64(x)) if (!has[g] || f64_better(x, v[g], max)) => {
-            (v[g], has[g]) = (x, true);
-        }
-        (StateColumn::MinMaxD { v, has }, Num::I128(x)) if (!has[g] || better(x, v[g], max)) => {
-            (v[g], has[g]) = (x, true);
-        }
-        _ => {}
-    }
 }
 
 /// Adds the valid, active lanes of an operand to group 0 of a SUM state.

@@ -139,11 +139,12 @@ impl<'a> ShardFilter<'a> {
         };
         // A key or string test alone (the common filter): its TRUE lanes
         // without the FALSE ones, written in place.
-        match leaf_cond(root, cols, side, len, sel, scratch, out, validity)? {
+        let step = Step { cols, side, len, sel };
+        match leaf_cond(root, step, scratch, out, validity)? {
             Some(leaf) if leaf.has_validity => *out = out.and(validity),
             Some(_) if len < LANES => *out = out.and(&Bits::first(len)),
             Some(_) => {}
-            None => *out = eval(root, cols, side, len, sel, scratch)?.t,
+            None => *out = eval(root, step, scratch)?.t,
         }
         if let Some(l) = live {
             *out = out.and(l);
@@ -420,6 +421,17 @@ fn tri(cond: Bits, valid: Bits, null_in_list: bool) -> Tri {
     Tri { t, f }
 }
 
+/// One block of a filter's evaluation: main block or delta chunk `side`
+/// of the shard whose columns are `cols`, its `len` rows, and `sel`
+/// (`Range(0, len)`, or a mask of the live rows).
+#[derive(Clone, Copy)]
+struct Step<'s, 'c> {
+    cols: &'s ShardColumns<'c>,
+    side: Side,
+    len: usize,
+    sel: Sel<'s>,
+}
+
 /// What a key or string test found on a block, besides the bitmaps
 /// [`leaf_cond`] writes.
 struct Leaf {
@@ -434,17 +446,14 @@ struct Leaf {
 /// and to `validity` the validity of `sel` if some of it is NULL; `None`
 /// for every other node. (Out-parameters: the bitmaps are written where
 /// the caller keeps them, not copied there block after block.)
-#[allow(clippy::too_many_arguments)]
 fn leaf_cond(
     node: &Node,
-    cols: &ShardColumns<'_>,
-    side: Side,
-    len: usize,
-    sel: Sel<'_>,
+    step: Step<'_, '_>,
     scratch: &mut Scratch,
     cond: &mut Bits,
     validity: &mut Bits,
 ) -> Result<Option<Leaf>> {
+    let Step { cols, side, len, sel } = step;
     let (col, null_in_list) = match node {
         Node::Keys { col, physical, test, null_in_list, codes } => {
             let src = cols.column(*col);
@@ -506,14 +515,8 @@ fn leaf_cond(
 /// Evaluates `node` on every row of a block; `sel` is `Range(0, len)`, or
 /// a mask of the live rows (expressions are still computed for every lane,
 /// but only live lanes can raise errors).
-fn eval(
-    node: &mut Node,
-    cols: &ShardColumns<'_>,
-    side: Side,
-    len: usize,
-    sel: Sel<'_>,
-    scratch: &mut Scratch,
-) -> Result<Tri> {
+fn eval(node: &mut Node, step: Step<'_, '_>, scratch: &mut Scratch) -> Result<Tri> {
+    let Step { cols, side, len, sel } = step;
     let all = Bits::first(len);
     Ok(match node {
         Node::Const(None) => Tri { t: Bits::EMPTY, f: Bits::EMPTY },
@@ -521,7 +524,7 @@ fn eval(
         Node::Const(Some(false)) => Tri { t: Bits::EMPTY, f: all },
         Node::Keys { .. } | Node::Bytes { .. } => {
             let (mut cond, mut validity) = (Bits::EMPTY, Bits::EMPTY);
-            match leaf_cond(node, cols, side, len, sel, scratch, &mut cond, &mut validity)? {
+            match leaf_cond(node, step, scratch, &mut cond, &mut validity)? {
                 Some(leaf) => tri(cond, if leaf.has_validity { validity } else { all }, leaf.null_in_list),
                 None => return Err(Error::Internal("a key or string test without its leaf".into())),
             }
@@ -583,7 +586,7 @@ fn eval(
         Node::And(children) => {
             let mut acc = Tri { t: all, f: Bits::EMPTY };
             for c in children {
-                let r = eval(c, cols, side, len, sel, scratch)?;
+                let r = eval(c, step, scratch)?;
                 acc = Tri { t: acc.t.and(&r.t), f: acc.f.or(&r.f) };
                 if acc.f == all {
                     break;
@@ -594,7 +597,7 @@ fn eval(
         Node::Or(children) => {
             let mut acc = Tri { t: Bits::EMPTY, f: all };
             for c in children {
-                let r = eval(c, cols, side, len, sel, scratch)?;
+                let r = eval(c, step, scratch)?;
                 acc = Tri { t: acc.t.or(&r.t), f: acc.f.and(&r.f) };
                 if acc.t == all {
                     break;
@@ -603,7 +606,7 @@ fn eval(
             acc
         }
         Node::Not(c) => {
-            let r = eval(c, cols, side, len, sel, scratch)?;
+            let r = eval(c, step, scratch)?;
             Tri { t: r.f, f: r.t }
         }
     })

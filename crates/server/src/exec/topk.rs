@@ -9,7 +9,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use quiverdb_mapreducer::{GatherKernel, GatherSpec};
-use quiverdb_scan::{SortKey, scan_order};
+use quiverdb_scan::{OrderBy, SortKey, scan_order};
 
 use super::stream::once_stream;
 use super::{ScanSource, leaf_plan};
@@ -83,13 +83,11 @@ impl ExecutionPlan for QuiverTopKExec {
         let fetch = self.fetch;
         let threads = self.threads;
         Ok(once_stream(Arc::clone(&schema), move || {
-            let options = source.options(None, None, threads);
+            let options = source.options(None, Some(fetch), threads);
             let acc = scan_order(
                 &source.snapshot,
                 source.filter.as_ref(),
-                &sort,
-                0,
-                Some(fetch),
+                OrderBy::new(&sort),
                 &options,
                 || GatherKernel::new(Arc::clone(&spec)),
                 || spec.new_acc(),
