@@ -1047,7 +1047,7 @@ async fn ingest_rejects_bad_batches_and_applies_nothing() -> TestResult {
     let batches =
         vec![id_name_batch(&[10, 11], &[Some("ten"), Some("eleven")], true), id_name_batch(&[12], &[None], true)];
     let s = status_of(ingest(&mut client, append(), batches).await);
-    assert_eq!(s.code(), Code::InvalidArgument, "NULL in NOT NULL: {s}");
+    assert_eq!(s.code(), Code::FailedPrecondition, "NULL in NOT NULL: {s}");
 
     // A primary key repeated across two batches of one request.
     let batches = vec![
@@ -1055,12 +1055,12 @@ async fn ingest_rejects_bad_batches_and_applies_nothing() -> TestResult {
         id_name_batch(&[21, 22], &[Some("c"), Some("d")], false),
     ];
     let s = status_of(ingest(&mut client, append(), batches).await);
-    assert!(matches!(s.code(), Code::InvalidArgument | Code::AlreadyExists), "duplicate key in the request: {s}");
+    assert_eq!(s.code(), Code::AlreadyExists, "duplicate key in the request: {s}");
 
     // A primary key that is already in the table.
     let batches = vec![id_name_batch(&[30, 1], &[Some("x"), Some("dup")], false)];
     let s = status_of(ingest(&mut client, append(), batches).await);
-    assert!(matches!(s.code(), Code::InvalidArgument | Code::AlreadyExists), "duplicate of a stored key: {s}");
+    assert_eq!(s.code(), Code::AlreadyExists, "duplicate of a stored key: {s}");
 
     assert_eq!(
         local(&server.db, "SELECT * FROM strict ORDER BY id").await,
@@ -1096,10 +1096,38 @@ async fn bad_sql_and_unknown_tables() -> TestResult {
     assert_eq!(s.code(), Code::InvalidArgument, "{s}");
 
     let s = status_of(query(&mut client, "SELECT * FROM no_such_table").await);
-    assert!(matches!(s.code(), Code::InvalidArgument | Code::NotFound), "{s}");
+    assert_eq!(s.code(), Code::NotFound, "{s}");
     assert!(s.message().contains("no_such_table"), "{s}");
     let s = status_of(update(&mut client, "INSERT INTO no_such_table VALUES (1)").await);
+    assert_eq!(s.code(), Code::NotFound, "{s}");
     assert!(s.message().contains("no_such_table"), "{s}");
+    Ok(())
+}
+
+/// Statement errors reach the client with the gRPC code of what went
+/// wrong: the client's mistake (which one) or the server's fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn statement_errors_carry_their_kind() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE k (id BIGINT NOT NULL, name VARCHAR, PRIMARY KEY (id))").await?;
+    update(&mut client, "INSERT INTO k VALUES (1, 'one'), (2, 'two')").await?;
+
+    let s = status_of(update(&mut client, "CREATE TABLE k (id BIGINT)").await);
+    assert_eq!(s.code(), Code::AlreadyExists, "an existing table: {s}");
+    let s = status_of(update(&mut client, "INSERT INTO k VALUES (3, 'three'), (1, 'again')").await);
+    assert_eq!(s.code(), Code::AlreadyExists, "a duplicate key: {s}");
+    assert!(s.message().contains("duplicate primary key"), "{s}");
+    let s = status_of(update(&mut client, "UPDATE k SET id = 2 WHERE id = 1").await);
+    assert_eq!(s.code(), Code::AlreadyExists, "an update to a taken key: {s}");
+    let s = status_of(update(&mut client, "DROP TABLE no_such_table").await);
+    assert_eq!(s.code(), Code::NotFound, "dropping a missing table: {s}");
+    let s = status_of(query(&mut client, "SELECT no_such_column FROM k").await);
+    assert_eq!(s.code(), Code::NotFound, "a missing column: {s}");
+    let s = status_of(query(&mut client, "SELECT id / 0 FROM k").await);
+    assert_eq!(s.code(), Code::InvalidArgument, "division by zero: {s}");
+    // Nothing of the failed statements was applied.
+    assert_eq!(count_rows(&server.db, "k").await, 2);
     Ok(())
 }
 

@@ -146,7 +146,7 @@ impl SchemaProvider for QuiverSchema {
 
     fn register_table(&self, name: String, table: Arc<dyn TableProvider>) -> Result<Option<Arc<dyn TableProvider>>> {
         if self.table_exist(&name) {
-            return Err(DataFusionError::Plan(format!("table '{name}' already exists")));
+            return Err(DataFusionError::External(Box::new(quiverdb_storage::Error::TableExists(name))));
         }
         match table.downcast_ref::<MemTable>() {
             Some(mem) => self.create_from(&name, mem)?,

@@ -55,7 +55,7 @@ mod stats;
 mod translate;
 
 pub use catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use exec::{DmlExec, QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
 pub use provider::{QuiverTable, ScanSettings};
 pub use rules::QuiverPushdown;

@@ -47,6 +47,7 @@ mod handle;
 mod metadata;
 mod plans;
 mod service;
+mod status;
 
 pub use auth::Auth;
 

@@ -26,7 +26,6 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::SchemaProvider;
 use datafusion::catalog::information_schema::InformationSchemaProvider;
 use datafusion::common::{ParamValues, ScalarValue};
-use datafusion::error::DataFusionError;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::execute_stream;
@@ -36,15 +35,15 @@ use futures::{Stream, StreamExt, TryStreamExt, stream};
 use prost::Message;
 use quiverdb_storage::{Database, TableOptions};
 use tonic::metadata::MetadataValue;
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 use tracing::debug;
 
 use super::auth::Authenticator;
 use super::handle::Handle;
 use super::metadata::{INFORMATION_SCHEMA, SQL_INFO, XDBC_TYPES, primary_keys, primary_keys_schema};
 use super::plans::PlanCache;
+use super::status::{arrow_status, df_status, flight_status, storage_status};
 use crate::catalog::{DEFAULT_SCHEMA, QuiverSchema};
-use crate::error::Error;
 use crate::session::DEFAULT_CATALOG;
 
 type FlightStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
@@ -397,51 +396,6 @@ fn outcome_schema(count: Option<u64>) -> SchemaRef {
         Some(_) => Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)])),
         None => Arc::new(Schema::empty()),
     }
-}
-
-/// A DataFusion error as a gRPC status carrying its text.
-pub(crate) fn df_status(e: DataFusionError) -> Status {
-    let code = match e.find_root() {
-        DataFusionError::ResourcesExhausted(_) => Code::ResourceExhausted,
-        DataFusionError::Internal(_) => Code::Internal,
-        DataFusionError::External(inner) => match inner.downcast_ref::<Error>() {
-            Some(Error::Storage(e)) => storage_code(e),
-            Some(Error::Internal(_)) => Code::Internal,
-            _ => Code::InvalidArgument,
-        },
-        _ => Code::InvalidArgument,
-    };
-    Status::new(code, e.to_string())
-}
-
-/// The gRPC code of a storage error.
-fn storage_code(e: &quiverdb_storage::Error) -> Code {
-    use quiverdb_storage::Error as S;
-    match e {
-        S::TableNotFound(_) => Code::NotFound,
-        S::TableExists(_) => Code::AlreadyExists,
-        S::Internal(_) => Code::Internal,
-        _ => Code::InvalidArgument,
-    }
-}
-
-fn arrow_status(e: arrow_schema::ArrowError) -> Status {
-    Status::invalid_argument(e.to_string())
-}
-
-fn flight_status(e: FlightError) -> Status {
-    match e {
-        FlightError::Tonic(status) => *status,
-        FlightError::ExternalError(inner) => match inner.downcast::<DataFusionError>() {
-            Ok(df) => df_status(*df),
-            Err(other) => Status::internal(other.to_string()),
-        },
-        other => Status::internal(other.to_string()),
-    }
-}
-
-fn storage_status(e: quiverdb_storage::Error) -> Status {
-    Status::new(storage_code(&e), e.to_string())
 }
 
 fn schema_ipc(schema: &Schema) -> Result<bytes::Bytes, Status> {
