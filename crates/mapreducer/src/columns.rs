@@ -445,3 +445,6 @@ pub(crate) fn select_bits(words: &[u64; WORDS], sel: Sel<'_>) -> Bits {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

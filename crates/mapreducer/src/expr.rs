@@ -836,36 +836,4 @@ fn cast_vector(v: &NumVector, from: &DataType, to: &DataType, active: &Bits, out
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn division_by_a_constant_matches_hardware_division() {
-        let edges = [0i64, 1, -1, 2, -2, 99, 100, -100, 101, 12_345, -12_345, (1 << 32) - 1, -((1 << 32) - 1)];
-        let mut a = [0i64; LANES];
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        for (i, x) in a.iter_mut().enumerate() {
-            *x = edges.get(i).copied().unwrap_or_else(|| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                (seed % (1 << 33)) as i64 - (1 << 32) + 1
-            });
-        }
-        for y in [2i64, 3, 7, 10, 100, 1000, 65_535, 65_536, 1 << 31, (1 << 32) - 1] {
-            for op in [ArithOp::Div, ArithOp::Rem] {
-                let mut dst = [0i64; LANES];
-                assert!(div_by_constant(op, &a, y, LANES, &mut dst), "{op} {y}");
-                for (&x, &got) in a.iter().zip(&dst) {
-                    let want = if op == ArithOp::Div { x / y } else { x % y };
-                    assert_eq!(got, want, "{x} {op} {y}");
-                }
-            }
-        }
-        let mut dst = [0i64; LANES];
-        assert!(!div_by_constant(ArithOp::Rem, &a, 1, LANES, &mut dst), "divisor 1 takes the general path");
-        assert!(!div_by_constant(ArithOp::Rem, &a, -3, LANES, &mut dst), "negative divisors take the general path");
-        a[5] = 1 << 32;
-        assert!(!div_by_constant(ArithOp::Rem, &a, 7, LANES, &mut dst), "wide lanes take the general path");
-    }
-}
+mod tests;

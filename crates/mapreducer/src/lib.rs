@@ -61,6 +61,8 @@
 //! It does not choose which rows to read: filtering, ordering and
 //! parallelism are `quiverdb-scan`'s. It knows no SQL and no DataFusion.
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 mod aggregate;
 mod columns;
 mod error;
@@ -69,6 +71,8 @@ mod gather;
 mod output;
 mod scalar;
 mod shard;
+#[cfg(test)]
+mod test_tables;
 mod vector;
 
 pub use aggregate::{AggFunc, Aggregate, AggregateAcc, AggregateKernel, AggregateOutput, AggregateSpec};

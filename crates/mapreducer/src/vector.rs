@@ -54,3 +54,24 @@ impl NumVector {
         if self.has_nulls { active.and(&self.validity) } else { *active }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The valid lanes of a vector are its active lanes when it has no
+    /// NULLs (its validity bits are then not meaningful), else the AND.
+    #[test]
+    fn valid_lanes_are_the_active_lanes_not_null() {
+        let active = Bits::range(3, 700);
+        let mut v = NumVector::new(crate::Domain::I64);
+        v.len = LANES;
+        v.validity = Bits::range(500, 900);
+        assert_eq!(v.valid(&active), active, "validity bits without has_nulls are ignored");
+        v.has_nulls = true;
+        let want: Vec<usize> = (500..700).collect();
+        let mut got = Vec::new();
+        v.valid(&active).for_each_one(|l| got.push(l));
+        assert_eq!(got, want);
+    }
+}

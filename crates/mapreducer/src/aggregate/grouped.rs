@@ -222,3 +222,6 @@ fn add_one(state: &mut StateColumn, kind: &StateKind, g: usize, x: Num) -> Resul
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -352,3 +352,6 @@ pub(super) fn float_group_bits(x: f64) -> u64 {
     let bits = x.to_bits();
     if bits << 1 == 0 { 0 } else { bits }
 }
+
+#[cfg(test)]
+mod tests;

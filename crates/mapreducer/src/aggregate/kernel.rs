@@ -448,3 +448,6 @@ impl Kernel for AggregateKernel {
         a.merge(b)
     }
 }
+
+#[cfg(test)]
+mod tests;

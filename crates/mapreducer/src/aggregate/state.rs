@@ -437,3 +437,6 @@ pub(super) fn offer_num_at(state: &mut StateColumn, g: usize, n: Num, max: bool)
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests;
