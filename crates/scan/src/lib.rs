@@ -99,7 +99,7 @@ impl ScanOptions {
         self
     }
 
-    /// Sets the id buffer size (see [`ScanOptions::id_buffer`]).
+    /// Sets the id buffer size (see the `id_buffer` field).
     pub fn with_id_buffer(mut self, ids: usize) -> Self {
         self.id_buffer = ids;
         self

@@ -143,7 +143,7 @@ fn build_trusted(builder: ArrayDataBuilder) -> Result<arrow_data::ArrayData> {
         return Ok(builder.build()?);
     }
     // SAFETY: quiverdb builds these buffers itself from values that passed
-    // Arrow validation at ingest (see `delta::validate_batch`), with offsets
+    // Arrow validation at ingest (see `ingest::validate_batch`), with offsets
     // computed from the lengths it copied; debug builds check with `build()`.
     Ok(unsafe { builder.build_unchecked() })
 }

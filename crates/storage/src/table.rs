@@ -315,8 +315,7 @@ impl<'t> Transaction<'t> {
             let columns = (0..schema.len())
                 .map(|c| shard.data.delta.column(c).decode(at + 1, Rows::Ids(&[at as RecId])))
                 .collect::<Result<Vec<_>>>()?;
-            let batch = RecordBatch::try_new(Arc::clone(schema.arrow()), columns)
-                .map_err(|e| Error::Internal(format!("logging a row: {e}")))?;
+            let batch = RecordBatch::try_new(Arc::clone(schema.arrow()), columns)?;
             log.appends.push(batch);
         }
         self.work.shards.get_mut(idx).delta_len += 1;

@@ -11,7 +11,7 @@
 //!
 //! Writers copy Arrow column slices (values, offsets, validity) into the
 //! chunks past the committed length, then the table publishes the new
-//! length in its state after calling [`Delta::commit`]. Readers take a
+//! length in its state after calling `Delta::commit`. Readers take a
 //! length from a snapshot and read only below it: nothing is copied, no
 //! lock is taken, and a reader never sees a half-written row. Chunks never
 //! move. A chunk's string bytes live in one page; when it fills, the writer

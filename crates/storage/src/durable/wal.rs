@@ -57,7 +57,7 @@ const SPARE_BYTES: usize = 64 << 20;
 /// When a committed record becomes durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncMode {
-    /// Synced before [`Wal::commit`] returns; concurrent commits share syncs.
+    /// Synced before the commit is acknowledged; concurrent commits share syncs.
     Always,
     /// Written at commit and synced by a background thread every interval:
     /// a power loss can lose the commits of the last interval (a process
