@@ -651,6 +651,56 @@ async fn execute_update_reports_affected_rows() -> TestResult {
     Ok(())
 }
 
+/// DELETE and UPDATE change exactly the rows their WHERE names through
+/// every Flight SQL path: an update, a statement run at `GetFlightInfo`,
+/// and prepared statements with parameters (also the in-process paths:
+/// `dml_paths.rs`). Each step is checked against a `Vec` of the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dml_changes_exactly_the_rows_its_where_names_on_every_flight_path() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE d (id BIGINT NOT NULL, v BIGINT NOT NULL, PRIMARY KEY (id))").await?;
+    update(&mut client, "INSERT INTO d SELECT value, value * 10 FROM generate_series(1, 12)").await?;
+    let mut expected: Vec<(i64, i64)> = (1..=12).map(|id| (id, id * 10)).collect();
+    async fn rows(client: &mut Client) -> Result<Vec<(i64, i64)>, FlightError> {
+        let batch = query(client, "SELECT id, v FROM d ORDER BY id").await?;
+        let (ids, vs) = (batch.column(0).as_primitive::<Int64Type>(), batch.column(1).as_primitive::<Int64Type>());
+        Ok(ids.values().iter().copied().zip(vs.values().iter().copied()).collect())
+    }
+
+    // An update (CommandStatementUpdate).
+    assert_eq!(update(&mut client, "DELETE FROM d WHERE id = 2").await?, 1);
+    expected.retain(|r| r.0 != 2);
+    assert_eq!(rows(&mut client).await?, expected);
+    assert_eq!(update(&mut client, "DELETE FROM d WHERE 1 = 0").await?, 0);
+    assert_eq!(rows(&mut client).await?, expected);
+
+    // A statement run at GetFlightInfo (CommandStatementQuery).
+    let info = client.execute("UPDATE d SET v = -1 WHERE id = 3".into(), None).await?;
+    assert_eq!(info.total_records, 1);
+    expected.iter_mut().filter(|r| r.0 == 3).for_each(|r| r.1 = -1);
+    assert_eq!(rows(&mut client).await?, expected);
+
+    // Prepared statements with parameters, one row and several.
+    let mut delete = client.prepare("DELETE FROM d WHERE id = $1".into(), None).await?;
+    delete.set_parameters(params(Arc::new(Int64Array::from(vec![4]))))?;
+    assert_eq!(delete.execute_update().await?, 1);
+    expected.retain(|r| r.0 != 4);
+    delete.set_parameters(params(Arc::new(Int64Array::from(vec![5, 99, 6]))))?;
+    assert_eq!(delete.execute_update().await?, 2);
+    expected.retain(|r| r.0 != 5 && r.0 != 6);
+    delete.close().await?;
+    assert_eq!(rows(&mut client).await?, expected);
+    let mut set = client.prepare("UPDATE d SET v = v + 1 WHERE id > $1".into(), None).await?;
+    set.set_parameters(params(Arc::new(Int64Array::from(vec![10]))))?;
+    assert_eq!(set.execute_update().await?, 2);
+    expected.iter_mut().filter(|r| r.0 > 10).for_each(|r| r.1 += 1);
+    set.close().await?;
+    assert_eq!(rows(&mut client).await?, expected);
+    assert_eq!(count_rows(&server.db, "d").await, expected.len() as i64);
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------
 // Prepared statements
 // ---------------------------------------------------------------------------

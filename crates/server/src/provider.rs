@@ -64,6 +64,26 @@ impl QuiverTable {
         Self { statement: Some(Arc::new(parts)), ..self.clone() }
     }
 
+    /// True once bound to a DELETE or UPDATE ([`QuiverTable::bound_to`]).
+    pub(crate) fn is_bound(&self) -> bool {
+        self.statement.is_some()
+    }
+
+    /// The statement this provider is bound to; a DELETE or UPDATE that
+    /// reaches an unbound provider did not pass quiverdb's analysis (a
+    /// session without it), and its filters cannot be trusted: DataFusion
+    /// hands none for a condition its optimizer folded away, which would
+    /// mean every row.
+    fn statement(&self, what: &str) -> Result<&DmlStatementParts> {
+        self.statement.as_deref().ok_or_else(|| {
+            DataFusionError::Plan(format!(
+                "{what} on quiverdb table '{}' must be planned by a quiverdb session (quiverdb::session_context), \
+                 which binds the statement to its WHERE clause",
+                self.table.name()
+            ))
+        })
+    }
+
     /// The storage table.
     pub fn table(&self) -> &Table {
         &self.table
@@ -257,8 +277,8 @@ impl TableProvider for QuiverTable {
         Ok(Arc::new(DmlExec::new(self.table.clone(), op, Self::threads(state))))
     }
 
-    async fn delete_from(&self, state: &dyn Session, filters: Vec<Expr>) -> Result<Arc<dyn ExecutionPlan>> {
-        let filters = self.statement.as_ref().map_or(filters, |s| s.filters.clone());
+    async fn delete_from(&self, state: &dyn Session, _filters: Vec<Expr>) -> Result<Arc<dyn ExecutionPlan>> {
+        let filters = self.statement("DELETE")?.filters.clone();
         let filter = self.dml_filter(state, &filters, false)?;
         Ok(Arc::new(DmlExec::new(self.table.clone(), DmlOp::Delete(filter), Self::threads(state))))
     }
@@ -266,13 +286,11 @@ impl TableProvider for QuiverTable {
     async fn update(
         &self,
         state: &dyn Session,
-        assignments: Vec<(String, Expr)>,
-        filters: Vec<Expr>,
+        _assignments: Vec<(String, Expr)>,
+        _filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let (assignments, filters) = match &self.statement {
-            Some(s) => (s.assignments.clone(), s.filters.clone()),
-            None => (assignments, filters),
-        };
+        let statement = self.statement("UPDATE")?;
+        let (assignments, filters) = (statement.assignments.clone(), statement.filters.clone());
         let filter = self.dml_filter(state, &filters, true)?;
         let schema = self.table.schema().arrow();
         let full = DFSchema::try_from(Arc::clone(schema))?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{Column, DFSchemaRef};
+use datafusion::common::{Column, DFSchema, DFSchemaRef};
 use datafusion::datasource::{DefaultTableSource, provider_as_source};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
@@ -119,7 +119,12 @@ pub(crate) fn session_parts(db: &Database, options: SessionOptions) -> (SessionC
 /// - binds the target quiverdb table to the statement's WHERE conjuncts
 ///   and SET list as written, because the optimizer may fold a false
 ///   condition (`WHERE 1 = 0`) into an empty input, after which the table
-///   would be handed no filter, meaning every row.
+///   would be handed no filter, meaning every row;
+/// - binds it once: a plan analysed again (optimized, then executed, as
+///   `execute_logical_plan` of an optimized plan does) keeps the binding
+///   of its first analysis, when the WHERE was still a `Filter` (the
+///   optimizer moves it into the scan, and reading the plan again would
+///   find a different WHERE, or none).
 #[derive(Debug)]
 struct DmlGuard;
 
@@ -131,11 +136,14 @@ impl AnalyzerRule for DmlGuard {
             if !matches!(dml.op, WriteOp::Delete | WriteOp::Update) {
                 return Ok(Transformed::no(node));
             }
-            let parts = dml_parts(&dml.op, &dml.input, &config)?;
             let provider = dml
                 .target
                 .downcast_ref::<DefaultTableSource>()
                 .and_then(|s| s.table_provider.downcast_ref::<QuiverTable>());
+            if provider.is_some_and(QuiverTable::is_bound) {
+                return Ok(Transformed::no(node));
+            }
+            let parts = dml_parts(&dml.op, &dml.input, &config)?;
             let Some(table) = provider else { return Ok(Transformed::no(node)) };
             let mut dml = dml.clone();
             dml.target = provider_as_source(Arc::new(table.bound_to(parts)));
@@ -162,7 +170,17 @@ fn dml_parts(op: &WriteOp, input: &LogicalPlan, config: &Arc<ConfigOptions>) -> 
                     filters.push(simplifier.simplify(e.clone())?);
                 }
             }
-            LogicalPlan::Projection(_) | LogicalPlan::TableScan(_) | LogicalPlan::SubqueryAlias(_) => {}
+            // A WHERE already in the scan (a plan built or optimized
+            // before quiverdb saw it) is the statement's WHERE too.
+            LogicalPlan::TableScan(scan) => {
+                // Filters may name columns the scan does not project.
+                let full = DFSchema::try_from_qualified_schema(scan.table_name.clone(), &scan.source.schema())?;
+                let simplifier = simplifier(&Arc::new(full), config);
+                for e in &scan.filters {
+                    filters.push(simplifier.simplify(e.clone())?);
+                }
+            }
+            LogicalPlan::Projection(_) | LogicalPlan::SubqueryAlias(_) => {}
             LogicalPlan::Join(_) | LogicalPlan::Union(_) => {
                 return Err(DataFusionError::NotImplemented(format!(
                     "{statement} reading other tables (FROM or USING) is not supported by quiverdb"
