@@ -7,6 +7,8 @@
 //! statement applied to a plain `Vec` of the rows. (The Flight SQL paths
 //! are in `flight_sql.rs`.)
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -319,6 +319,62 @@ class ErrorTest(AdbcTestCase):
         self.assertIn("Unauthenticated", str(caught.exception))
 
 
+class ResultTypesTest(AdbcTestCase):
+    """Results carry the values and types of the plan that ran (after
+    DataFusion's type coercion): nothing is cast lossily on the way out, and
+    the schema announced for a query is the schema its batches have."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.cur.execute("CREATE TABLE mixed (a INT, f DOUBLE, s VARCHAR)")
+        cls.cur.execute("INSERT INTO mixed VALUES (2, 2.5, 'two')")
+
+    def table(self, sql):
+        self.cur.execute(sql)
+        return self.cur.fetch_arrow_table()
+
+    def test_union_of_mixed_numbers_keeps_every_value(self):
+        result = self.table("SELECT 2 AS x UNION ALL SELECT 1.5")
+        self.assertEqual(result.schema.field("x").type, pa.float64())
+        self.assertEqual(sorted(result.column("x").to_pylist()), [1.5, 2.0])
+        result = self.table("SELECT CAST(1 AS TINYINT) AS x UNION ALL SELECT 1000")
+        self.assertEqual(sorted(result.column("x").to_pylist()), [1, 1000])
+
+    def test_case_with_branches_of_different_types(self):
+        self.assertEqual(
+            rows(self.cur, "SELECT CASE WHEN a = 1 THEN a ELSE f END FROM mixed"), [(2.5,)]
+        )
+        self.assertEqual(
+            rows(self.cur, "SELECT CASE a WHEN 1 THEN 10 ELSE 2.75 END FROM mixed"), [(2.75,)]
+        )
+        self.assertEqual(
+            rows(self.cur, "SELECT CASE WHEN a = 1 THEN 7 ELSE s END FROM mixed"), [("two",)]
+        )
+
+    def test_arrays_of_mixed_integer_types(self):
+        result = self.table(
+            "SELECT make_array(arrow_cast(2, 'UInt8')) AS x "
+            "UNION ALL SELECT make_array(arrow_cast(-2, 'Int8')) AS x"
+        )
+        self.assertEqual(sorted(result.column("x").to_pylist()), [[-2], [2]])
+
+    def test_a_dictionary_result_arrives_as_its_values(self):
+        # ADBC checks that each endpoint's schema is the announced one.
+        result = self.table("SELECT arrow_cast(s, 'Dictionary(Int32, Utf8)') AS d FROM mixed")
+        self.assertEqual(result.schema.field("d").type, pa.string())
+        self.assertEqual(result.column("d").to_pylist(), ["two"])
+
+    def test_delete_with_a_parameter_removes_only_its_row(self):
+        cur = self.cur
+        cur.execute("CREATE TABLE victims (id BIGINT NOT NULL, PRIMARY KEY (id))")
+        cur.execute("INSERT INTO victims VALUES (1), (2), (3), (4)")
+        cur.execute("DELETE FROM victims WHERE id = $1", (2,))
+        self.assertEqual(cur.rowcount, 1)
+        self.assertEqual(rows(cur, "SELECT id FROM victims ORDER BY id"), [(1,), (3,), (4,)])
+        cur.execute("DROP TABLE victims")
+
+
 def _varint(n):
     out = bytearray()
     while True:

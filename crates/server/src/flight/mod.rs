@@ -46,6 +46,7 @@ mod dispatch;
 mod handle;
 mod metadata;
 mod plans;
+mod results;
 mod service;
 mod status;
 

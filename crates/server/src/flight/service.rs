@@ -42,6 +42,7 @@ use super::auth::Authenticator;
 use super::handle::Handle;
 use super::metadata::{INFORMATION_SCHEMA, SQL_INFO, XDBC_TYPES, primary_keys, primary_keys_schema};
 use super::plans::PlanCache;
+use super::results::{client_schema, to_client_batch};
 use super::status::{arrow_status, df_status, flight_status, storage_status};
 use crate::catalog::{DEFAULT_SCHEMA, QuiverSchema};
 use crate::session::DEFAULT_CATALOG;
@@ -159,14 +160,20 @@ impl QuiverFlightSql {
         params: Option<RecordBatch>,
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
-        let plan = self.plan(&sql).await?;
+        let (plan, version) = self.plan_versioned(&sql).await?;
         let (schema, handle, total_records) = if is_query(&plan) {
-            let schema = client_schema(plan.schema().as_arrow()).as_ref().clone();
+            let schema = match &params {
+                None => result_schema(&self.optimize_query(&sql, version, &plan)?),
+                Some(params) => match Self::bind(plan.clone(), Some(params))?.first() {
+                    Some(bound) => result_schema(&self.optimize(bound)?),
+                    None => self.unbound_schema(&plan),
+                },
+            };
             let handle = match params {
                 None => Handle::Query { sql },
                 params => Handle::Prepared { sql, params },
             };
-            (schema, handle, -1)
+            (schema.as_ref().clone(), handle, -1)
         } else {
             let count = self.run_mutations(Self::bind(plan, params.as_ref())?).await?;
             let records = count.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
@@ -207,44 +214,59 @@ impl QuiverFlightSql {
                 "this ticket names a statement that changes data; run it through GetFlightInfo or an update",
             ));
         }
-        let schema = client_schema(plan.schema().as_arrow());
-        let streams = match params {
-            None => vec![self.execute_query(&sql, version, plan).await?],
+        let (schema, streams) = match params {
+            None => {
+                let optimized = self.optimize_query(&sql, version, &plan)?;
+                (result_schema(&optimized), vec![self.execute_optimized(optimized).await?])
+            }
             Some(params) => {
-                let mut streams = Vec::with_capacity(params.num_rows());
-                for plan in Self::bind(plan, Some(&params))? {
-                    let df = self.ctx.execute_logical_plan(plan).await.map_err(df_status)?;
-                    streams.push(df.execute_stream().await.map_err(df_status)?);
+                let bound = Self::bind(plan.clone(), Some(&params))?;
+                let mut schema = None;
+                let mut streams = Vec::with_capacity(bound.len());
+                for plan in &bound {
+                    let optimized = self.optimize(plan)?;
+                    schema.get_or_insert_with(|| result_schema(&optimized));
+                    streams.push(self.execute_optimized(optimized).await?);
                 }
-                streams
+                (schema.unwrap_or_else(|| self.unbound_schema(&plan)), streams)
             }
         };
         let out = Arc::clone(&schema);
         let batches = stream::iter(streams).flatten().map(move |batch| {
-            to_client_schema(batch.map_err(|e| FlightError::from_external_error(Box::new(e)))?, &out)
+            let batch = batch.map_err(|e| FlightError::from_external_error(Box::new(e)))?;
+            to_client_batch(&batch, &out).map_err(|e| FlightError::from_external_error(Box::new(e)))
         });
         Ok(self.encode(schema, batches.boxed()))
     }
 
-    /// Runs `plan`, the plan of query text `sql` (with no parameters) made
-    /// at catalog `version`, taking its optimized form from the plan cache
-    /// when a run has kept one (see [`super::plans`]). The physical plan is
-    /// made anew each time: it holds the snapshot of the rows the query reads.
-    async fn execute_query(
-        &self,
-        sql: &str,
-        version: u64,
-        plan: LogicalPlan,
-    ) -> Result<SendableRecordBatchStream, Status> {
+    /// `plan`, the plan of query text `sql` (with no parameters) made at
+    /// catalog `version`, optimized: from the plan cache when a run kept
+    /// it (see [`super::plans`]).
+    fn optimize_query(&self, sql: &str, version: u64, plan: &LogicalPlan) -> Result<LogicalPlan, Status> {
+        if let Some(optimized) = self.plans.optimized(sql, version) {
+            return Ok(optimized);
+        }
+        let optimized = self.optimize(plan)?;
+        self.plans.set_optimized(sql, version, &optimized);
+        Ok(optimized)
+    }
+
+    /// `plan` analysed (types coerced) and optimized.
+    fn optimize(&self, plan: &LogicalPlan) -> Result<LogicalPlan, Status> {
+        self.ctx.state().optimize(plan).map_err(df_status)
+    }
+
+    /// The result schema of a prepared query run with no parameter row
+    /// (so with no result): its optimized plan's when the placeholders
+    /// allow optimizing it, else the plan's own.
+    fn unbound_schema(&self, plan: &LogicalPlan) -> SchemaRef {
+        self.optimize(plan).map_or_else(|_| client_schema(plan.schema().as_arrow()), |o| result_schema(&o))
+    }
+
+    /// Runs an optimized plan. The physical plan is made anew each time: it
+    /// holds the snapshot of the rows the query reads.
+    async fn execute_optimized(&self, optimized: LogicalPlan) -> Result<SendableRecordBatchStream, Status> {
         let state = self.ctx.state();
-        let optimized = match self.plans.optimized(sql, version) {
-            Some(optimized) => optimized,
-            None => {
-                let optimized = state.optimize(&plan).map_err(df_status)?;
-                self.plans.set_optimized(sql, version, &optimized);
-                optimized
-            }
-        };
         let physical = state.query_planner().create_physical_plan(&optimized, &state).await.map_err(df_status)?;
         execute_stream(physical, Arc::new(TaskContext::from(&state))).map_err(df_status)
     }
@@ -326,45 +348,6 @@ impl QuiverFlightSql {
     }
 }
 
-/// The schema results are sent in: string and binary views become plain
-/// Utf8 and Binary. Every Flight SQL client reads those (JDBC drivers do
-/// not all read views), and a slice of a view array would still carry all
-/// of its data buffers, so batches could not be split below the message
-/// size bound.
-fn client_schema(schema: &Schema) -> SchemaRef {
-    let fields: Vec<Field> = schema
-        .fields()
-        .iter()
-        .map(|f| match f.data_type() {
-            DataType::Utf8View => f.as_ref().clone().with_data_type(DataType::Utf8),
-            DataType::BinaryView => f.as_ref().clone().with_data_type(DataType::Binary),
-            _ => f.as_ref().clone(),
-        })
-        .collect();
-    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
-}
-
-/// `batch` in the [`client_schema`] `schema`.
-fn to_client_schema(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, FlightError> {
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(column, field)| {
-            if column.data_type() == field.data_type() {
-                Ok(Arc::clone(column))
-            } else {
-                arrow_cast::cast(column, field.data_type())
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(RecordBatch::try_new_with_options(
-        Arc::clone(schema),
-        columns,
-        &arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
-    )?)
-}
-
 /// Numbers JDBC/ODBC-style `?` placeholders in order of appearance as
 /// `$1`, `$2`, ... (DataFusion binds only numbered ones), so clients that
 /// write `?` get the same parameters as those that write `$n`.
@@ -385,6 +368,12 @@ fn number_positional_placeholders(statement: &mut DFStatement) {
 }
 
 /// True if `plan` only reads (its ticket can run it any number of times).
+/// The schema a client receives for the results of `optimized` (after
+/// type coercion: the types its rows really have).
+fn result_schema(optimized: &LogicalPlan) -> SchemaRef {
+    client_schema(optimized.schema().as_arrow())
+}
+
 fn is_query(plan: &LogicalPlan) -> bool {
     !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_) | LogicalPlan::Copy(_) | LogicalPlan::Statement(_))
 }
@@ -747,8 +736,7 @@ impl FlightSqlService for QuiverFlightSql {
         let plan = self.plan(&query.query).await?;
         // DDL and DML produce no result set: an empty dataset schema, which
         // JDBC reads as an update (and then reports its affected rows).
-        let dataset =
-            if is_query(&plan) { client_schema(plan.schema().as_arrow()).as_ref().clone() } else { Schema::empty() };
+        let dataset = if is_query(&plan) { self.unbound_schema(&plan).as_ref().clone() } else { Schema::empty() };
         let types = plan.get_parameter_types().map_err(df_status)?;
         let mut names: Vec<&String> = types.keys().collect();
         // $1, $2, ..., $10 in numeric order; named parameters after.
