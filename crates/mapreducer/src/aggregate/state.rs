@@ -329,10 +329,12 @@ impl StateColumn {
             }
             (StateColumn::SumF { sum, n }, StateKind::Sum { avg: true, .. }) => avg_f64(sum.iter().copied(), n)?,
             (StateColumn::SumD { sum, n }, StateKind::Sum { avg: true, domain: SumDomain::Decimal(_, s), .. }) => {
-                let DataType::Decimal128(_, out_scale) = output else {
+                let DataType::Decimal128(out_precision, out_scale) = output else {
                     return Err(Error::Internal("decimal AVG of a non-decimal type".into()));
                 };
                 let shift = 10i128.pow((*out_scale - *s).max(0) as u32);
+                let limit = 10i128.checked_pow(*out_precision as u32).unwrap_or(i128::MAX);
+                let overflow = || Error::Overflow(format!("decimal AVG does not fit {output}"));
                 let values = sum
                     .iter()
                     .zip(n)
@@ -340,8 +342,12 @@ impl StateColumn {
                         if count == 0 {
                             return Ok(0);
                         }
-                        let scaled = total.checked_mul(shift).ok_or_else(|| Error::Overflow("decimal AVG".into()))?;
-                        Ok(div_round_half_away(scaled, count as i128))
+                        // Truncated toward zero, as DataFusion's AVG does.
+                        let avg = total.checked_mul(shift).ok_or_else(overflow)? / count as i128;
+                        if avg <= -limit || avg >= limit {
+                            return Err(overflow());
+                        }
+                        Ok(avg)
                     })
                     .collect::<Result<Vec<i128>>>()?;
                 native_array(output, values, nulls_from(&has_rows(n)))?
@@ -397,12 +403,6 @@ fn has_rows(n: &[u64]) -> Vec<bool> {
 fn avg_f64(sums: impl Iterator<Item = f64>, n: &[u64]) -> Result<ArrayRef> {
     let values: Vec<f64> = sums.zip(n).map(|(s, &c)| if c == 0 { 0.0 } else { s / c as f64 }).collect();
     Ok(Arc::new(arrow_array::Float64Array::new(values.into(), nulls_from(&has_rows(n)))))
-}
-
-/// `a / b` rounded half away from zero (b > 0).
-fn div_round_half_away(a: i128, b: i128) -> i128 {
-    let (q, r) = (a / b, a % b);
-    if 2 * r.abs() >= b { q + a.signum() } else { q }
 }
 
 /// The largest magnitude among `lanes` of `x`.

@@ -166,9 +166,8 @@ fn reference(func: AggFunc, t: &DataType, output: &DataType, rows: &[(usize, Num
                     match (func, output) {
                         (AggFunc::Avg, DataType::Decimal128(_, scale)) => {
                             let DataType::Decimal128(_, input_scale) = t else { unreachable!() };
-                            let a = s * 10i128.pow((scale - input_scale) as u32);
-                            let n = n as i128;
-                            Cell::Int(a.signum() * ((2 * a.abs() + n) / (2 * n)))
+                            // Truncated toward zero, as DataFusion's AVG.
+                            Cell::Int(s * 10i128.pow((scale - input_scale) as u32) / n as i128)
                         }
                         (AggFunc::Avg, _) => Cell::Float((s as f64 / n as f64).to_bits()),
                         (_, DataType::Int64) if i64::try_from(s).is_err() => return Err(()),

@@ -271,11 +271,8 @@ fn reduce(func: AggFunc, output: &DataType, values: &[Cell], rows: usize) -> Cel
         AggFunc::Sum => Cell::Int(ints().sum()),
         AggFunc::Avg if float => Cell::Float((floats().sum::<f64>() / n as f64).to_bits()),
         AggFunc::Avg => match output {
-            // Four more digits of scale, rounded half away from zero.
-            DataType::Decimal128(..) => {
-                let (a, n) = (ints().sum::<i128>() * 10_000, n as i128);
-                Cell::Int(a.signum() * ((2 * a.abs() + n) / (2 * n)))
-            }
+            // Four more digits of scale, truncated toward zero (as DataFusion).
+            DataType::Decimal128(..) => Cell::Int(ints().sum::<i128>() * 10_000 / n as i128),
             _ => Cell::Float((ints().sum::<i128>() as f64 / n as f64).to_bits()),
         },
         AggFunc::Min if float => Cell::Float(floats().min_by(f64::total_cmp).unwrap().to_bits()),
