@@ -674,6 +674,74 @@ async fn prepared_update_with_an_empty_parameter_batch_runs_once() -> TestResult
     Ok(())
 }
 
+/// A prepared statement's parameters bind exactly: a value that its
+/// placeholder's type cannot hold without loss (1.5 for a BIGINT), or a
+/// parameter row with more or fewer values than placeholders, is an error,
+/// never a silently changed statement; an untyped `SELECT $1` takes any
+/// type and returns the value as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prepared_parameters_bind_exactly_or_fail() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE q (a BIGINT NOT NULL)").await?;
+    update(&mut client, "INSERT INTO q VALUES (1), (2)").await?;
+    async fn run(client: &mut Client, sql: &str, parameters: RecordBatch) -> Result<RecordBatch, FlightError> {
+        let mut statement = client.prepare(sql.into(), None).await?;
+        statement.set_parameters(parameters)?;
+        let result = match statement.execute().await {
+            Ok(info) => fetch(client, &info).await,
+            Err(e) => Err(e),
+        };
+        statement.close().await?;
+        result
+    }
+
+    // A value that fits its placeholder's type binds.
+    let rows =
+        run(&mut client, "SELECT a FROM q WHERE a = $1", params(Arc::new(Float64Array::from(vec![2.0])))).await?;
+    assert_eq!(rows.column(0).as_primitive::<Int64Type>().values().to_vec(), vec![2]);
+    // One that does not is refused: it would have matched a = 1.
+    let s = status_of(
+        run(&mut client, "SELECT a FROM q WHERE a = $1", params(Arc::new(Float64Array::from(vec![1.5])))).await,
+    );
+    assert_eq!(s.code(), Code::InvalidArgument, "{s}");
+    assert!(s.message().contains("$1") && s.message().contains("1.5"), "{s}");
+
+    // Too many or too few values for the placeholders.
+    let two = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("$1", DataType::Int64, true), Field::new("$2", DataType::Int64, true)])),
+        vec![Arc::new(Int64Array::from(vec![1])), Arc::new(Int64Array::from(vec![2]))],
+    )?;
+    let s = status_of(run(&mut client, "SELECT a FROM q WHERE a = $1", two).await);
+    assert_eq!(s.code(), Code::InvalidArgument, "{s}");
+    assert!(s.message().contains("2 parameter") && s.message().contains("1 placeholder"), "{s}");
+    let s = status_of(
+        run(&mut client, "SELECT a FROM q WHERE a = $1 OR a = $2", params(Arc::new(Int64Array::from(vec![1])))).await,
+    );
+    assert_eq!(s.code(), Code::InvalidArgument, "{s}");
+
+    // `SELECT $1` returns what was sent, whatever its type.
+    let values: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(vec![-7])),
+        Arc::new(arrow_array::Int8Array::from(vec![-8])),
+        Arc::new(arrow_array::UInt64Array::from(vec![u64::MAX])),
+        Arc::new(Float64Array::from(vec![0.1])),
+        Arc::new(arrow_array::Float32Array::from(vec![1.25f32])),
+        Arc::new(StringArray::from(vec!["text"])),
+        Arc::new(BinaryArray::from(vec![&b"\x00\xff"[..]])),
+        Arc::new(arrow_array::BooleanArray::from(vec![true])),
+        Arc::new(arrow_array::Date32Array::from(vec![19_000])),
+        Arc::new(arrow_array::TimestampMicrosecondArray::from(vec![1_700_000_000_000_000])),
+        Arc::new(arrow_array::Decimal128Array::from(vec![12_345]).with_precision_and_scale(10, 3)?),
+    ];
+    for value in values {
+        let rows = run(&mut client, "SELECT $1 AS v", params(Arc::clone(&value))).await?;
+        assert_eq!(rows.column(0).data_type(), value.data_type(), "SELECT $1 of {}", value.data_type());
+        assert_eq!(rows.column(0).as_ref(), value.as_ref(), "SELECT $1 of {}", value.data_type());
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn prepared_parameter_of_the_wrong_type_is_invalid_argument() -> TestResult {
     let server = TestServer::open().await;

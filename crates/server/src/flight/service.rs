@@ -110,10 +110,19 @@ impl QuiverFlightSql {
     }
 
     /// `plan` once per row of `params` (or once, if there are none), with
-    /// the row's values bound to `$1`, `$2`, ...
+    /// the row's values bound to `$1`, `$2`, ... exactly: a row must hold
+    /// one value per placeholder, and a value is converted to its
+    /// placeholder's type only when that loses nothing (1.5 is no BIGINT).
     fn bind(plan: LogicalPlan, params: Option<&RecordBatch>) -> Result<Vec<LogicalPlan>, Status> {
         let Some(params) = params else { return Ok(vec![plan]) };
         let types = plan.get_parameter_types().map_err(df_status)?;
+        if params.num_columns() != types.len() {
+            return Err(Status::invalid_argument(format!(
+                "{} parameter value(s) were sent for a statement with {} placeholder(s)",
+                params.num_columns(),
+                types.len()
+            )));
+        }
         let expected = |i: usize| types.get(&format!("${}", i + 1)).cloned().flatten();
         (0..params.num_rows())
             .map(|row| {
@@ -121,9 +130,7 @@ impl QuiverFlightSql {
                     .map(|i| {
                         let value = ScalarValue::try_from_array(params.column(i), row).map_err(df_status)?;
                         match expected(i) {
-                            Some(ty) if ty != value.data_type() => value.cast_to(&ty).map_err(|e| {
-                                Status::invalid_argument(format!("parameter ${} cannot be used as {ty}: {e}", i + 1))
-                            }),
+                            Some(ty) if ty != value.data_type() => bind_as(value, &ty, i),
                             _ => Ok(value),
                         }
                     })
@@ -368,6 +375,23 @@ fn number_positional_placeholders(statement: &mut DFStatement) {
 }
 
 /// True if `plan` only reads (its ticket can run it any number of times).
+/// Parameter `$i+1`'s `value` as `ty`, its placeholder's type, when the
+/// conversion keeps the value (converting back gives it again).
+fn bind_as(value: ScalarValue, ty: &DataType, i: usize) -> Result<ScalarValue, Status> {
+    let refused = |why: String| {
+        Status::invalid_argument(format!(
+            "parameter ${} = {value} ({}) cannot be used as {ty}: {why}",
+            i + 1,
+            value.data_type()
+        ))
+    };
+    let bound = value.cast_to(ty).map_err(|e| refused(e.to_string()))?;
+    match bound.cast_to(&value.data_type()) {
+        Ok(back) if back == value => Ok(bound),
+        _ => Err(refused(format!("it would become {bound}"))),
+    }
+}
+
 /// The schema a client receives for the results of `optimized` (after
 /// type coercion: the types its rows really have).
 fn result_schema(optimized: &LogicalPlan) -> SchemaRef {
