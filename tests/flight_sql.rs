@@ -584,6 +584,27 @@ async fn dml_changes_exactly_the_rows_its_where_names_on_every_flight_path() -> 
     Ok(())
 }
 
+/// A statement that writes while it produces rows (`EXPLAIN ANALYZE
+/// INSERT`) runs once, when it is planned: fetching its ticket, once or
+/// again, returns its result and writes nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ticket_of_a_writing_statement_does_not_write_again() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE w (id BIGINT NOT NULL)").await?;
+    let info = client.execute("EXPLAIN ANALYZE INSERT INTO w VALUES (1), (2)".into(), None).await?;
+    assert_eq!(count_rows(&server.db, "w").await, 2, "ran once, at GetFlightInfo");
+    let first = fetch(&mut client, &info).await?;
+    let again = fetch(&mut client, &info).await?;
+    assert!(first.num_rows() > 0, "the EXPLAIN ANALYZE output");
+    assert_eq!(first, again);
+    assert_eq!(count_rows(&server.db, "w").await, 2, "fetching the ticket wrote nothing");
+    // Run as an update, it runs once too.
+    update(&mut client, "EXPLAIN ANALYZE INSERT INTO w VALUES (3)").await?;
+    assert_eq!(count_rows(&server.db, "w").await, 3);
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------
 // Prepared statements
 // ---------------------------------------------------------------------------

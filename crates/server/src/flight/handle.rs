@@ -17,6 +17,7 @@ const VERSION: u8 = 1;
 const QUERY: u8 = 1;
 const PREPARED: u8 = 2;
 const DONE: u8 = 3;
+const RAN: u8 = 4;
 
 /// What a ticket or prepared-statement handle stands for.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +30,10 @@ pub(crate) enum Handle {
     /// A statement that already ran: its affected-row count (`None` for
     /// DDL, which returns no rows).
     Done { count: Option<u64> },
+    /// A query that changed data as it ran (`EXPLAIN ANALYZE INSERT …`),
+    /// run once when it was planned: its whole result. Fetching the
+    /// ticket again returns the same rows and changes nothing.
+    Ran { result: RecordBatch },
 }
 
 impl Handle {
@@ -43,14 +48,12 @@ impl Handle {
                 out.push(PREPARED);
                 put_bytes(&mut out, sql.as_bytes());
                 if let Some(params) = params {
-                    let mut ipc = Vec::new();
-                    let mut writer = StreamWriter::try_new(&mut ipc, &params.schema())
-                        .map_err(|e| Status::internal(format!("encoding parameters: {e}")))?;
-                    writer.write(params).map_err(|e| Status::internal(format!("encoding parameters: {e}")))?;
-                    writer.finish().map_err(|e| Status::internal(format!("encoding parameters: {e}")))?;
-                    drop(writer);
-                    put_bytes(&mut out, &ipc);
+                    put_bytes(&mut out, &write_batch(params, "parameters")?);
                 }
+            }
+            Handle::Ran { result } => {
+                out.push(RAN);
+                put_bytes(&mut out, &write_batch(result, "a result")?);
             }
             Handle::Done { count } => {
                 out.push(DONE);
@@ -80,9 +83,13 @@ impl Handle {
                     None
                 } else {
                     let ipc = r.bytes().ok_or_else(|| bad("truncated parameters"))?;
-                    Some(read_params(ipc).map_err(|e| bad(&format!("parameters: {e}")))?)
+                    Some(read_batch(ipc).map_err(|e| bad(&format!("parameters: {e}")))?)
                 };
                 Handle::Prepared { sql, params }
+            }
+            RAN => {
+                let ipc = r.bytes().ok_or_else(|| bad("truncated result"))?;
+                Handle::Ran { result: read_batch(ipc).map_err(|e| bad(&format!("result: {e}")))? }
             }
             DONE => match r.byte().ok_or_else(|| bad("truncated result"))? {
                 0 => Handle::Done { count: None },
@@ -103,8 +110,19 @@ impl Handle {
     }
 }
 
-/// The one batch of an IPC stream of parameters (several are concatenated).
-fn read_params(ipc: &[u8]) -> Result<RecordBatch, arrow_schema::ArrowError> {
+/// `batch` as an Arrow IPC stream.
+fn write_batch(batch: &RecordBatch, what: &str) -> Result<Vec<u8>, Status> {
+    let failed = |e: arrow_schema::ArrowError| Status::internal(format!("encoding {what}: {e}"));
+    let mut ipc = Vec::new();
+    let mut writer = StreamWriter::try_new(&mut ipc, &batch.schema()).map_err(failed)?;
+    writer.write(batch).map_err(failed)?;
+    writer.finish().map_err(failed)?;
+    drop(writer);
+    Ok(ipc)
+}
+
+/// The one batch of an IPC stream (several are concatenated).
+fn read_batch(ipc: &[u8]) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let reader = StreamReader::try_new(ipc, None)?;
     let schema = reader.schema();
     let batches = reader.collect::<Result<Vec<_>, _>>()?;
@@ -167,6 +185,9 @@ mod tests {
             Handle::Prepared { sql: "SELECT $1, $2".into(), params: Some(params) },
             Handle::Done { count: None },
             Handle::Done { count: Some(u64::MAX) },
+            Handle::Ran {
+                result: RecordBatch::try_from_iter([("plan", Arc::new(StringArray::from(vec!["x"])) as _)]).unwrap(),
+            },
         ] {
             assert_eq!(Handle::decode(&handle.encode().unwrap()).unwrap(), handle);
         }

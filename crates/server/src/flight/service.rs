@@ -25,6 +25,7 @@ use arrow_ipc::writer::IpcWriteOptions;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::SchemaProvider;
 use datafusion::catalog::information_schema::InformationSchemaProvider;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
@@ -140,6 +141,23 @@ impl QuiverFlightSql {
             .collect()
     }
 
+    /// Runs queries that change data as they run, each once; their results
+    /// in the schema a client receives, as one batch.
+    async fn run_writing_query(&self, plans: Vec<LogicalPlan>) -> Result<RecordBatch, Status> {
+        let mut schema = None;
+        let mut batches = Vec::new();
+        for plan in plans {
+            let optimized = self.optimize(&plan)?;
+            let out = schema.get_or_insert_with(|| result_schema(&optimized));
+            let stream = self.execute_optimized(optimized).await?;
+            for batch in stream.try_collect::<Vec<_>>().await.map_err(df_status)? {
+                batches.push(to_client_batch(&batch, out).map_err(df_status)?);
+            }
+        }
+        let schema = schema.unwrap_or_else(|| Arc::new(Schema::empty()));
+        arrow_select::concat::concat_batches(&schema, &batches).map_err(arrow_status)
+    }
+
     /// Runs statements that change data or the catalog, returning the
     /// total affected-row count (`None` for DDL).
     async fn run_mutations(&self, plans: Vec<LogicalPlan>) -> Result<Option<u64>, Status> {
@@ -181,10 +199,16 @@ impl QuiverFlightSql {
                 params => Handle::Prepared { sql, params },
             };
             (schema.as_ref().clone(), handle, -1)
-        } else {
+        } else if is_change(&plan) {
             let count = self.run_mutations(Self::bind(plan, params.as_ref())?).await?;
             let records = count.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
             (outcome_schema(count).as_ref().clone(), Handle::Done { count }, records)
+        } else {
+            // A query that writes as it runs: run it once, now; its ticket
+            // carries the result.
+            let result = self.run_writing_query(Self::bind(plan, params.as_ref())?).await?;
+            let records = result.num_rows() as i64;
+            (result.schema().as_ref().clone(), Handle::Ran { result }, records)
         };
         let ticket = TicketStatementQuery { statement_handle: handle.encode()? };
         let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
@@ -211,6 +235,10 @@ impl QuiverFlightSql {
                     None => Vec::new(),
                 };
                 return Ok(self.encode(schema, stream::iter(batches.into_iter().map(Ok)).boxed()));
+            }
+            Handle::Ran { result } => {
+                let schema = result.schema();
+                return Ok(self.encode(schema, stream::iter([Ok(result)]).boxed()));
             }
             Handle::Query { sql } => (sql, None),
             Handle::Prepared { sql, params } => (sql, params),
@@ -398,8 +426,17 @@ fn result_schema(optimized: &LogicalPlan) -> SchemaRef {
     client_schema(optimized.schema().as_arrow())
 }
 
+/// True for a statement that only reads: not DDL, DML or a session
+/// statement, and nothing of the kind inside it (`EXPLAIN ANALYZE INSERT`
+/// writes when it runs).
 fn is_query(plan: &LogicalPlan) -> bool {
-    !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_) | LogicalPlan::Copy(_) | LogicalPlan::Statement(_))
+    !is_change(plan) && !plan.exists(|p| Ok(is_change(p))).unwrap_or(true)
+}
+
+/// True for a statement whose result is the change it makes (its
+/// affected-row count, or nothing for DDL).
+fn is_change(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_) | LogicalPlan::Copy(_) | LogicalPlan::Statement(_))
 }
 
 /// The schema of a finished statement's result: DataFusion's one-column
