@@ -677,6 +677,44 @@ async fn prepared_insert_runs_once_per_parameter_row() -> TestResult {
     Ok(())
 }
 
+/// One update with many parameter rows is one transaction: an INSERT whose
+/// third row repeats a key commits none of its rows; a DELETE removes the
+/// rows of every parameter row at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_prepared_update_with_many_rows_is_one_transaction() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE pm (id BIGINT NOT NULL, name VARCHAR, PRIMARY KEY (id))").await?;
+    update(&mut client, "INSERT INTO pm VALUES (1, 'one')").await?;
+    let rows = |ids: Vec<i64>| {
+        let names: Vec<String> = ids.iter().map(|i| format!("n{i}")).collect();
+        RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("$1", DataType::Int64, true),
+                Field::new("$2", DataType::Utf8, true),
+            ])),
+            vec![Arc::new(Int64Array::from(ids)), Arc::new(StringArray::from(names))],
+        )
+    };
+
+    let mut insert = client.prepare("INSERT INTO pm VALUES ($1, $2)".into(), None).await?;
+    insert.set_parameters(rows(vec![2, 3, 1, 4])?)?;
+    let s = status_of(insert.execute_update().await);
+    assert_eq!(s.code(), Code::AlreadyExists, "{s}");
+    assert_eq!(count_rows(&server.db, "pm").await, 1, "rows before the duplicate were committed");
+    insert.set_parameters(rows(vec![2, 3, 4])?)?;
+    assert_eq!(insert.execute_update().await?, 3);
+    insert.close().await?;
+
+    let mut delete = client.prepare("DELETE FROM pm WHERE id = $1".into(), None).await?;
+    delete.set_parameters(params(Arc::new(Int64Array::from(vec![2, 9, 4, 2]))))?;
+    assert_eq!(delete.execute_update().await?, 2);
+    delete.close().await?;
+    let left = query(&mut client, "SELECT id FROM pm ORDER BY id").await?;
+    assert_eq!(left.column(0).as_primitive::<Int64Type>().values().to_vec(), vec![1, 3]);
+    Ok(())
+}
+
 /// A prepared update sent with an empty parameter batch (no columns)
 /// runs once, without parameters, not once per row: the JDBC driver sends
 /// its updates that way (tests/jdbc.rs runs the driver itself).

@@ -365,6 +365,17 @@ class ResultTypesTest(AdbcTestCase):
         self.assertEqual(result.schema.field("d").type, pa.string())
         self.assertEqual(result.column("d").to_pylist(), ["two"])
 
+    def test_executemany_is_all_or_nothing(self):
+        cur = self.cur
+        cur.execute("CREATE TABLE many (id BIGINT NOT NULL, PRIMARY KEY (id))")
+        cur.execute("INSERT INTO many VALUES (1)")
+        with self.assertRaises(adbc_driver_manager.Error):
+            cur.executemany("INSERT INTO many VALUES ($1)", [(2,), (3,), (1,), (4,)])
+        self.assertEqual(self.count("many"), 1)
+        cur.executemany("INSERT INTO many VALUES ($1)", [(2,), (3,)])
+        self.assertEqual(rows(cur, "SELECT id FROM many ORDER BY id"), [(1,), (2,), (3,)])
+        cur.execute("DROP TABLE many")
+
     def test_delete_with_a_parameter_removes_only_its_row(self):
         cur = self.cur
         cur.execute("CREATE TABLE victims (id BIGINT NOT NULL, PRIMARY KEY (id))")

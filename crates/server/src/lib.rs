@@ -48,6 +48,7 @@ mod convert;
 mod error;
 mod exec;
 pub mod flight;
+mod many;
 mod provider;
 mod rules;
 mod session;

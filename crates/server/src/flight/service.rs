@@ -46,6 +46,7 @@ use super::plans::PlanCache;
 use super::results::{client_schema, to_client_batch};
 use super::status::{arrow_status, df_status, flight_status, storage_status};
 use crate::catalog::{DEFAULT_SCHEMA, QuiverSchema};
+use crate::many::as_one_statement;
 use crate::session::DEFAULT_CATALOG;
 
 type FlightStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
@@ -162,7 +163,7 @@ impl QuiverFlightSql {
     /// total affected-row count (`None` for DDL).
     async fn run_mutations(&self, plans: Vec<LogicalPlan>) -> Result<Option<u64>, Status> {
         let mut total = None;
-        for plan in plans {
+        for plan in as_one_statement(plans).map_err(df_status)? {
             let batches =
                 self.ctx.execute_logical_plan(plan).await.map_err(df_status)?.collect().await.map_err(df_status)?;
             for batch in &batches {

@@ -1,0 +1,62 @@
+//! One statement run with many parameter rows (ADBC `executemany`, JDBC
+//! batches) as one transaction: all rows or none.
+//!
+//! ```text
+//!   INSERT INTO t VALUES ($1, $2) × n rows  ──▶  INSERT INTO t (row 1 ∪ … ∪ row n)
+//!   DELETE FROM t WHERE p($1)     × n rows  ──▶  DELETE FROM t WHERE p(row 1) OR … OR p(row n)
+//! ```
+//!
+//! Each is one storage transaction, exactly equivalent to running the rows
+//! one after another (deletes only remove rows, so their union is the same
+//! rows). Other statements (an UPDATE, whose rows may change each other's
+//! input) run row by row.
+
+use std::sync::Arc;
+
+use datafusion::error::Result;
+use datafusion::logical_expr::utils::disjunction;
+use datafusion::logical_expr::{Filter, LogicalPlan, LogicalPlanBuilder, WriteOp};
+
+/// `plans` (one statement bound to each parameter row) as one plan when
+/// they can run as one transaction, else as they are.
+pub(crate) fn as_one_statement(plans: Vec<LogicalPlan>) -> Result<Vec<LogicalPlan>> {
+    if plans.len() < 2 {
+        return Ok(plans);
+    }
+    let dmls: Vec<_> = plans.iter().filter_map(|p| if let LogicalPlan::Dml(d) = p { Some(d) } else { None }).collect();
+    if dmls.len() != plans.len() {
+        return Ok(plans);
+    }
+    let first = dmls[0].clone();
+    match &first.op {
+        WriteOp::Insert(_) => {
+            let mut inputs = dmls.iter().map(|d| d.input.as_ref().clone());
+            let mut union = LogicalPlanBuilder::from(inputs.next().unwrap_or_else(|| first.input.as_ref().clone()));
+            for input in inputs {
+                union = union.union(input)?;
+            }
+            let mut one = first;
+            one.input = Arc::new(union.build()?);
+            Ok(vec![LogicalPlan::Dml(one)])
+        }
+        WriteOp::Delete => {
+            let predicates: Option<Vec<_>> = dmls.iter().map(|d| where_of(&d.input)).collect();
+            let (Some(predicates), LogicalPlan::Filter(filter)) = (predicates, first.input.as_ref()) else {
+                return Ok(plans);
+            };
+            let Some(any) = disjunction(predicates) else { return Ok(plans) };
+            let mut one = first.clone();
+            one.input = Arc::new(LogicalPlan::Filter(Filter::try_new(any, Arc::clone(&filter.input))?));
+            Ok(vec![LogicalPlan::Dml(one)])
+        }
+        _ => Ok(plans),
+    }
+}
+
+/// The WHERE of a DELETE's input (`Filter` over the table scan).
+fn where_of(input: &LogicalPlan) -> Option<datafusion::logical_expr::Expr> {
+    match input {
+        LogicalPlan::Filter(f) => Some(f.predicate.clone()),
+        _ => None,
+    }
+}
