@@ -373,3 +373,60 @@ fn killed_servers_keep_every_acknowledged_write_and_nothing_else() {
     }
     assert!(acknowledged_writes > 100, "only {acknowledged_writes} writes were acknowledged");
 }
+
+/// Column defaults and views are part of what a client defined: after a
+/// graceful stop and after a kill (replaying the log, or reading the
+/// checkpoint a graceful stop writes), `INSERT` uses the defaults and the
+/// views answer.
+#[test]
+fn defaults_and_views_survive_a_graceful_stop_and_a_kill() {
+    let dir = data_dir("defaults-and-views");
+    let rt = runtime();
+    let setup = [
+        "CREATE TABLE d (id BIGINT NOT NULL, a BIGINT NOT NULL DEFAULT 5, b BIGINT DEFAULT 7, c VARCHAR DEFAULT 'x')",
+        "CREATE VIEW big AS SELECT id FROM d WHERE a > 4",
+        "CREATE VIEW big_twice AS SELECT id * 2 AS id FROM big",
+    ];
+    let server = Server::start(&dir, &[]);
+    rt.block_on(async {
+        let mut c = server.client().await;
+        for sql in setup {
+            c.execute_update(sql.into(), None).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        c.execute_update("INSERT INTO d (id) VALUES (1)".into(), None).await.unwrap();
+    });
+    server.kill();
+    let check = |server: &Server, next: i64| {
+        rt.block_on(async {
+            let mut c = server.client().await;
+            c.execute_update(format!("INSERT INTO d (id) VALUES ({next})"), None).await.unwrap();
+            let all = ids(&mut c, "SELECT id FROM d WHERE a = 5 AND b = 7 AND c = 'x' ORDER BY id").await;
+            assert_eq!(all, (1..=next).collect::<Vec<_>>(), "every row took the defaults");
+            assert_eq!(ids(&mut c, "SELECT id FROM big ORDER BY id").await, (1..=next).collect::<Vec<_>>());
+            assert_eq!(
+                ids(&mut c, "SELECT id FROM big_twice ORDER BY id").await,
+                (1..=next).map(|i| 2 * i).collect::<Vec<_>>()
+            );
+        })
+    };
+    // After a kill: the log is replayed.
+    let server = Server::start(&dir, &[]);
+    check(&server, 2);
+    server.stop();
+    // After a graceful stop: the checkpoint is read.
+    let server = Server::start(&dir, &[]);
+    check(&server, 3);
+    rt.block_on(async {
+        let mut c = server.client().await;
+        c.execute_update("DROP VIEW big_twice".into(), None).await.unwrap();
+    });
+    server.stop();
+    let server = Server::start(&dir, &[]);
+    rt.block_on(async {
+        let mut c = server.client().await;
+        assert_eq!(ids(&mut c, "SELECT id FROM big ORDER BY id").await, vec![1, 2, 3]);
+        let gone = c.execute("SELECT * FROM big_twice".into(), None).await.unwrap_err();
+        assert!(gone.to_string().contains("big_twice"), "{gone}");
+    });
+    server.stop();
+}

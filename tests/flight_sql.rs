@@ -469,6 +469,45 @@ async fn repeated_queries_follow_data_and_catalog_changes() -> TestResult {
     Ok(())
 }
 
+/// Views are shared by every client and replaced only by views: a
+/// `CREATE OR REPLACE VIEW` over a table (or `CREATE OR REPLACE TABLE`
+/// over a view) is refused and the table keeps its rows; `DROP VIEW` of a
+/// table and `DROP TABLE` of a view are refused too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn views_replace_only_views() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    let mut other = server.client().await;
+    update(&mut client, "CREATE TABLE t (a BIGINT NOT NULL)").await?;
+    update(&mut client, "INSERT INTO t VALUES (1), (2), (3)").await?;
+    update(&mut client, "CREATE VIEW v AS SELECT a FROM t WHERE a > 1").await?;
+    assert_eq!(query(&mut other, "SELECT COUNT(*) FROM v").await?.column(0).as_primitive::<Int64Type>().value(0), 2);
+
+    update(&mut client, "CREATE OR REPLACE VIEW v AS SELECT a FROM t WHERE a > 2").await?;
+    assert_eq!(query(&mut other, "SELECT COUNT(*) FROM v").await?.column(0).as_primitive::<Int64Type>().value(0), 1);
+
+    for refused in [
+        "CREATE OR REPLACE VIEW t AS SELECT 1 AS a",
+        "CREATE OR REPLACE TABLE v AS SELECT 1 AS a",
+        "DROP VIEW t",
+        "DROP TABLE v",
+        "CREATE VIEW t AS SELECT 1 AS a",
+        "CREATE TABLE v (a INT)",
+    ] {
+        let s = status_of(update(&mut client, refused).await);
+        assert_ne!(s.code(), tonic::Code::Internal, "{refused}: {s}");
+    }
+    let rows = query(&mut client, "SELECT a FROM t ORDER BY a").await?;
+    assert_eq!(rows.column(0).as_primitive::<Int64Type>().values().to_vec(), vec![1, 2, 3]);
+    assert_eq!(query(&mut client, "SELECT COUNT(*) FROM v").await?.column(0).as_primitive::<Int64Type>().value(0), 1);
+    assert!(server.db.contains_table("t"));
+
+    update(&mut client, "DROP VIEW v").await?;
+    let s = status_of(query(&mut other, "SELECT * FROM v").await);
+    assert!(s.message().contains("v"), "{s}");
+    Ok(())
+}
+
 /// The service keeps a query's optimized plan between runs when the
 /// optimizer's output cannot change: the rows and statistics a run reads
 /// are still its own, and stable functions are still evaluated per run.

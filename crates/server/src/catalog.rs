@@ -4,38 +4,79 @@
 //! a `MemTable` and registering it in the current schema;
 //! [`QuiverSchema::register_table`] intercepts that and creates a quiverdb
 //! table instead, with the declared types, NOT NULL columns, primary key,
-//! column defaults and rows. `DROP TABLE` drops the quiverdb table. Other
-//! providers registered in the schema (views, for instance) are kept beside
-//! the database's tables for the life of the session.
+//! column defaults and rows. `CREATE VIEW` registers a view: its definition
+//! is stored in the database too. `DROP TABLE` and `DROP VIEW` drop them.
+//!
+//! ```text
+//!   storage keeps            the SQL layer makes of it
+//!   table + column defaults  QuiverTable, defaults parsed once per catalog version
+//!     as expression text
+//!   view definition text     ViewTable, planned once per catalog version
+//! ```
+//!
+//! Everything is in storage, so a durable database keeps its defaults and
+//! views across restarts, and every session over a database sees the same
+//! ones. Other providers an embedder registers (not views) stay in the
+//! session that registered them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
+use arrow_schema::Schema;
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, MemTable, SchemaProvider, TableProvider};
-use datafusion::common::Constraint;
+use datafusion::common::{Constraint, DFSchema};
+use datafusion::datasource::ViewTable;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::Expr;
-use quiverdb_storage::{Database, TableOptions};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::{CreateMemoryTable, CreateView, DdlStatement, Expr, LogicalPlan};
+use datafusion::sql::unparser::expr_to_sql;
+use quiverdb_storage::{Database, Table, TableOptions};
 
 use crate::error::Error;
-use crate::provider::{QuiverTable, ScanSettings};
+use crate::options::SessionOptions;
+use crate::provider::QuiverTable;
 
 /// The name of quiverdb's one schema.
 pub const DEFAULT_SCHEMA: &str = "public";
 
-/// Column defaults of each table created through SQL.
-type Defaults = HashMap<String, Arc<HashMap<String, Expr>>>;
+/// Views nested deeper than this are refused: a view that (through
+/// others) refers to itself would otherwise be planned forever.
+const MAX_VIEW_DEPTH: usize = 16;
+
+/// A table's column defaults, by column.
+type Defaults = Arc<HashMap<String, Expr>>;
+
+/// Something parsed from its stored text, valid while the database's
+/// catalog stays at `version`.
+#[derive(Debug)]
+struct Parsed<T> {
+    version: u64,
+    value: T,
+}
+
+/// Makes a session whose catalog serves a schema (given by the session
+/// builder, which builds on this module).
+pub type SessionMaker = fn(Arc<QuiverSchema>, &SessionOptions) -> datafusion::prelude::SessionContext;
 
 /// The schema provider over a quiverdb [`Database`].
 #[derive(Debug)]
 pub struct QuiverSchema {
     db: Database,
-    options: TableOptions,
-    settings: ScanSettings,
-    defaults: RwLock<Defaults>,
-    /// Providers that are not quiverdb tables (views), by name.
+    options: SessionOptions,
+    /// Makes the sessions views are planned in.
+    session: SessionMaker,
+    /// How deep in view planning this schema serves (0 for a session's).
+    depth: usize,
+    /// Column defaults parsed from their text, by table.
+    defaults: RwLock<HashMap<String, Parsed<Defaults>>>,
+    /// Views planned from their definitions, by name.
+    views: RwLock<HashMap<String, Parsed<Arc<dyn TableProvider>>>>,
+    /// A session state for parsing default expressions.
+    parser: OnceLock<SessionState>,
+    /// Providers that are neither quiverdb tables nor views, by name.
     foreign: RwLock<HashMap<String, Arc<dyn TableProvider>>>,
     /// Bumped whenever `foreign` changes.
     foreign_version: AtomicU64,
@@ -46,13 +87,22 @@ fn poisoned() -> DataFusionError {
 }
 
 impl QuiverSchema {
-    /// Serves the tables of `db`; tables created through SQL get `options`.
-    pub fn new(db: Database, options: TableOptions, settings: ScanSettings) -> Self {
+    /// Serves the tables and views of `db`; tables created through SQL get
+    /// `options.table_options`, scans `options.scan`; views are planned in
+    /// sessions `session` makes.
+    pub fn new(db: Database, options: SessionOptions, session: SessionMaker) -> Self {
+        Self::at_depth(db, options, session, 0)
+    }
+
+    fn at_depth(db: Database, options: SessionOptions, session: SessionMaker, depth: usize) -> Self {
         Self {
             db,
             options,
-            settings,
+            session,
+            depth,
             defaults: RwLock::default(),
+            views: RwLock::default(),
+            parser: OnceLock::new(),
             foreign: RwLock::default(),
             foreign_version: AtomicU64::new(0),
         }
@@ -71,12 +121,97 @@ impl QuiverSchema {
         &self.db
     }
 
-    fn provider(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        let Ok(table) = self.db.table(name) else {
-            return Ok(self.foreign.read().map_err(|_| poisoned())?.get(name).cloned());
+    async fn provider(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if let Ok(table) = self.db.table(name) {
+            let defaults = self.defaults_of(name, &table)?;
+            return Ok(Some(Arc::new(QuiverTable::new(table, defaults, self.options.scan.clone()))));
+        }
+        if let Some(definition) = self.db.view(name) {
+            return self.view(name, definition).await.map(Some);
+        }
+        Ok(self.foreign.read().map_err(|_| poisoned())?.get(name).cloned())
+    }
+
+    /// The column defaults of `table`, parsed from their text.
+    fn defaults_of(&self, name: &str, table: &Table) -> Result<Defaults> {
+        let version = self.db.catalog_version();
+        if let Some(p) = self.defaults.read().map_err(|_| poisoned())?.get(name).filter(|p| p.version == version) {
+            return Ok(Arc::clone(&p.value));
+        }
+        let stored = &table.options().column_defaults;
+        let mut defaults = HashMap::with_capacity(stored.len());
+        if !stored.is_empty() {
+            let schema = DFSchema::try_from(Schema::clone(table.arrow_schema()))?;
+            let parser = self.parser.get_or_init(|| SessionStateBuilder::new().with_default_features().build());
+            for (column, text) in stored {
+                let expr = parser.create_logical_expr(text, &schema).map_err(|e| {
+                    DataFusionError::Plan(format!("the default of column '{column}' of table '{name}' ({text}): {e}"))
+                })?;
+                defaults.insert(column.clone(), expr);
+            }
+        }
+        let defaults = Arc::new(defaults);
+        let parsed = Parsed { version, value: Arc::clone(&defaults) };
+        self.defaults.write().map_err(|_| poisoned())?.insert(name.to_string(), parsed);
+        Ok(defaults)
+    }
+
+    /// View `name`, planned from its stored `definition` (a `CREATE VIEW`
+    /// statement) in a session over the same database.
+    async fn view(&self, name: &str, definition: String) -> Result<Arc<dyn TableProvider>> {
+        let version = self.db.catalog_version();
+        if let Some(p) = self.views.read().map_err(|_| poisoned())?.get(name).filter(|p| p.version == version) {
+            return Ok(Arc::clone(&p.value));
+        }
+        if self.depth >= MAX_VIEW_DEPTH {
+            return Err(DataFusionError::Plan(format!(
+                "views nest more than {MAX_VIEW_DEPTH} deep at view '{name}': does it refer to itself?"
+            )));
+        }
+        let inner = Arc::new(Self::at_depth(self.db.clone(), self.options.clone(), self.session, self.depth + 1));
+        let state = (self.session)(inner, &self.options).state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(&definition, &dialect)?;
+        let input = match state.statement_to_plan(statement).await? {
+            LogicalPlan::Ddl(DdlStatement::CreateView(CreateView { input, .. })) => input,
+            other => {
+                return Err(DataFusionError::Plan(format!(
+                    "the stored definition of view '{name}' is not a CREATE VIEW: {}",
+                    other.display()
+                )));
+            }
         };
-        let defaults = self.defaults.read().map_err(|_| poisoned())?.get(name).cloned().unwrap_or_default();
-        Ok(Some(Arc::new(QuiverTable::new(table, defaults, self.settings.clone()))))
+        let view: Arc<dyn TableProvider> = Arc::new(ViewTable::new(input.as_ref().clone(), Some(definition)));
+        let parsed = Parsed { version, value: Arc::clone(&view) };
+        self.views.write().map_err(|_| poisoned())?.insert(name.to_string(), parsed);
+        Ok(view)
+    }
+
+    /// Refuses a `CREATE OR REPLACE` that would replace a table with a
+    /// view or a view with a table. DataFusion replaces by dropping the old
+    /// one first, and a table's rows would go with it.
+    pub(crate) fn check_replace(&self, plan: &LogicalPlan) -> Result<()> {
+        let (name, creates) = match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateView(CreateView { name, or_replace: true, .. })) => (name, "a view"),
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(CreateMemoryTable { name, or_replace: true, .. })) => {
+                (name, "a table")
+            }
+            _ => return Ok(()),
+        };
+        let name = name.table();
+        let replaces = if self.db.contains_table(name) {
+            "a table"
+        } else if self.db.view(name).is_some() {
+            "a view"
+        } else {
+            return Ok(());
+        };
+        if replaces == creates {
+            return Ok(());
+        }
+        Err(DataFusionError::Plan(format!(
+            "'{name}' is {replaces}: CREATE OR REPLACE cannot make it {creates}; drop it first"
+        )))
     }
 
     /// Creates quiverdb table `name` from a `MemTable`: its schema, primary
@@ -99,11 +234,18 @@ impl QuiverSchema {
                 }
             }
         }
-        let defaults: HashMap<String, Expr> = schema
-            .fields()
-            .iter()
-            .filter_map(|f| mem.get_column_default(f.name()).map(|e| (f.name().clone(), e.clone())))
-            .collect();
+        let mut options: TableOptions = self.options.table_options.clone().with_primary_key(key);
+        for field in schema.fields() {
+            if let Some(default) = mem.get_column_default(field.name()) {
+                let text = expr_to_sql(default).map_err(|e| {
+                    DataFusionError::NotImplemented(format!(
+                        "the default of column '{}' ({default}) cannot be stored: {e}",
+                        field.name()
+                    ))
+                })?;
+                options = options.with_column_default(field.name().clone(), text.to_string());
+            }
+        }
         let mut partitions = Vec::with_capacity(mem.batches.len());
         for p in &mem.batches {
             let batches = p
@@ -111,20 +253,17 @@ impl QuiverSchema {
                 .map_err(|_| DataFusionError::Execution(format!("the rows of new table '{name}' are locked")))?;
             partitions.push(batches.clone());
         }
-        let options = self.options.clone().with_primary_key(key);
-        let table = self.db.create_table(name, &schema, options).map_err(Error::from)?;
-        let filled = table.transaction(|t| {
-            for batch in partitions.iter().flatten() {
-                t.append(batch)?;
-            }
-            Ok(())
-        });
-        if let Err(e) = filled {
-            // Nobody has seen the table yet: remove it.
-            let _ = self.db.drop_table(name);
-            return Err(Error::from(e).into());
-        }
-        self.defaults.write().map_err(|_| poisoned())?.insert(name.to_string(), Arc::new(defaults));
+        // Created and filled as one step: a failed fill leaves no table.
+        self.db
+            .create_table_with(name, &schema, options, false, |table| {
+                table.transaction(|t| {
+                    for batch in partitions.iter().flatten() {
+                        t.append(batch)?;
+                    }
+                    Ok(())
+                })
+            })
+            .map_err(Error::from)?;
         Ok(())
     }
 }
@@ -133,6 +272,7 @@ impl QuiverSchema {
 impl SchemaProvider for QuiverSchema {
     fn table_names(&self) -> Vec<String> {
         let mut names = self.db.table_names();
+        names.extend(self.db.view_names());
         if let Ok(foreign) = self.foreign.read() {
             names.extend(foreign.keys().cloned());
         }
@@ -141,19 +281,20 @@ impl SchemaProvider for QuiverSchema {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        self.provider(name)
+        self.provider(name).await
     }
 
     fn register_table(&self, name: String, table: Arc<dyn TableProvider>) -> Result<Option<Arc<dyn TableProvider>>> {
         if self.table_exist(&name) {
             return Err(DataFusionError::External(Box::new(quiverdb_storage::Error::TableExists(name))));
         }
-        match table.downcast_ref::<MemTable>() {
-            Some(mem) => self.create_from(&name, mem)?,
-            None => {
-                self.foreign.write().map_err(|_| poisoned())?.insert(name, table);
-                self.foreign_version.fetch_add(1, Ordering::AcqRel);
-            }
+        if let Some(mem) = table.downcast_ref::<MemTable>() {
+            self.create_from(&name, mem)?;
+        } else if let Some(definition) = table.downcast_ref::<ViewTable>().and_then(ViewTable::definition) {
+            self.db.create_view(&name, definition, false).map_err(Error::from)?;
+        } else {
+            self.foreign.write().map_err(|_| poisoned())?.insert(name, table);
+            self.foreign_version.fetch_add(1, Ordering::AcqRel);
         }
         Ok(None)
     }
@@ -163,14 +304,49 @@ impl SchemaProvider for QuiverSchema {
             self.foreign_version.fetch_add(1, Ordering::AcqRel);
             return Ok(Some(p));
         }
-        let Some(provider) = self.provider(name)? else { return Ok(None) };
+        if self.db.view(name).is_some() {
+            let old = self.views.write().map_err(|_| poisoned())?.remove(name).map(|p| p.value);
+            self.db.drop_view(name).map_err(Error::from)?;
+            return Ok(old.or_else(|| Some(Arc::new(DroppedView) as Arc<dyn TableProvider>)));
+        }
+        let Ok(table) = self.db.table(name) else { return Ok(None) };
+        let provider: Arc<dyn TableProvider> =
+            Arc::new(QuiverTable::new(table, Arc::default(), self.options.scan.clone()));
         self.db.drop_table(name).map_err(Error::from)?;
         self.defaults.write().map_err(|_| poisoned())?.remove(name);
         Ok(Some(provider))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.db.contains_table(name) || self.foreign.read().is_ok_and(|f| f.contains_key(name))
+        self.db.contains_table(name)
+            || self.db.view(name).is_some()
+            || self.foreign.read().is_ok_and(|f| f.contains_key(name))
+    }
+}
+
+/// What `deregister_table` returns for a dropped view that was never
+/// planned in this session (DataFusion only needs to know it existed).
+#[derive(Debug)]
+struct DroppedView;
+
+#[async_trait]
+impl TableProvider for DroppedView {
+    fn schema(&self) -> arrow_schema::SchemaRef {
+        Arc::new(Schema::empty())
+    }
+
+    fn table_type(&self) -> datafusion::logical_expr::TableType {
+        datafusion::logical_expr::TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn datafusion::catalog::Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        Err(DataFusionError::Plan("the view was dropped".into()))
     }
 }
 

@@ -153,7 +153,9 @@ impl ErrorKind {
     pub fn of_storage(e: &quiverdb_storage::Error) -> Self {
         use quiverdb_storage::Error as S;
         match e {
-            S::TableNotFound(_) | S::ColumnNotFound { .. } | S::RecordNotFound { .. } => Self::NotFound,
+            S::TableNotFound(_) | S::ViewNotFound(_) | S::ColumnNotFound { .. } | S::RecordNotFound { .. } => {
+                Self::NotFound
+            }
             S::TableExists(_) | S::DuplicateKey { .. } => Self::AlreadyExists,
             S::NullInNonNullable { .. } => Self::ConstraintViolation,
             S::Conflict { .. } => Self::Conflict,

@@ -18,45 +18,15 @@ use datafusion::logical_expr::{Expr, LogicalPlan, WriteOp};
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use quiverdb_storage::{Database, TableOptions};
+use quiverdb_storage::Database;
 
 use crate::catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema};
-use crate::provider::{DmlStatementParts, QuiverTable, ScanSettings};
+use crate::options::SessionOptions;
+use crate::provider::{DmlStatementParts, QuiverTable};
 use crate::rules::QuiverPushdown;
 
 /// The name of quiverdb's catalog.
 pub const DEFAULT_CATALOG: &str = "quiverdb";
-
-/// How a quiverdb session runs.
-#[derive(Debug, Clone)]
-pub struct SessionOptions {
-    /// DataFusion partitions per query (0 = the available parallelism);
-    /// a scan splits a table's shards into this many groups.
-    pub target_partitions: usize,
-    /// Rows per batch (DataFusion's `batch_size`).
-    pub batch_size: usize,
-    /// Options of tables created through SQL.
-    pub table_options: TableOptions,
-    /// Scan settings.
-    pub scan: ScanSettings,
-    /// Bytes of memory all queries of the session may hold at once in
-    /// DataFusion's operators (sorts, joins, hash aggregates); a query that
-    /// needs more fails with a resources-exhausted error. `None`: no limit.
-    /// Nothing spills to disk either way.
-    pub memory_limit: Option<usize>,
-}
-
-impl Default for SessionOptions {
-    fn default() -> Self {
-        Self {
-            target_partitions: 0,
-            batch_size: 8192,
-            table_options: TableOptions::default(),
-            scan: ScanSettings::default(),
-            memory_limit: None,
-        }
-    }
-}
 
 /// A `SessionContext` whose catalog is `db`: `SELECT`, `INSERT`,
 /// `CREATE TABLE` and the rest act on quiverdb tables, and quiverdb's
@@ -72,6 +42,13 @@ pub fn session_context_with(db: &Database, options: SessionOptions) -> SessionCo
 
 /// [`session_context_with`], and the schema provider its catalog serves.
 pub(crate) fn session_parts(db: &Database, options: SessionOptions) -> (SessionContext, Arc<QuiverSchema>) {
+    let schema = Arc::new(QuiverSchema::new(db.clone(), options.clone(), session_over));
+    (session_over(Arc::clone(&schema), &options), schema)
+}
+
+/// A session whose catalog serves `schema` (how a [`QuiverSchema`] plans
+/// its views, in sessions of their own).
+fn session_over(schema: Arc<QuiverSchema>, options: &SessionOptions) -> SessionContext {
     let mut config = SessionConfig::new()
         .with_information_schema(true)
         .with_default_catalog_and_schema(DEFAULT_CATALOG, DEFAULT_SCHEMA)
@@ -80,9 +57,8 @@ pub(crate) fn session_parts(db: &Database, options: SessionOptions) -> (SessionC
     if options.target_partitions > 0 {
         config = config.with_target_partitions(options.target_partitions);
     }
-    let schema = Arc::new(QuiverSchema::new(db.clone(), options.table_options, options.scan));
     let catalogs = Arc::new(MemoryCatalogProviderList::new());
-    catalogs.register_catalog(DEFAULT_CATALOG.to_string(), Arc::new(QuiverCatalog::new(Arc::clone(&schema))));
+    catalogs.register_catalog(DEFAULT_CATALOG.to_string(), Arc::new(QuiverCatalog::new(schema)));
     let mut runtime = RuntimeEnvBuilder::new()
         .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled));
     if let Some(limit) = options.memory_limit {
@@ -106,7 +82,7 @@ pub(crate) fn session_parts(db: &Database, options: SessionOptions) -> (SessionC
         .with_analyzer_rule(Arc::new(DmlGuard))
         .with_physical_optimizer_rule(Arc::new(QuiverPushdown))
         .build();
-    (SessionContext::new_with_state(state), schema)
+    SessionContext::new_with_state(state)
 }
 
 /// Makes DELETE and UPDATE act on exactly the rows their WHERE clause

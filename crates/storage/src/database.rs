@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, Weak};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::Duration;
 
 use arrow_schema::Schema;
@@ -44,10 +44,24 @@ pub struct Database {
     inner: Arc<DbInner>,
 }
 
+/// Everything with a name: tables and views share one namespace.
+#[derive(Debug, Default)]
+struct Catalog {
+    tables: BTreeMap<String, Table>,
+    /// Views: name and definition text (which storage does not interpret).
+    views: BTreeMap<String, String>,
+}
+
+impl Catalog {
+    fn contains(&self, name: &str) -> bool {
+        self.tables.contains_key(name) || self.views.contains_key(name)
+    }
+}
+
 #[derive(Debug, Default)]
 struct DbInner {
-    tables: RwLock<BTreeMap<String, Table>>,
-    /// Bumped whenever a table is created, replaced or dropped.
+    catalog: RwLock<Catalog>,
+    /// Bumped whenever a table or view is created, replaced or dropped.
     catalog_version: AtomicU64,
     background: Background,
     /// Set once a data directory is open (after recovery).
@@ -101,7 +115,8 @@ impl Database {
                 }
             }
         }
-        *inner.tables.get_mut().map_err(|_| poisoned())? = recovered.tables;
+        *inner.catalog.get_mut().map_err(|_| poisoned())? =
+            Catalog { tables: recovered.tables, views: recovered.views };
         inner.durable.set(recovered.durable).map_err(|_| Error::Internal("a database was opened twice".into()))?;
         let db = Self { inner: Arc::new(inner) };
         if options.checkpoint_bytes > 0 {
@@ -157,8 +172,12 @@ impl Database {
         self.inner.durable.get()
     }
 
-    fn tables(&self) -> Result<RwLockReadGuard<'_, BTreeMap<String, Table>>> {
-        self.inner.tables.read().map_err(|_| poisoned())
+    fn catalog(&self) -> Result<RwLockReadGuard<'_, Catalog>> {
+        self.inner.catalog.read().map_err(|_| poisoned())
+    }
+
+    fn catalog_mut(&self) -> Result<RwLockWriteGuard<'_, Catalog>> {
+        self.inner.catalog.write().map_err(|_| poisoned())
     }
 
     /// A consistent cut: every table's state and the log position they
@@ -166,10 +185,10 @@ impl Database {
     /// rebuilds under their table's writer lock; holding all of them,
     /// nothing can log.
     fn cut(&self, durable: &Durable) -> Result<Cut> {
-        let catalog = self.tables()?;
-        let mut guards = Vec::with_capacity(catalog.len());
-        let mut tables = Vec::with_capacity(catalog.len());
-        for table in catalog.values() {
+        let catalog = self.catalog()?;
+        let mut guards = Vec::with_capacity(catalog.tables.len());
+        let mut tables = Vec::with_capacity(catalog.tables.len());
+        for table in catalog.tables.values() {
             let writer = table.core().lock()?;
             tables.push(TableCut {
                 name: table.name().to_string(),
@@ -182,21 +201,22 @@ impl Database {
             guards.push(writer);
         }
         let (lsn, log_bytes) = durable.log_position()?;
-        Ok(Cut { lsn, log_bytes, tables })
+        let views = catalog.views.iter().map(|(n, d)| (n.clone(), d.clone())).collect();
+        Ok(Cut { lsn, log_bytes, tables, views })
     }
 
     /// Creates a table. Fails if the name is taken, the schema has
     /// unsupported types or duplicate columns, or an option is out of range.
     pub fn create_table(&self, name: &str, schema: &Schema, options: TableOptions) -> Result<Table> {
         let table = Table::create(name, schema, options, self.inner.background.clone())?;
-        let mut tables = self.inner.tables.write().map_err(|_| poisoned())?;
-        if tables.contains_key(name) {
+        let mut catalog = self.catalog_mut()?;
+        if catalog.contains(name) {
             return Err(Error::TableExists(name.into()));
         }
         let lsn = self.log_creation(&table, false)?;
-        tables.insert(name.into(), table.clone());
+        catalog.tables.insert(name.into(), table.clone());
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        drop(tables);
+        drop(catalog);
         self.commit(lsn)?;
         Ok(table)
     }
@@ -245,6 +265,9 @@ impl Database {
         replace: bool,
         fill: impl FnOnce(&Table) -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
+        if !name.is_empty() && self.catalog()?.views.contains_key(name) {
+            return Err(Error::TableExists(name.into()).into());
+        }
         if !name.is_empty() && !replace && self.contains_table(name) {
             return Err(Error::TableExists(name.into()).into());
         }
@@ -254,9 +277,9 @@ impl Database {
             table.core().lock()?.replace_log(TableLog::Capture(Vec::new()));
         }
         let out = fill(&table)?;
-        let mut tables = self.inner.tables.write().map_err(|_| poisoned())?;
-        let old = tables.get(name).cloned();
-        if !replace && old.is_some() {
+        let mut catalog = self.catalog_mut()?;
+        let old = catalog.tables.get(name).cloned();
+        if (!replace && old.is_some()) || catalog.views.contains_key(name) {
             return Err(Error::TableExists(name.into()).into());
         }
         // Hold the replaced table's writer lock so none of its changes is
@@ -269,33 +292,85 @@ impl Database {
         if let Some(mut writer) = old_writer {
             writer.mark_dropped();
         }
-        tables.insert(name.into(), table);
+        catalog.tables.insert(name.into(), table);
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        drop(tables);
+        drop(catalog);
         self.commit(lsn)?;
         Ok(out)
     }
 
     /// The table named `name`.
     pub fn table(&self, name: &str) -> Result<Table> {
-        self.tables()?.get(name).cloned().ok_or_else(|| Error::TableNotFound(name.into()))
+        self.catalog()?.tables.get(name).cloned().ok_or_else(|| Error::TableNotFound(name.into()))
     }
 
     /// True if a table named `name` exists.
     pub fn contains_table(&self, name: &str) -> bool {
-        self.tables().is_ok_and(|t| t.contains_key(name))
+        self.catalog().is_ok_and(|c| c.tables.contains_key(name))
     }
 
     /// Names of all tables, sorted.
     pub fn table_names(&self) -> Vec<String> {
-        self.tables().map(|t| t.keys().cloned().collect()).unwrap_or_default()
+        self.catalog().map(|c| c.tables.keys().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Creates view `name` with `definition` (its text: storage keeps it,
+    /// logged and checkpointed like a table's definition, and does not
+    /// interpret it), replacing a view of that name if `replace` is set.
+    /// Fails if a table has the name, or a view does and `replace` is not
+    /// set.
+    pub fn create_view(&self, name: &str, definition: &str, replace: bool) -> Result<()> {
+        if name.is_empty() {
+            return Err(Error::InvalidSchema("a view name cannot be empty".into()));
+        }
+        let mut catalog = self.catalog_mut()?;
+        if catalog.tables.contains_key(name) || (!replace && catalog.views.contains_key(name)) {
+            return Err(Error::TableExists(name.into()));
+        }
+        let lsn = match self.durable() {
+            Some(durable) => {
+                let record = LogRecord::CreateView { name: name.into(), definition: definition.into(), replace };
+                Some(durable.append(&record)?)
+            }
+            None => None,
+        };
+        catalog.views.insert(name.into(), definition.into());
+        self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
+        drop(catalog);
+        self.commit(lsn)
+    }
+
+    /// Drops view `name`.
+    pub fn drop_view(&self, name: &str) -> Result<()> {
+        let mut catalog = self.catalog_mut()?;
+        if !catalog.views.contains_key(name) {
+            return Err(Error::ViewNotFound(name.into()));
+        }
+        let lsn = match self.durable() {
+            Some(durable) => Some(durable.append(&LogRecord::DropView { name: name.into() })?),
+            None => None,
+        };
+        catalog.views.remove(name);
+        self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
+        drop(catalog);
+        self.commit(lsn)
+    }
+
+    /// The definition of view `name`, if there is one.
+    pub fn view(&self, name: &str) -> Option<String> {
+        self.catalog().ok().and_then(|c| c.views.get(name).cloned())
+    }
+
+    /// Names of all views, sorted.
+    pub fn view_names(&self) -> Vec<String> {
+        self.catalog().map(|c| c.views.keys().cloned().collect()).unwrap_or_default()
     }
 
     /// Drops a table. Handles to it still read their snapshots; writes
     /// through them fail with [`Error::TableNotFound`].
     pub fn drop_table(&self, name: &str) -> Result<()> {
-        let mut tables = self.inner.tables.write().map_err(|_| poisoned())?;
-        let table = tables.get(name).cloned().ok_or_else(|| Error::TableNotFound(name.into()))?;
+        let mut catalog = self.catalog_mut()?;
+        let table = catalog.tables.get(name).cloned().ok_or_else(|| Error::TableNotFound(name.into()))?;
         // Take the writer lock so no transaction is half-way through (and
         // none is logged after the drop).
         let mut writer = table.core().lock()?;
@@ -305,14 +380,14 @@ impl Database {
         };
         writer.mark_dropped();
         drop(writer);
-        tables.remove(name);
+        catalog.tables.remove(name);
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        drop(tables);
+        drop(catalog);
         self.commit(lsn)
     }
 
-    /// A number that changes whenever a table is created, replaced or
-    /// dropped (never when rows change): a plan that resolved table names
+    /// A number that changes whenever a table or view is created, replaced
+    /// or dropped (never when rows change): a plan that resolved table names
     /// at one version is still valid while the version stays the same.
     pub fn catalog_version(&self) -> u64 {
         self.inner.catalog_version.load(Ordering::Acquire)
@@ -320,7 +395,7 @@ impl Database {
 
     /// Rebuilds every table (see [`Table::rebuild`]) and returns when done.
     pub fn rebuild_all(&self) -> Result<()> {
-        let tables: Vec<Table> = self.tables()?.values().cloned().collect();
+        let tables: Vec<Table> = self.catalog()?.tables.values().cloned().collect();
         tables.iter().try_for_each(Table::rebuild)
     }
 

@@ -47,6 +47,10 @@ pub enum Error {
     #[error("table '{0}' does not exist")]
     TableNotFound(String),
 
+    /// No view of that name exists.
+    #[error("view '{0}' does not exist")]
+    ViewNotFound(String),
+
     /// A column named by the caller does not exist.
     #[error("column '{column}' does not exist in table '{table}'")]
     ColumnNotFound {

@@ -52,6 +52,10 @@ pub struct TableOptions {
     /// Primary key columns: made NOT NULL, and unique among live rows
     /// (every write is checked when it commits).
     pub primary_key: Vec<String>,
+    /// Column defaults, as (column, expression text). Storage keeps them
+    /// with the table's definition (logged, checkpointed, recovered) and
+    /// does not interpret them: the SQL layer writes and reads the text.
+    pub column_defaults: Vec<(String, String)>,
 }
 
 impl Default for TableOptions {
@@ -61,6 +65,7 @@ impl Default for TableOptions {
             rebuild_dead_fraction: DEFAULT_REBUILD_DEAD_FRACTION,
             background_rebuild: true,
             primary_key: Vec::new(),
+            column_defaults: Vec::new(),
         }
     }
 }
@@ -87,6 +92,13 @@ impl TableOptions {
     /// Declares the primary key.
     pub fn with_primary_key<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
         self.primary_key = columns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Declares the default of `column` (an expression's text; see
+    /// [`TableOptions::column_defaults`]).
+    pub fn with_column_default(mut self, column: impl Into<String>, expression: impl Into<String>) -> Self {
+        self.column_defaults.push((column.into(), expression.into()));
         self
     }
 

@@ -75,6 +75,17 @@ impl Table {
         options.validate()?;
         let key: Vec<&str> = options.primary_key.iter().map(String::as_str).collect();
         let schema = TableSchema::try_new(schema, &key)?;
+        let mut seen = std::collections::BTreeSet::new();
+        for (column, _) in &options.column_defaults {
+            if schema.arrow().index_of(column).is_err() {
+                return Err(Error::InvalidSchema(format!(
+                    "a default is declared for column '{column}', which the table does not have"
+                )));
+            }
+            if !seen.insert(column) {
+                return Err(Error::InvalidSchema(format!("column '{column}' has two defaults")));
+            }
+        }
         Ok(Self { core: TableCore::new(name.into(), schema, options, background) })
     }
 

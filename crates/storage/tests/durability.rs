@@ -573,3 +573,44 @@ fn shards_made_by_truncated_or_failed_transactions_do_not_shift_replayed_ids() {
     let reopened: Vec<ShardId> = db.table("t").unwrap().snapshot().shards().map(|s| s.id()).collect();
     assert_eq!(reopened, ids);
 }
+
+/// Column defaults and views are part of the database's definition: logged,
+/// checkpointed and recovered, from the log alone and from a checkpoint.
+#[test]
+fn column_defaults_and_views_survive_a_restart() {
+    for checkpoint in [false, true] {
+        let io = SimulatedIo::default();
+        let dir = Path::new("/defaults-and-views");
+        let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        let options =
+            TableOptions::default().with_column_default("name", "'anonymous'").with_column_default("score", "7");
+        db.create_table("t", &schema(), options.clone()).unwrap();
+        db.create_view("v", "CREATE VIEW v AS SELECT id FROM t", false).unwrap();
+        db.create_view("w", "CREATE VIEW w AS SELECT 1", false).unwrap();
+        db.create_view("w", "CREATE VIEW w AS SELECT 2", true).unwrap();
+        db.create_view("gone", "CREATE VIEW gone AS SELECT 3", false).unwrap();
+        db.drop_view("gone").unwrap();
+        // One namespace: a view cannot take a table's name, nor a table a view's.
+        assert!(matches!(db.create_view("t", "CREATE VIEW t AS SELECT 1", true), Err(Error::TableExists(_))));
+        assert!(matches!(db.create_table("v", &schema(), TableOptions::default()), Err(Error::TableExists(_))));
+        assert!(matches!(db.drop_view("gone"), Err(Error::ViewNotFound(_))));
+        if checkpoint {
+            db.checkpoint().unwrap();
+        }
+        drop(db);
+        io.crash(0);
+        let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        assert_eq!(
+            db.table("t").unwrap().options().column_defaults,
+            options.column_defaults,
+            "checkpoint: {checkpoint}"
+        );
+        assert_eq!(db.view_names(), vec!["v".to_string(), "w".to_string()], "checkpoint: {checkpoint}");
+        assert_eq!(db.view("w").as_deref(), Some("CREATE VIEW w AS SELECT 2"));
+        assert_eq!(db.view("v").as_deref(), Some("CREATE VIEW v AS SELECT id FROM t"));
+    }
+    // A default for a column the table lacks is refused.
+    let db = Database::new();
+    let bad = TableOptions::default().with_column_default("nope", "1");
+    assert!(matches!(db.create_table("t", &schema(), bad), Err(Error::InvalidSchema(_))));
+}

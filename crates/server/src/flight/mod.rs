@@ -39,7 +39,8 @@ use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
-use crate::session::{SessionOptions, session_parts};
+use crate::options::SessionOptions;
+use crate::session::session_parts;
 
 mod auth;
 mod dispatch;

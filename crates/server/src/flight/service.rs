@@ -88,7 +88,8 @@ impl QuiverFlightSql {
 
     /// Plans `sql` without running it (queries come from the plan cache
     /// when they can). Statements that would change the shared session
-    /// (`SET`, transactions) are refused.
+    /// (`SET`, transactions) are refused, and so is a `CREATE OR REPLACE`
+    /// of a view over a table (or of a table over a view).
     async fn plan(&self, sql: &str) -> Result<LogicalPlan, Status> {
         Ok(self.plan_versioned(sql).await?.0)
     }
@@ -105,6 +106,7 @@ impl QuiverFlightSql {
         number_positional_placeholders(&mut statement);
         let plan = state.statement_to_plan(statement).await.map_err(df_status)?;
         SQLOptions::new().with_allow_statements(false).verify_plan(&plan).map_err(df_status)?;
+        self.schema.check_replace(&plan).map_err(df_status)?;
         if is_query(&plan) {
             self.plans.insert(sql, version, &plan);
         }
@@ -403,7 +405,6 @@ fn number_positional_placeholders(statement: &mut DFStatement) {
     });
 }
 
-/// True if `plan` only reads (its ticket can run it any number of times).
 /// Parameter `$i+1`'s `value` as `ty`, its placeholder's type, when the
 /// conversion keeps the value (converting back gives it again).
 fn bind_as(value: ScalarValue, ty: &DataType, i: usize) -> Result<ScalarValue, Status> {

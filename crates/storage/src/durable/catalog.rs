@@ -14,7 +14,9 @@ use crate::state::TableOptions;
 /// The catalog file's name in a data directory.
 pub(super) const CATALOG: &str = "CATALOG";
 const CATALOG_MAGIC: &[u8; 8] = b"QVCATLG\0";
-const CATALOG_VERSION: u32 = 1;
+/// The format this build writes: version 2 records column defaults and
+/// views; version 1 (no defaults, no views) is still read.
+const CATALOG_VERSION: u32 = 2;
 /// Magic, version, body length, body CRC32C.
 const CATALOG_HEADER: usize = 8 + 4 + 8 + 4;
 
@@ -23,6 +25,8 @@ const CATALOG_HEADER: usize = 8 + 4 + 8 + 4;
 pub(super) struct CatalogFile {
     pub(super) lsn: u64,
     pub(super) tables: Vec<TableEntry>,
+    /// Views: name and definition text.
+    pub(super) views: Vec<(String, String)>,
 }
 
 #[derive(Debug)]
@@ -53,6 +57,9 @@ pub(super) struct ShardEntry {
 ///         name, uid u64, schema (IPC), options, next shard id u64, shards u64,
 ///         per shard: id, version, capacity, main rows (u64 each),
 ///                    delta rows (IPC), deleted ids
+///         views u64, per view: name, definition          (version 2)
+///   options: shard capacity, dead fraction, background flag, key columns,
+///            column defaults (version 2)
 /// ```
 pub(super) fn encode_catalog(catalog: &CatalogFile) -> Result<Vec<u8>> {
     let mut body = Vec::new();
@@ -72,6 +79,11 @@ pub(super) fn encode_catalog(catalog: &CatalogFile) -> Result<Vec<u8>> {
             put_bytes(&mut body, &s.delta);
             put_ids(&mut body, &s.deleted);
         }
+    }
+    put_u64(&mut body, catalog.views.len() as u64);
+    for (name, definition) in &catalog.views {
+        put_str(&mut body, name);
+        put_str(&mut body, definition);
     }
     let mut out = Vec::with_capacity(CATALOG_HEADER + body.len());
     out.extend_from_slice(CATALOG_MAGIC);
@@ -93,7 +105,7 @@ fn read_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String)>
     }
     let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     let version = u32_at(8);
-    if version != CATALOG_VERSION {
+    if version != CATALOG_VERSION && version != 1 {
         return Err((
             8,
             format!("catalog format version {version} is not supported (this quiverdb reads {CATALOG_VERSION})"),
@@ -111,14 +123,15 @@ fn read_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String)>
     }
     let mut r = Reader { bytes: body, at: 0 };
     let at = |r: &Reader<'_>, e: String| ((CATALOG_HEADER + r.at) as u64, e);
-    let mut catalog = CatalogFile { lsn: r.u64().map_err(|e| at(&r, e))?, tables: Vec::new() };
+    let v2 = version >= 2;
+    let mut catalog = CatalogFile { lsn: r.u64().map_err(|e| at(&r, e))?, tables: Vec::new(), views: Vec::new() };
     let tables = r.count(8).map_err(|e| at(&r, e))?;
     for _ in 0..tables {
         let entry = (|| {
             let name = r.str()?;
             let uid = r.u64()?;
             let (schema, _) = from_ipc(r.bytes()?)?;
-            let options = r.options()?;
+            let options = r.options(v2)?;
             let next_shard_id = r.u64()?;
             let n = r.count(40)?;
             let mut shards = Vec::with_capacity(n);
@@ -133,6 +146,13 @@ fn read_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String)>
         .map_err(|e| at(&r, e))?;
         catalog.tables.push(entry);
     }
+    if v2 {
+        let views = r.count(16).map_err(|e| at(&r, e))?;
+        for _ in 0..views {
+            let view = (|| Ok::<_, String>((r.str()?, r.str()?)))().map_err(|e| at(&r, e))?;
+            catalog.views.push(view);
+        }
+    }
     if r.at != body.len() {
         return Err(at(&r, "unread bytes after the last table".into()));
     }
@@ -143,9 +163,31 @@ fn read_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String)>
 mod tests {
     use super::*;
 
+    fn with_views() -> CatalogFile {
+        let views = vec![("v".to_string(), "CREATE VIEW v AS SELECT 1".to_string())];
+        CatalogFile { lsn: 7, tables: Vec::new(), views }
+    }
+
+    #[test]
+    fn views_round_trip_and_version_1_files_still_read() {
+        let back = decode_catalog(&encode_catalog(&with_views()).unwrap()).unwrap();
+        assert_eq!((back.lsn, back.views), (7, with_views().views));
+        // The same catalog without views, as version 1 wrote it.
+        let v2 = encode_catalog(&CatalogFile { lsn: 9, ..CatalogFile::default() }).unwrap();
+        let body = &v2[CATALOG_HEADER..v2.len() - 8];
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(CATALOG_MAGIC);
+        v1.extend_from_slice(&1u32.to_le_bytes());
+        put_u64(&mut v1, body.len() as u64);
+        v1.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+        v1.extend_from_slice(body);
+        let old = decode_catalog(&v1).unwrap();
+        assert_eq!((old.lsn, old.tables.len(), old.views.len()), (9, 0, 0));
+    }
+
     #[test]
     fn damaged_catalogs_are_refused_with_an_offset() {
-        let bytes = encode_catalog(&CatalogFile { lsn: 7, tables: Vec::new() }).unwrap();
+        let bytes = encode_catalog(&with_views()).unwrap();
         assert_eq!(decode_catalog(&bytes).unwrap().lsn, 7);
         for cut in 0..bytes.len() {
             assert!(decode_catalog(&bytes[..cut]).is_err());

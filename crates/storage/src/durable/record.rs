@@ -36,14 +36,25 @@ pub(crate) enum LogRecord {
     CreateTable { name: String, schema: SchemaRef, options: TableOptions, replace: bool, fill: Vec<TableChange> },
     /// A table was dropped.
     DropTable { name: String },
+    /// A view was created (replacing one of that name if `replace`):
+    /// its definition's text.
+    CreateView { name: String, definition: String, replace: bool },
+    /// A view was dropped.
+    DropView { name: String },
     /// A change to the rows of table `table`.
     Change { table: String, change: TableChange },
 }
 
-const CREATE_TABLE: u8 = 1;
+/// A table's creation, with options as format version 1 wrote them (no
+/// column defaults); read, never written.
+const CREATE_TABLE_V1: u8 = 1;
 const DROP_TABLE: u8 = 2;
 const COMMIT: u8 = 3;
 const REBUILD: u8 = 5;
+/// A table's creation, its options with column defaults.
+const CREATE_TABLE: u8 = 6;
+const CREATE_VIEW: u8 = 7;
+const DROP_VIEW: u8 = 8;
 
 /// Why a payload did not decode (where the reader was is added by
 /// [`LogRecord::decode`]).
@@ -85,6 +96,17 @@ impl LogRecord {
                 put_str(buf.bytes(), name);
                 DROP_TABLE
             }
+            LogRecord::CreateView { name, definition, replace } => {
+                let out = buf.bytes();
+                put_str(out, name);
+                put_str(out, definition);
+                out.push(u8::from(*replace));
+                CREATE_VIEW
+            }
+            LogRecord::DropView { name } => {
+                put_str(buf.bytes(), name);
+                DROP_VIEW
+            }
             LogRecord::Change { table, change } => encode_change(table, change, buf)?,
         })
     }
@@ -99,9 +121,9 @@ impl LogRecord {
     fn read(kind: u8, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let payload = r.bytes;
         let record = match kind {
-            CREATE_TABLE => {
+            CREATE_TABLE | CREATE_TABLE_V1 => {
                 let name = r.str()?;
-                let options = r.options()?;
+                let options = r.options(kind == CREATE_TABLE)?;
                 let replace = r.flag()?;
                 let (schema, _) = from_ipc(r.bytes()?)?;
                 let n = r.count(9)?;
@@ -117,6 +139,8 @@ impl LogRecord {
                 LogRecord::CreateTable { name, schema, options, replace, fill }
             }
             DROP_TABLE => LogRecord::DropTable { name: r.str()? },
+            CREATE_VIEW => LogRecord::CreateView { name: r.str()?, definition: r.str()?, replace: r.flag()? },
+            DROP_VIEW => LogRecord::DropView { name: r.str()? },
             COMMIT => {
                 let table = r.str()?;
                 let truncate = r.flag()?;
@@ -198,7 +222,7 @@ impl ChangeLog for Wal {
 }
 
 /// A table's options: shard capacity, dead fraction, background rebuild
-/// flag, primary key columns.
+/// flag, primary key columns, column defaults (column, text).
 pub(crate) fn put_options(out: &mut Vec<u8>, options: &TableOptions) {
     put_u64(out, options.shard_capacity as u64);
     out.extend_from_slice(&options.rebuild_dead_fraction.to_le_bytes());
@@ -206,6 +230,11 @@ pub(crate) fn put_options(out: &mut Vec<u8>, options: &TableOptions) {
     put_u64(out, options.primary_key.len() as u64);
     for column in &options.primary_key {
         put_str(out, column);
+    }
+    put_u64(out, options.column_defaults.len() as u64);
+    for (column, default) in &options.column_defaults {
+        put_str(out, column);
+        put_str(out, default);
     }
 }
 
@@ -306,13 +335,21 @@ impl<'a> Reader<'a> {
         String::from_utf8(self.bytes()?.to_vec()).map_err(|_| "a name is not UTF-8".into())
     }
 
-    pub(crate) fn options(&mut self) -> Result<TableOptions, DecodeError> {
+    /// A table's options; `with_defaults` for the format that records
+    /// column defaults (version 1 did not).
+    pub(crate) fn options(&mut self, with_defaults: bool) -> Result<TableOptions, DecodeError> {
         let shard_capacity = usize::try_from(self.u64()?).map_err(|_| "shard capacity out of range")?;
         let rebuild_dead_fraction = f64::from_le_bytes(self.take(8)?.try_into().map_err(|_| "short float")?);
         let background_rebuild = self.flag()?;
         let keys = self.count(1)?;
         let primary_key = (0..keys).map(|_| self.str()).collect::<Result<Vec<_>, _>>()?;
-        Ok(TableOptions { shard_capacity, rebuild_dead_fraction, background_rebuild, primary_key })
+        let column_defaults = if with_defaults {
+            let n = self.count(16)?;
+            (0..n).map(|_| Ok((self.str()?, self.str()?))).collect::<Result<Vec<_>, DecodeError>>()?
+        } else {
+            Vec::new()
+        };
+        Ok(TableOptions { shard_capacity, rebuild_dead_fraction, background_rebuild, primary_key, column_defaults })
     }
 
     pub(crate) fn ids(&mut self) -> Result<Vec<u32>, DecodeError> {
@@ -363,7 +400,10 @@ mod tests {
             LogRecord::CreateTable {
                 name: "t".into(),
                 schema: b.schema(),
-                options: TableOptions::default().with_primary_key(["id"]).with_shard_capacity(1024),
+                options: TableOptions::default()
+                    .with_primary_key(["id"])
+                    .with_shard_capacity(1024)
+                    .with_column_default("name", "'anonymous'"),
                 replace: true,
                 fill: vec![
                     TableChange::Commit { truncate: false, appends: vec![b.clone()], deletes: vec![] },
@@ -379,6 +419,8 @@ mod tests {
                 fill: vec![],
             },
             LogRecord::DropTable { name: "t".into() },
+            LogRecord::CreateView { name: "v".into(), definition: "CREATE VIEW v AS SELECT 1".into(), replace: true },
+            LogRecord::DropView { name: "v".into() },
             change(TableChange::Commit {
                 truncate: false,
                 appends: vec![b.clone(), b.clone(), views(), b],

@@ -120,6 +120,7 @@ struct Checkpointed {
 #[derive(Debug)]
 pub(crate) struct Recovered {
     pub(crate) tables: BTreeMap<String, Table>,
+    pub(crate) views: BTreeMap<String, String>,
     pub(crate) durable: Durable,
 }
 
@@ -140,6 +141,7 @@ pub(crate) struct Cut {
     pub(crate) lsn: u64,
     pub(crate) log_bytes: u64,
     pub(crate) tables: Vec<TableCut>,
+    pub(crate) views: Vec<(String, String)>,
 }
 
 impl Durable {
@@ -206,7 +208,7 @@ impl Durable {
         let io = self.io.as_ref();
         let shards_dir = self.dir.join(SHARDS);
         let mut files = BTreeSet::new();
-        let mut catalog = CatalogFile { lsn: cut.lsn, tables: Vec::with_capacity(cut.tables.len()) };
+        let mut catalog = CatalogFile { lsn: cut.lsn, tables: Vec::with_capacity(cut.tables.len()), views: cut.views };
         let mut wrote = false;
         for table in cut.tables {
             let mut shards = Vec::with_capacity(table.state.shards.len());
@@ -304,7 +306,8 @@ pub(crate) fn recover(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => CatalogFile::default(),
         Err(e) => return Err(Error::io(&catalog_path, e)),
     };
-    let mut replay = Replay { tables: BTreeMap::new(), background };
+    let views = catalog.views.into_iter().collect();
+    let mut replay = Replay { tables: BTreeMap::new(), views, background };
     let mut files = BTreeSet::new();
     let checkpoint_tables = catalog.tables.len();
     for entry in catalog.tables {
@@ -363,7 +366,7 @@ pub(crate) fn recover(
     for table in replay.tables.values() {
         table.core().lock()?.replace_log(TableLog::On(durable.change_log()));
     }
-    Ok(Recovered { tables: replay.tables, durable })
+    Ok(Recovered { tables: replay.tables, views: replay.views, durable })
 }
 
 /// Builds a table from its catalog entry and its shard files.
@@ -437,6 +440,7 @@ fn load_table(
 /// The catalog while a log is replayed.
 struct Replay<'b> {
     tables: BTreeMap<String, Table>,
+    views: BTreeMap<String, String>,
     background: &'b Background,
 }
 
@@ -445,7 +449,7 @@ impl Replay<'_> {
     fn apply(&mut self, lsn: u64, record: LogRecord) -> Result<()> {
         match record {
             LogRecord::CreateTable { name, schema, options, replace, fill } => {
-                if !replace && self.tables.contains_key(&name) {
+                if (!replace && self.tables.contains_key(&name)) || self.views.contains_key(&name) {
                     return Err(Error::TableExists(name));
                 }
                 let table = Table::create(&name, &schema, options, self.background.clone())?;
@@ -459,6 +463,17 @@ impl Replay<'_> {
             LogRecord::DropTable { name } => match self.tables.remove(&name) {
                 Some(old) => old.core().lock().map(|mut w| w.mark_dropped()),
                 None => Err(Error::TableNotFound(name)),
+            },
+            LogRecord::CreateView { name, definition, replace } => {
+                if self.tables.contains_key(&name) || (!replace && self.views.contains_key(&name)) {
+                    return Err(Error::TableExists(name));
+                }
+                self.views.insert(name, definition);
+                Ok(())
+            }
+            LogRecord::DropView { name } => match self.views.remove(&name) {
+                Some(_) => Ok(()),
+                None => Err(Error::ViewNotFound(name)),
             },
             LogRecord::Change { table, change } => {
                 let table = self.tables.get(&table).ok_or(Error::TableNotFound(table))?;
