@@ -754,6 +754,91 @@ async fn a_prepared_update_with_many_rows_is_one_transaction() -> TestResult {
     Ok(())
 }
 
+/// An UPDATE with many parameter rows applies them in order, each seeing
+/// the rows as the ones before it left them, in one transaction: its
+/// result and its count are those of running the rows one by one (checked
+/// against a Vec), and a row that fails (a division by zero, a duplicate
+/// key) leaves the table as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_prepared_update_with_many_rows_runs_them_in_order_as_one_transaction() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE um (id BIGINT NOT NULL, v BIGINT NOT NULL, w BIGINT, PRIMARY KEY (id))").await?;
+    update(&mut client, "INSERT INTO um SELECT value, value % 7, NULL FROM generate_series(1, 50)").await?;
+    // (id, v, w), as the table holds them.
+    let mut reference: Vec<(i64, i64, Option<i64>)> = (1..=50).map(|i| (i, i % 7, None)).collect();
+    async fn contents(client: &mut Client) -> Result<Vec<(i64, i64, Option<i64>)>, FlightError> {
+        let rows = query(client, "SELECT id, v, w FROM um ORDER BY id").await?;
+        let (id, v, w) = (
+            rows.column(0).as_primitive::<Int64Type>(),
+            rows.column(1).as_primitive::<Int64Type>(),
+            rows.column(2).as_primitive::<Int64Type>(),
+        );
+        Ok((0..rows.num_rows()).map(|i| (id.value(i), v.value(i), w.is_valid(i).then(|| w.value(i)))).collect())
+    }
+    fn int_params(columns: Vec<Vec<i64>>) -> RecordBatch {
+        let fields: Vec<Field> =
+            (1..=columns.len()).map(|i| Field::new(format!("${i}"), DataType::Int64, true)).collect();
+        let arrays: Vec<ArrayRef> = columns.into_iter().map(|c| Arc::new(Int64Array::from(c)) as ArrayRef).collect();
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).expect("parameter batch")
+    }
+
+    // Each row's WHERE reads what the rows before it SET.
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n) as i64
+    };
+    let (mut add, mut at_least, mut every) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..40 {
+        add.push(next(7) - 3);
+        at_least.push(next(9) - 1);
+        every.push(next(4) + 1);
+    }
+    let mut expected_count = 0;
+    for ((&a, &l), &e) in add.iter().zip(&at_least).zip(&every) {
+        for row in reference.iter_mut().filter(|(id, v, _)| *v >= l && id % e == 0) {
+            row.1 += a;
+            row.2 = Some(row.0);
+            expected_count += 1;
+        }
+    }
+    let mut statement =
+        client.prepare("UPDATE um SET v = v + $1, w = id WHERE v >= $2 AND id % $3 = 0".into(), None).await?;
+    statement.set_parameters(int_params(vec![add, at_least, every]))?;
+    assert_eq!(statement.execute_update().await?, expected_count);
+    statement.close().await?;
+    assert_eq!(contents(&mut client).await?, reference);
+
+    // A failing row leaves every row as it was.
+    let before = contents(&mut client).await?;
+    for (sql, columns, code) in [
+        ("UPDATE um SET v = v / $1 WHERE id = $2", vec![vec![2, 0], vec![5, 7]], Code::InvalidArgument),
+        ("UPDATE um SET id = $1 WHERE id = $2", vec![vec![100, 2], vec![1, 3]], Code::AlreadyExists),
+    ] {
+        let mut statement = client.prepare(sql.into(), None).await?;
+        statement.set_parameters(int_params(columns))?;
+        let s = status_of(statement.execute_update().await);
+        assert_eq!(s.code(), code, "{sql}: {s}");
+        statement.close().await?;
+        assert_eq!(contents(&mut client).await?, before, "{sql}");
+    }
+
+    // Keys may pass through each other's values on the way: 1 and 2 swap.
+    let mut swap = client.prepare("UPDATE um SET id = $1 WHERE id = $2".into(), None).await?;
+    swap.set_parameters(int_params(vec![vec![1000, 1, 2], vec![1, 2, 1000]]))?;
+    assert_eq!(swap.execute_update().await?, 3);
+    swap.close().await?;
+    let mut swapped = before.clone();
+    swapped[0].0 = 2;
+    swapped[1].0 = 1;
+    swapped.sort();
+    assert_eq!(contents(&mut client).await?, swapped);
+    Ok(())
+}
+
 /// A prepared update sent with an empty parameter batch (no columns)
 /// runs once, without parameters, not once per row: the JDBC driver sends
 /// its updates that way (tests/jdbc.rs runs the driver itself).

@@ -374,6 +374,15 @@ class ResultTypesTest(AdbcTestCase):
         self.assertEqual(self.count("many"), 1)
         cur.executemany("INSERT INTO many VALUES ($1)", [(2,), (3,)])
         self.assertEqual(rows(cur, "SELECT id FROM many ORDER BY id"), [(1,), (2,), (3,)])
+        # The second row's key is taken: the first row's change is undone.
+        with self.assertRaises(adbc_driver_manager.Error):
+            cur.executemany("UPDATE many SET id = $1 WHERE id = $2", [(10, 1), (3, 2)])
+        self.assertEqual(rows(cur, "SELECT id FROM many ORDER BY id"), [(1,), (2,), (3,)])
+        # Rows run in order: 1 and 2 swap through 1000.
+        cur.executemany("UPDATE many SET id = $1 WHERE id = $2", [(1000, 1), (1, 2), (2, 1000)])
+        self.assertEqual(rows(cur, "SELECT id FROM many ORDER BY id"), [(1,), (2,), (3,)])
+        cur.executemany("UPDATE many SET id = id * 10 WHERE id = $1", [(1,), (10,)])
+        self.assertEqual(rows(cur, "SELECT id FROM many ORDER BY id"), [(2,), (3,), (100,)])
         cur.execute("DROP TABLE many")
 
     def test_delete_with_a_parameter_removes_only_its_row(self):

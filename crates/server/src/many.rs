@@ -8,14 +8,37 @@
 //!
 //! Each is one storage transaction, exactly equivalent to running the rows
 //! one after another (deletes only remove rows, so their union is the same
-//! rows). Other statements (an UPDATE, whose rows may change each other's
-//! input) run row by row.
+//! rows). An UPDATE's rows may change each other's input, so they become
+//! one plan that applies them in order inside one transaction
+//! ([`as_one_update`]). Other statements run row by row.
 
 use std::sync::Arc;
 
 use datafusion::error::Result;
+use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::utils::disjunction;
 use datafusion::logical_expr::{Filter, LogicalPlan, LogicalPlanBuilder, WriteOp};
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::exec::DmlExec;
+
+/// `plans`, one UPDATE of a quiverdb table bound to each parameter row, as
+/// one execution plan that applies them in order in one transaction;
+/// `None` if they are not that.
+pub(crate) async fn as_one_update(
+    state: &SessionState,
+    plans: &[LogicalPlan],
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let updates = plans.iter().all(|p| matches!(p, LogicalPlan::Dml(d) if d.op == WriteOp::Update));
+    if plans.len() < 2 || !updates {
+        return Ok(None);
+    }
+    let mut physical = Vec::with_capacity(plans.len());
+    for plan in plans {
+        physical.push(state.create_physical_plan(plan).await?);
+    }
+    Ok(DmlExec::update_steps(&physical).map(|exec| Arc::new(exec) as Arc<dyn ExecutionPlan>))
+}
 
 /// `plans` (one statement bound to each parameter row) as one plan when
 /// they can run as one transaction, else as they are.

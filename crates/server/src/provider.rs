@@ -14,7 +14,7 @@ use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 use quiverdb_scan::Predicate;
 use quiverdb_storage::Table;
 
-use crate::exec::{DmlExec, DmlFilter, DmlOp, QuiverScanExec, Residual, ScanSource};
+use crate::exec::{DmlExec, DmlFilter, DmlOp, QuiverScanExec, Residual, ScanSource, UpdateStep};
 use crate::translate::Translator;
 
 /// Settings the SQL layer applies to quiverdb tables.
@@ -306,7 +306,8 @@ impl TableProvider for QuiverTable {
             exprs.push((c, state.create_physical_expr(expr.clone(), &full)?));
             text.push(format!("{column} = {expr}"));
         }
-        let op = DmlOp::Update { filter, assignments: exprs, text };
+        let condition = filters.iter().map(|f| state.create_physical_expr(f.clone(), &full)).collect::<Result<_>>()?;
+        let op = DmlOp::Update { filter, step: UpdateStep { condition, assignments: exprs }, text };
         Ok(Arc::new(DmlExec::new(self.table.clone(), op, Self::threads(state))))
     }
 

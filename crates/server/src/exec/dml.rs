@@ -9,11 +9,18 @@
 //!   INSERT    input partitions ──(all, concurrently)──▶ channel ──▶ transaction: append each batch
 //!   DELETE    transaction: snapshot ─ scan(filter) ─▶ ids ─[residual]─▶ delete
 //!   UPDATE    transaction: snapshot ─ scan(filter) ─▶ rows + ids ─[residual]─▶ SET ─▶ delete + append
+//!   UPDATE×n  transaction: snapshot ─ scan(any step's filter) ─▶ rows + ids
+//!               ─▶ for each step in order: WHERE ─▶ SET on the rows it matches
+//!               ─▶ delete the rows some step changed + append their last versions
 //!   TRUNCATE  transaction: remove every shard
 //! ```
 //!
 //! The filter is what the scan evaluates exactly; the residual is the rest
 //! of the WHERE clause, evaluated by DataFusion on the gathered rows.
+//!
+//! `UPDATE×n` is one UPDATE run with many parameter rows (`executemany`):
+//! each step sees the rows as the steps before it left them, as if the
+//! statements ran one after another, and all of them commit or none.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,11 +30,12 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use datafusion::arrow::compute::{CastOptions, cast_with_options, filter_record_batch};
+use datafusion::arrow::compute::{CastOptions, cast_with_options, concat_batches, filter_record_batch, interleave};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -71,9 +79,23 @@ pub(crate) enum DmlOp {
     Delete(DmlFilter),
     /// `UPDATE ... SET ... WHERE ...`: `assignments` are over the table's
     /// columns (all gathered), each already of its column's type.
-    Update { filter: DmlFilter, assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>, text: Vec<String> },
+    Update { filter: DmlFilter, step: UpdateStep, text: Vec<String> },
+    /// One UPDATE bound to many parameter rows: `steps` in order, over the
+    /// rows `gather` finds (every row any step could change).
+    UpdateSteps { gather: DmlFilter, steps: Vec<UpdateStep> },
     /// `TRUNCATE`.
     Truncate,
+}
+
+/// What one UPDATE does to a row.
+#[derive(Debug, Clone)]
+pub(crate) struct UpdateStep {
+    /// The whole WHERE over the table's columns: a row is updated when
+    /// every expression is true.
+    pub(crate) condition: Vec<Arc<dyn PhysicalExpr>>,
+    /// The SET, over the table's columns, each value already of its
+    /// column's type.
+    pub(crate) assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>,
 }
 
 /// Runs one INSERT, DELETE, UPDATE or TRUNCATE.
@@ -96,6 +118,43 @@ impl DmlExec {
         ));
         Self { table, op, threads: threads.max(1), properties }
     }
+
+    /// The UPDATEs `plans` (one statement bound to each parameter row, each
+    /// planned by [`QuiverTable`](crate::provider::QuiverTable)) as one
+    /// plan that runs them in order in one transaction; `None` unless every
+    /// plan is a quiverdb UPDATE of the same table.
+    pub(crate) fn update_steps(plans: &[Arc<dyn ExecutionPlan>]) -> Option<Self> {
+        let mut execs = plans.iter().map(|p| dml_exec(p.as_ref()));
+        let first = execs.next()??;
+        let mut predicate = Some(Vec::with_capacity(plans.len()));
+        let mut steps = Vec::with_capacity(plans.len());
+        for exec in std::iter::once(Some(first)).chain(execs) {
+            let exec = exec?;
+            let DmlOp::Update { filter, step, .. } = &exec.op else { return None };
+            if !Arc::ptr_eq(exec.table.arrow_schema(), first.table.arrow_schema())
+                || exec.table.name() != first.table.name()
+            {
+                return None;
+            }
+            // The scan finds every row any step could match: the
+            // disjunction of the steps' scan filters (each a superset of
+            // its step's rows), or all rows if one step has none.
+            match (&mut predicate, &filter.predicate) {
+                (Some(all), Some(p)) => all.push(p.clone()),
+                (all, _) => *all = None,
+            }
+            steps.push(step.clone());
+        }
+        let predicate = predicate.and_then(|all| all.into_iter().reduce(Predicate::or));
+        let gather = DmlFilter {
+            pushed_text: predicate.iter().map(|_| format!("any of {} steps' filters", steps.len())).collect(),
+            predicate,
+            residual: Vec::new(),
+            columns: (0..first.table.schema().len()).collect(),
+            residual_text: Vec::new(),
+        };
+        Some(Self::new(first.table.clone(), DmlOp::UpdateSteps { gather, steps }, first.threads))
+    }
 }
 
 /// The schema of every DML result: `count: UInt64`.
@@ -115,6 +174,10 @@ impl DisplayAs for DmlExec {
                 write!(f, ", set=[{}]", text.join(", "))?;
                 filter
             }
+            DmlOp::UpdateSteps { gather, steps } => {
+                write!(f, ", steps={}", steps.len())?;
+                gather
+            }
         };
         if !filter.pushed_text.is_empty() {
             write!(f, ", filters=[{}]", filter.pushed_text.join(", "))?;
@@ -131,7 +194,7 @@ impl ExecutionPlan for DmlExec {
         match self.op {
             DmlOp::Insert { .. } => "QuiverInsertExec",
             DmlOp::Delete(_) => "QuiverDeleteExec",
-            DmlOp::Update { .. } => "QuiverUpdateExec",
+            DmlOp::Update { .. } | DmlOp::UpdateSteps { .. } => "QuiverUpdateExec",
             DmlOp::Truncate => "QuiverTruncateExec",
         }
     }
@@ -151,13 +214,14 @@ impl ExecutionPlan for DmlExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        let (filter, assignments) = match &self.op {
+        let (filter, steps) = match &self.op {
             DmlOp::Delete(filter) => (Some(filter), &[][..]),
-            DmlOp::Update { filter, assignments, .. } => (Some(filter), assignments.as_slice()),
-            _ => (None, &[][..]),
+            DmlOp::Update { filter, step, .. } => (Some(filter), std::slice::from_ref(step)),
+            DmlOp::UpdateSteps { gather, steps } => (Some(gather), steps.as_slice()),
+            DmlOp::Insert { .. } | DmlOp::Truncate => (None, &[][..]),
         };
-        let exprs = filter.into_iter().flat_map(|f| f.residual.iter()).chain(assignments.iter().map(|(_, e)| e));
-        for e in exprs {
+        let steps = steps.iter().flat_map(|s| s.condition.iter().chain(s.assignments.iter().map(|(_, e)| e)));
+        for e in filter.into_iter().flat_map(|f| f.residual.iter()).chain(steps) {
             if f(e)? == TreeNodeRecursion::Stop {
                 return Ok(TreeNodeRecursion::Stop);
             }
@@ -205,6 +269,15 @@ impl ExecutionPlan for DmlExec {
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(count_schema(), futures::stream::once(count))))
     }
+}
+
+/// The [`DmlExec`] `plan` runs (the physical optimizer wraps it in a
+/// `CooperativeExec`).
+fn dml_exec(plan: &dyn ExecutionPlan) -> Option<&DmlExec> {
+    if let Some(dml) = plan.downcast_ref::<DmlExec>() {
+        return Some(dml);
+    }
+    dml_exec(plan.downcast_ref::<CooperativeExec>()?.input().as_ref())
 }
 
 fn count_batch(n: usize) -> Result<RecordBatch> {
@@ -294,7 +367,7 @@ fn mutate(table: &Table, op: &DmlOp, threads: usize) -> Result<usize> {
                 }
                 Ok(t.delete_selection(&snapshot, &selection.into_vec())?)
             }
-            DmlOp::Update { filter, assignments, .. } => {
+            DmlOp::Update { filter, step, .. } => {
                 let all: Vec<usize> = (0..snapshot.schema().len()).collect();
                 let arrow = Arc::clone(snapshot.schema().arrow());
                 let mut selection = Selection::default();
@@ -303,7 +376,7 @@ fn mutate(table: &Table, op: &DmlOp, threads: usize) -> Result<usize> {
                     let keep = residual_mask(&batch, &filter.residual)?;
                     let batch = filter_record_batch(&batch, &keep)?;
                     selection.add(&batch, &BooleanArray::from(vec![true; batch.num_rows()]));
-                    updated.push(set(&batch, assignments, &arrow)?);
+                    updated.push(set(&batch, &step.assignments, &arrow)?);
                 }
                 // Delete first: the ids refer to the snapshot, appends come after it.
                 let n = t.delete_selection(&snapshot, &selection.into_vec())?;
@@ -312,10 +385,84 @@ fn mutate(table: &Table, op: &DmlOp, threads: usize) -> Result<usize> {
                 }
                 Ok(n)
             }
+            DmlOp::UpdateSteps { gather: filter, steps } => {
+                let all: Vec<usize> = (0..snapshot.schema().len()).collect();
+                let arrow = Arc::clone(snapshot.schema().arrow());
+                let gathered = gather(&snapshot, filter, &all, &options)?;
+                let Some(first) = gathered.first() else { return Ok(0) };
+                let mut rows = concat_batches(&first.schema(), &gathered)?;
+                let mut changed = vec![false; rows.num_rows()];
+                let mut n = 0;
+                for step in steps {
+                    let matched = residual_mask(&rows, &step.condition)?;
+                    n += matched.true_count();
+                    if matched.true_count() > 0 {
+                        rows = apply_step(&rows, &matched, &step.assignments, &arrow)?;
+                        for (c, m) in changed.iter_mut().zip(matched.values()) {
+                            *c |= m;
+                        }
+                    }
+                }
+                let changed = filter_record_batch(&rows, &BooleanArray::from(changed))?;
+                let mut selection = Selection::default();
+                selection.add(&changed, &BooleanArray::from(vec![true; changed.num_rows()]));
+                t.delete_selection(&snapshot, &selection.into_vec())?;
+                t.append(&table_columns(&changed, &arrow)?)?;
+                Ok(n)
+            }
             DmlOp::Insert { .. } => Err(Error::Internal("INSERT is not a blocking statement".into())),
         }
     });
     Ok(n?)
+}
+
+/// `rows` (table columns, then record ids) after one UPDATE step: the rows
+/// `matched` get the step's SET (evaluated on them only), the others stay.
+fn apply_step(
+    rows: &RecordBatch,
+    matched: &BooleanArray,
+    assignments: &[(usize, Arc<dyn PhysicalExpr>)],
+    table: &SchemaRef,
+) -> Result<RecordBatch> {
+    let updated = set(&filter_record_batch(rows, matched)?, assignments, table)?;
+    let mut next = 0;
+    let indices: Vec<(usize, usize)> = (0..rows.num_rows())
+        .map(|i| {
+            if matched.value(i) {
+                next += 1;
+                (1, next - 1)
+            } else {
+                (0, i)
+            }
+        })
+        .collect();
+    let strict = CastOptions { safe: false, ..CastOptions::default() };
+    let mut columns = rows.columns().to_vec();
+    for (c, (old, new)) in columns.iter_mut().zip(updated.columns()).enumerate() {
+        if !assignments.iter().any(|(a, _)| *a == c) {
+            // Unchanged by SET: the updated rows hold the same values.
+            continue;
+        }
+        let new = if new.data_type() == old.data_type() {
+            Arc::clone(new)
+        } else {
+            cast_with_options(new, old.data_type(), &strict)?
+        };
+        *old = interleave(&[old.as_ref(), new.as_ref()], &indices)?;
+    }
+    // Nullable: a SET may write a NULL into a NOT NULL column, which the
+    // append then refuses, naming the column.
+    let fields: Vec<Field> = rows.schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+}
+
+/// The table columns of `rows` (dropping the record ids after them).
+fn table_columns(rows: &RecordBatch, table: &SchemaRef) -> Result<RecordBatch> {
+    let columns = rows.columns()[..table.fields().len()].to_vec();
+    let fields: Vec<Field> =
+        table.fields().iter().zip(&columns).map(|(f, a)| Field::new(f.name(), a.data_type().clone(), true)).collect();
+    let options = RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
+    Ok(RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &options)?)
 }
 
 /// The rows of `snapshot` passing `filter.predicate`: table columns

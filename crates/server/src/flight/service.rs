@@ -29,7 +29,7 @@ use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::execute_stream;
+use datafusion::physical_plan::{collect, execute_stream};
 use datafusion::prelude::{SQLOptions, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
@@ -46,7 +46,7 @@ use super::plans::PlanCache;
 use super::results::{client_schema, to_client_batch};
 use super::status::{arrow_status, df_status, flight_status, storage_status};
 use crate::catalog::{DEFAULT_SCHEMA, QuiverSchema};
-use crate::many::as_one_statement;
+use crate::many::{as_one_statement, as_one_update};
 use crate::session::DEFAULT_CATALOG;
 
 type FlightStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
@@ -165,10 +165,17 @@ impl QuiverFlightSql {
     /// total affected-row count (`None` for DDL).
     async fn run_mutations(&self, plans: Vec<LogicalPlan>) -> Result<Option<u64>, Status> {
         let mut total = None;
-        for plan in as_one_statement(plans).map_err(df_status)? {
-            let batches =
-                self.ctx.execute_logical_plan(plan).await.map_err(df_status)?.collect().await.map_err(df_status)?;
-            for batch in &batches {
+        let mut results = Vec::new();
+        if let Some(update) = as_one_update(&self.ctx.state(), &plans).await.map_err(df_status)? {
+            results.push(collect(update, self.ctx.task_ctx()).await.map_err(df_status)?);
+        } else {
+            for plan in as_one_statement(plans).map_err(df_status)? {
+                let df = self.ctx.execute_logical_plan(plan).await.map_err(df_status)?;
+                results.push(df.collect().await.map_err(df_status)?);
+            }
+        }
+        for batches in &results {
+            for batch in batches {
                 if let Some(counts) =
                     batch.column_by_name("count").and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
                 {
