@@ -29,13 +29,14 @@ use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::sql::{
     CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetTables, CommandGetXdbcTypeInfo,
-    CommandStatementIngest, ProstMessageExt, SqlInfo, TableExistsOption, TableNotExistOption, TicketStatementQuery,
-    XdbcDataType,
+    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo, TableExistsOption,
+    TableNotExistOption, TicketStatementQuery, XdbcDataType,
 };
 use arrow_flight::{Action, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, IpcMessage, Ticket};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::compute::{cast, concat_batches};
 use futures::{StreamExt, TryStreamExt, stream};
+use prost::Message;
 use quiverdb::Database;
 use quiverdb::server::flight::{Auth, FlightOptions, ServeError, serve};
 use tokio::net::TcpListener;
@@ -1344,6 +1345,82 @@ async fn malformed_tickets_are_invalid_arguments() -> TestResult {
     }
     // Still serving, on the same connection.
     assert_eq!(query(&mut client, "SELECT 1").await?.num_rows(), 1);
+    Ok(())
+}
+
+/// GetSchema answers for a query, a prepared statement and a metadata
+/// command with the schema their results have, and runs nothing: the
+/// schema of an INSERT or a DELETE is its count, and the table is as it
+/// was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn get_schema_describes_results_without_running_anything() -> TestResult {
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE gs (id BIGINT NOT NULL, name VARCHAR, PRIMARY KEY (id))").await?;
+    update(&mut client, "INSERT INTO gs VALUES (1, 'one'), (2, NULL)").await?;
+    async fn schema_of(client: &mut Client, descriptor: FlightDescriptor) -> Result<Schema, FlightError> {
+        let result = client.inner_mut().get_schema(descriptor).await?.into_inner();
+        Ok(Schema::try_from(&result)?)
+    }
+    let statement = |sql: &str| {
+        FlightDescriptor::new_cmd(
+            CommandStatementQuery { query: sql.into(), transaction_id: None }.as_any().encode_to_vec(),
+        )
+    };
+
+    for sql in [
+        "SELECT id, name FROM gs",
+        "SELECT id, 2.5 AS x FROM gs UNION ALL SELECT 7, 1",
+        "SELECT COUNT(*) AS n, MAX(name) AS top FROM gs",
+    ] {
+        let described = schema_of(&mut client, statement(sql)).await?;
+        let info = client.execute(sql.into(), None).await?;
+        assert_eq!(described, info.clone().try_decode_schema()?, "{sql}: GetSchema and GetFlightInfo agree");
+        assert_eq!(&described, fetch(&mut client, &info).await?.schema().as_ref(), "{sql}: and the rows agree");
+    }
+
+    let count = Schema::new(vec![Field::new("count", DataType::UInt64, false)]);
+    for sql in ["INSERT INTO gs VALUES (3, 'three')", "DELETE FROM gs", "UPDATE gs SET name = 'x'"] {
+        assert_eq!(schema_of(&mut client, statement(sql)).await?, count, "{sql}");
+    }
+    assert_eq!(schema_of(&mut client, statement("CREATE TABLE nothing (a INT)")).await?, Schema::empty());
+    assert!(!server.db.contains_table("nothing"), "GetSchema created a table");
+    let rows = query(&mut client, "SELECT id, name FROM gs ORDER BY id").await?;
+    assert_eq!(rows.column(0).as_primitive::<Int64Type>().values().to_vec(), vec![1, 2]);
+    assert_eq!(strings(&rows, "name"), vec![Some("one".into()), None]);
+
+    let mut prepared = client.prepare("SELECT name, id + $1 AS later FROM gs WHERE id = $1".into(), None).await?;
+    prepared.set_parameters(params(Arc::new(Int64Array::from(vec![2]))))?;
+    let info = prepared.execute().await?;
+    let descriptor = info.flight_descriptor.clone().expect("the prepared statement's descriptor");
+    assert_eq!(schema_of(&mut client, descriptor).await?, info.clone().try_decode_schema()?);
+    prepared.close().await?;
+
+    let tables = CommandGetTables { include_schema: true, ..CommandGetTables::default() };
+    let descriptor = FlightDescriptor::new_cmd(tables.as_any().encode_to_vec());
+    let info = client.inner_mut().get_flight_info(descriptor.clone()).await?.into_inner();
+    assert_eq!(schema_of(&mut client, descriptor).await?, info.try_decode_schema()?);
+
+    for (descriptor, code) in [
+        (statement("SELECT * FROM missing"), Code::NotFound),
+        (statement("SELEKT 1"), Code::InvalidArgument),
+        (
+            FlightDescriptor::new_cmd(
+                CommandStatementUpdate { query: "DELETE FROM gs".into(), transaction_id: None }
+                    .as_any()
+                    .encode_to_vec(),
+            ),
+            Code::InvalidArgument,
+        ),
+        (
+            FlightDescriptor::new_cmd(any_bytes("type.googleapis.com/quiverdb.NoSuchCommand", b"x")),
+            Code::InvalidArgument,
+        ),
+    ] {
+        let s = status_of(schema_of(&mut client, descriptor).await);
+        assert_eq!(s.code(), code, "{s}");
+    }
+    assert_eq!(count_rows(&server.db, "gs").await, 2);
     Ok(())
 }
 

@@ -365,6 +365,15 @@ class ResultTypesTest(AdbcTestCase):
         self.assertEqual(result.schema.field("d").type, pa.string())
         self.assertEqual(result.column("d").to_pylist(), ["two"])
 
+    def test_execute_schema_describes_a_query_without_running_it(self):
+        # ADBC prepares the statement and reads its dataset schema.
+        sql = "SELECT a, f, 2 AS x FROM mixed UNION ALL SELECT 1, 0.5, 1.5"
+        described = self.cur.adbc_execute_schema(sql)
+        self.assertEqual(described, self.table(sql).schema)
+        self.assertEqual(described.field("x").type, pa.float64())
+        self.cur.adbc_execute_schema("INSERT INTO mixed VALUES (9, 9.5, 'nine')")
+        self.assertEqual(self.count("mixed"), 1)
+
     def test_executemany_is_all_or_nothing(self):
         cur = self.cur
         cur.execute("CREATE TABLE many (id BIGINT NOT NULL, PRIMARY KEY (id))")

@@ -1,8 +1,9 @@
 //! The Flight service tonic serves: arrow-flight's Flight SQL dispatch
-//! over [`QuiverFlightSql`], with one correction. arrow-flight reports a
+//! over [`QuiverFlightSql`], with two corrections. arrow-flight reports a
 //! command whose type it knows but whose bytes do not decode as an
 //! `Internal` error; it is the client's mistake, so quiverdb reports it as
-//! `InvalidArgument`.
+//! `InvalidArgument`. And arrow-flight answers no GetSchema; quiverdb
+//! answers it for queries, prepared statements and metadata commands.
 
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
@@ -56,7 +57,7 @@ impl FlightService for QuiverFlightService {
     }
 
     async fn get_schema(&self, request: Request<FlightDescriptor>) -> Result<Response<SchemaResult>, Status> {
-        self.0.get_schema(request).await.map_err(malformed)
+        self.0.schema_of(request).await.map(Response::new)
     }
 
     async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {

@@ -12,14 +12,15 @@ use arrow_flight::sql::metadata::{GetCatalogsBuilder, GetDbSchemasBuilder, GetTa
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
-    Any, CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
-    CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
-    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult,
-    ProstMessageExt, SqlInfo, TableExistsOption, TableNotExistOption, TicketStatementQuery,
+    Any, Command, CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo,
+    CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
+    CommandPreparedStatementUpdate, CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate,
+    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TableExistsOption, TableNotExistOption,
+    TicketStatementQuery,
 };
 use arrow_flight::{
     FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
-    SchemaAsIpc, Ticket,
+    SchemaAsIpc, SchemaResult, Ticket,
 };
 use arrow_ipc::writer::IpcWriteOptions;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -197,13 +198,7 @@ impl QuiverFlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         let (plan, version) = self.plan_versioned(&sql).await?;
         let (schema, handle, total_records) = if is_query(&plan) {
-            let schema = match &params {
-                None => result_schema(&self.optimize_query(&sql, version, &plan)?),
-                Some(params) => match Self::bind(plan.clone(), Some(params))?.first() {
-                    Some(bound) => result_schema(&self.optimize(bound)?),
-                    None => self.unbound_schema(&plan),
-                },
-            };
+            let schema = self.query_schema(&sql, version, &plan, params.as_ref())?;
             let handle = match params {
                 None => Handle::Query { sql },
                 params => Handle::Prepared { sql, params },
@@ -230,6 +225,73 @@ impl QuiverFlightSql {
             .with_total_records(total_records)
             .with_ordered(true);
         Ok(Response::new(info))
+    }
+
+    /// The schema of query `plan`'s results (`sql` planned at catalog
+    /// `version`, with `params` if any).
+    fn query_schema(
+        &self,
+        sql: &str,
+        version: u64,
+        plan: &LogicalPlan,
+        params: Option<&RecordBatch>,
+    ) -> Result<SchemaRef, Status> {
+        Ok(match params {
+            None => result_schema(&self.optimize_query(sql, version, plan)?),
+            Some(params) => match Self::bind(plan.clone(), Some(params))?.first() {
+                Some(bound) => result_schema(&self.optimize(bound)?),
+                None => self.unbound_schema(plan),
+            },
+        })
+    }
+
+    /// The schema of `sql`'s results (with `params`), found without
+    /// running it: what [`Self::statement_info`] would announce.
+    async fn statement_schema(&self, sql: &str, params: Option<&RecordBatch>) -> Result<SchemaRef, Status> {
+        let (plan, version) = self.plan_versioned(sql).await?;
+        if is_query(&plan) {
+            self.query_schema(sql, version, &plan, params)
+        } else if is_change(&plan) {
+            Ok(outcome_schema(matches!(plan, LogicalPlan::Dml(_)).then_some(0)))
+        } else {
+            let bound = Self::bind(plan, params)?;
+            let plan = bound.first().ok_or_else(|| Status::invalid_argument("no parameter rows"))?;
+            Ok(result_schema(&self.optimize(plan)?))
+        }
+    }
+
+    /// GetSchema: the schema of a query's, a prepared statement's or a
+    /// metadata command's results, without running anything.
+    pub(crate) async fn schema_of(&self, request: Request<FlightDescriptor>) -> Result<SchemaResult, Status> {
+        let malformed = |e: String| Status::invalid_argument(format!("malformed Flight SQL command: {e}"));
+        let any = Any::decode(&*request.get_ref().cmd).map_err(|e| malformed(e.to_string()))?;
+        let schema = match Command::try_from(any).map_err(|e| malformed(e.to_string()))? {
+            Command::CommandStatementQuery(query) => self.statement_schema(&query.query, None).await?,
+            Command::CommandPreparedStatementQuery(query) => {
+                let Handle::Prepared { sql, params } = Handle::decode(&query.prepared_statement_handle)? else {
+                    return Err(Status::invalid_argument("not a prepared statement handle"));
+                };
+                self.statement_schema(&sql, params.as_ref()).await?
+            }
+            Command::CommandGetCatalogs(_)
+            | Command::CommandGetDbSchemas(_)
+            | Command::CommandGetTables(_)
+            | Command::CommandGetTableTypes(_)
+            | Command::CommandGetSqlInfo(_)
+            | Command::CommandGetPrimaryKeys(_)
+            | Command::CommandGetXdbcTypeInfo(_) => {
+                // Their FlightInfo runs nothing.
+                let info = self.get_flight_info(request).await?.into_inner();
+                Arc::new(info.try_decode_schema().map_err(|e| Status::internal(format!("decoding a schema: {e}")))?)
+            }
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "GetSchema answers for queries, prepared statements and metadata commands, not {}",
+                    other.type_url()
+                )));
+            }
+        };
+        Ok(SchemaResult { schema: schema_ipc(&schema)? })
     }
 
     /// The result stream of a ticket.
