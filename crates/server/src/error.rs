@@ -205,6 +205,62 @@ impl ErrorKind {
     }
 }
 
+/// The message a client sees for `e`: the problem in its own words,
+/// without DataFusion's category prefixes ("Error during planning: ",
+/// "External error: ", "Arrow error: ") or the parser's debug form
+/// (`ParserError("…")`). A context DataFusion added stays in front
+/// ("UPDATE operation on table 't': …"), and a bug keeps its note that it
+/// is one.
+pub fn error_message(e: &DataFusionError) -> String {
+    use datafusion::sql::sqlparser::parser::ParserError;
+    match e {
+        DataFusionError::SQL(e, _) => match e.as_ref() {
+            ParserError::ParserError(m) | ParserError::TokenizerError(m) => format!("syntax error: {m}"),
+            ParserError::RecursionLimitExceeded => "syntax error: the statement nests too deeply".into(),
+        },
+        DataFusionError::External(inner) => external_message(inner.as_ref()),
+        DataFusionError::ArrowError(e, _) => arrow_message(e),
+        // A failing optimizer or analyzer rule is no news to a user.
+        DataFusionError::Context(context, inner) if context.ends_with("' failed") && context.contains(" rule '") => {
+            error_message(inner)
+        }
+        DataFusionError::Context(context, inner) => format!("{context}: {}", error_message(inner)),
+        DataFusionError::Diagnostic(_, inner) => error_message(inner),
+        DataFusionError::Collection(errors) => errors.first().map_or_else(|| e.to_string(), error_message),
+        DataFusionError::Shared(inner) => error_message(inner),
+        DataFusionError::SchemaError(e, _) => e.to_string(),
+        DataFusionError::Plan(m)
+        | DataFusionError::Execution(m)
+        | DataFusionError::NotImplemented(m)
+        | DataFusionError::ResourcesExhausted(m) => m.clone(),
+        DataFusionError::Configuration(m) => format!("invalid configuration: {m}"),
+        // An internal error says it is a bug; I/O errors say what failed.
+        other => other.to_string(),
+    }
+}
+
+/// [`error_message`] of an error from outside DataFusion.
+fn external_message(e: &(dyn std::error::Error + Send + Sync + 'static)) -> String {
+    if let Some(e) = e.downcast_ref::<DataFusionError>() {
+        return error_message(e);
+    }
+    if let Some(Error::DataFusion(e)) = e.downcast_ref::<Error>() {
+        return error_message(e);
+    }
+    if let Some(e) = e.downcast_ref::<arrow_schema::ArrowError>() {
+        return arrow_message(e);
+    }
+    e.to_string()
+}
+
+/// [`error_message`] of an Arrow error.
+fn arrow_message(e: &arrow_schema::ArrowError) -> String {
+    match e {
+        arrow_schema::ArrowError::ExternalError(inner) => external_message(inner.as_ref()),
+        other => other.to_string(),
+    }
+}
+
 /// The kind of DataFusion's own catalog errors, which carry it only in
 /// their text: the planner's "table '…' not found" and the session's
 /// "Table '…' already exists" / "Table '…' doesn't exist." (for tables,
@@ -225,5 +281,85 @@ fn catalog_message_kind(message: &str) -> Option<ErrorKind> {
         Some(ErrorKind::AlreadyExists)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quiverdb_storage::Database;
+
+    use super::*;
+    use crate::session_context;
+
+    /// The error of running `sql`, statement by statement, on a database
+    /// with table `t (id BIGINT NOT NULL PRIMARY KEY, v TINYINT)` holding
+    /// the row (1, 1).
+    async fn failure(sql: &str) -> DataFusionError {
+        let ctx = session_context(&Database::new());
+        for setup in ["CREATE TABLE t (id BIGINT NOT NULL PRIMARY KEY, v TINYINT)", "INSERT INTO t VALUES (1, 1)"] {
+            let run = async { ctx.sql(setup).await?.collect().await };
+            run.await.unwrap_or_else(|e| panic!("{setup}: {e}"));
+        }
+        match ctx.sql(sql).await {
+            Ok(df) => df.collect().await.expect_err(sql),
+            Err(e) => e,
+        }
+    }
+
+    #[tokio::test]
+    async fn messages_name_the_problem_without_wrappers() {
+        let cases = [
+            ("SELEC 1", "syntax error: Expected: an SQL statement, found: SELEC"),
+            ("SELECT * FROM missing", "table 'quiverdb.public.missing' not found"),
+            ("SELECT nope FROM t", "nope"),
+            ("INSERT INTO t VALUES (1, 2)", "duplicate"),
+            ("INSERT INTO t VALUES (NULL, 2)", "column 'id' of table 't'"),
+            ("INSERT INTO t (v, id) VALUES (2, NULL)", "column 'id' of table 't'"),
+            ("INSERT INTO t SELECT NULL, 2", "column 'id' of table 't'"),
+            ("SELECT CAST(1000 AS TINYINT)", "1000"),
+            ("SELECT 1 / 0", "Divide by zero"),
+            ("CREATE TABLE t (a INT)", "already exists"),
+            ("CREATE TABLE u (a INT UNIQUE)", "UNIQUE"),
+        ];
+        for (sql, expected) in cases {
+            let e = failure(sql).await;
+            let message = error_message(&e);
+            assert!(message.contains(expected), "{sql}: {message:?} does not say {expected:?}");
+            for wrapper in [
+                "External error",
+                "ParserError(",
+                "SQL error",
+                "Arrow error",
+                "Error during planning",
+                "Execution error",
+            ] {
+                assert!(!message.contains(wrapper), "{sql}: {message:?} contains {wrapper:?}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn errors_keep_their_kind() {
+        let cases = [
+            ("SELEC 1", ErrorKind::InvalidInput),
+            ("SELECT * FROM missing", ErrorKind::NotFound),
+            ("INSERT INTO t VALUES (1, 2)", ErrorKind::AlreadyExists),
+            ("INSERT INTO t VALUES (NULL, 2)", ErrorKind::ConstraintViolation),
+            ("INSERT INTO t SELECT NULL, 2", ErrorKind::ConstraintViolation),
+            ("CREATE TABLE t (a INT)", ErrorKind::AlreadyExists),
+            ("CREATE TABLE u (a INT UNIQUE)", ErrorKind::NotSupported),
+        ];
+        for (sql, kind) in cases {
+            let e = failure(sql).await;
+            assert_eq!(ErrorKind::of(&e), kind, "{sql}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_bug_still_says_it_is_one() {
+        let message = error_message(&DataFusionError::Internal("lost a row".into()));
+        assert!(message.contains("lost a row") && message.contains("bug"), "{message}");
+        let ours = DataFusionError::from(Error::Internal("lost a row".into()));
+        assert!(error_message(&ours).contains("bug in quiverdb"), "{}", error_message(&ours));
     }
 }

@@ -57,7 +57,7 @@ mod stats;
 mod translate;
 
 pub use catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema, SessionMaker};
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Result, error_message};
 pub use exec::{DmlExec, QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
 pub use options::SessionOptions;
 pub use provider::{QuiverTable, ScanSettings};

@@ -14,7 +14,7 @@ use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::utils::split_conjunction;
-use datafusion::logical_expr::{Expr, LogicalPlan, WriteOp};
+use datafusion::logical_expr::{Expr, LogicalPlan, Values, WriteOp};
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -109,13 +109,16 @@ impl AnalyzerRule for DmlGuard {
         let config = Arc::new(config.clone());
         let bound = plan.transform_down(|node| {
             let LogicalPlan::Dml(dml) = &node else { return Ok(Transformed::no(node)) };
-            if !matches!(dml.op, WriteOp::Delete | WriteOp::Update) {
-                return Ok(Transformed::no(node));
-            }
             let provider = dml
                 .target
                 .downcast_ref::<DefaultTableSource>()
                 .and_then(|s| s.table_provider.downcast_ref::<QuiverTable>());
+            if matches!(dml.op, WriteOp::Insert(_)) && provider.is_some() {
+                return nullable_values(node);
+            }
+            if !matches!(dml.op, WriteOp::Delete | WriteOp::Update) {
+                return Ok(Transformed::no(node));
+            }
             if provider.is_some_and(QuiverTable::is_bound) {
                 return Ok(Transformed::no(node));
             }
@@ -131,6 +134,28 @@ impl AnalyzerRule for DmlGuard {
     fn name(&self) -> &str {
         "quiverdb_dml_guard"
     }
+}
+
+/// `insert` with the `VALUES` in its input declared nullable. DataFusion
+/// types an INSERT's VALUES as the table's columns, NOT NULL included, so
+/// a NULL for a NOT NULL column failed as Arrow's "Column 'column1' is
+/// declared as non-nullable", naming neither the column nor the table;
+/// quiverdb's own check names both and reports a constraint violation.
+fn nullable_values(insert: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    insert.transform_up(|node| match node {
+        LogicalPlan::Values(values) if values.schema.fields().iter().any(|f| !f.is_nullable()) => {
+            let fields: Vec<_> = values
+                .schema
+                .iter()
+                .map(|(qualifier, f)| (qualifier.cloned(), Arc::new(f.as_ref().clone().with_nullable(true))))
+                .collect();
+            let schema = DFSchema::new_with_metadata(fields, values.schema.metadata().clone())?;
+            let values = Values { schema: Arc::new(schema), values: values.values };
+            Ok(Transformed::yes(LogicalPlan::Values(values)))
+        }
+        // Parents of a changed node take its nullability.
+        other => Ok(Transformed::yes(other.recompute_schema()?)),
+    })
 }
 
 /// The WHERE conjuncts and SET list of a DELETE or UPDATE input plan, or

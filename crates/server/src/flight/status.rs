@@ -1,6 +1,7 @@
 //! Errors as gRPC statuses: the code says what the error means (its
 //! [`ErrorKind`]: the client's mistake or the server's fault), the message
-//! is the error's own text.
+//! is the error's own text ([`error_message`], without DataFusion's
+//! wrappers).
 //!
 //! ```text
 //!   InvalidInput ─▶ InvalidArgument       NotSupported      ─▶ Unimplemented
@@ -14,7 +15,7 @@ use arrow_flight::error::FlightError;
 use datafusion::error::DataFusionError;
 use tonic::{Code, Status};
 
-use crate::error::ErrorKind;
+use crate::error::{ErrorKind, error_message};
 
 /// The gRPC code of an error of `kind`.
 pub(crate) fn code(kind: ErrorKind) -> Code {
@@ -34,7 +35,7 @@ pub(crate) fn code(kind: ErrorKind) -> Code {
 /// A DataFusion error (holding quiverdb's, when it came from quiverdb) as
 /// a status.
 pub(crate) fn df_status(e: DataFusionError) -> Status {
-    Status::new(code(ErrorKind::of(&e)), e.to_string())
+    Status::new(code(ErrorKind::of(&e)), error_message(&e))
 }
 
 /// A storage error as a status.
