@@ -1658,3 +1658,106 @@ async fn graceful_shutdown_lets_a_running_stream_finish() -> TestResult {
     assert!(reconnect.is_err(), "the server still accepts connections after serve returned");
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+// Sessions
+// ---------------------------------------------------------------------------
+
+/// GetFlightInfo of `sql` as a query, sent with `cookie` (if any) on the
+/// client's connection; the `set-cookie` header of the response.
+async fn raw_statement(client: &mut Client, sql: &str, cookie: Option<&str>) -> Result<Option<String>, tonic::Status> {
+    let command = CommandStatementQuery { query: sql.into(), transaction_id: None };
+    let mut request = tonic::Request::new(FlightDescriptor::new_cmd(command.as_any().encode_to_vec()));
+    if let Some(cookie) = cookie {
+        request.metadata_mut().insert("cookie", cookie.parse().expect("an ASCII cookie"));
+    }
+    let response = client.inner_mut().get_flight_info(request).await?;
+    Ok(response.metadata().get("set-cookie").and_then(|v| v.to_str().ok()).map(str::to_string))
+}
+
+/// The value column of a `SHOW` result.
+async fn show(client: &mut Client, name: &str) -> Result<String, FlightError> {
+    let shown = query(client, &format!("SHOW {name}")).await?;
+    assert_eq!(shown.num_rows(), 1, "SHOW {name}");
+    Ok(cast(shown.column(1), &DataType::Utf8)?.as_string::<i32>().value(0).to_string())
+}
+
+/// `SET` gives the client a session of its own (named by the cookie the
+/// response sets) and changes nothing for other clients; `SHOW` reads the
+/// session's settings and `RESET` restores the server's. A session that
+/// was closed, or an id the server never issued, is refused rather than
+/// run with other settings than the client chose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn set_changes_only_the_clients_own_session() -> TestResult {
+    let server = TestServer::open().await;
+    let mut mine = server.client().await;
+    let mut other = server.client().await;
+    let type_of = |b: &RecordBatch| b.schema().field(0).data_type().clone();
+    // The shared session plans (and caches) this text first.
+    assert_eq!(type_of(&query(&mut other, "SELECT 1.5 AS x").await?), DataType::Float64);
+    assert_eq!(raw_statement(&mut other, "SELECT 1.5 AS x", None).await?, None, "a query opened a session");
+
+    let set_cookie = raw_statement(&mut mine, "SET datafusion.sql_parser.parse_float_as_decimal = true", None)
+        .await?
+        .expect("SET answers with a session cookie");
+    let cookie = set_cookie.split(';').next().expect("name=value").to_string();
+    assert!(cookie.starts_with("arrow_flight_session_id="), "{set_cookie}");
+    mine.set_header("cookie", format!("theme=dark; {cookie}"));
+
+    let mine_x = query(&mut mine, "SELECT 1.5 AS x").await?;
+    assert_eq!(type_of(&mine_x), DataType::Decimal128(2, 1));
+    assert_eq!(cast(mine_x.column(0), &DataType::Utf8)?.as_string::<i32>().value(0), "1.5");
+    assert_eq!(type_of(&query(&mut other, "SELECT 1.5 AS x").await?), DataType::Float64);
+    assert_eq!(show(&mut mine, "datafusion.sql_parser.parse_float_as_decimal").await?, "true");
+    assert_eq!(show(&mut other, "datafusion.sql_parser.parse_float_as_decimal").await?, "false");
+
+    // An update in the session changes it; no new session is opened.
+    let shared_zone = show(&mut other, "TIME ZONE").await?;
+    update(&mut mine, "SET TIME ZONE = '+08:00'").await?;
+    assert_eq!(show(&mut mine, "TIME ZONE").await?, "+08:00");
+    assert_eq!(show(&mut other, "TIME ZONE").await?, shared_zone);
+    assert_eq!(raw_statement(&mut mine, "SET datafusion.execution.batch_size = 100", Some(&cookie)).await?, None);
+    assert_eq!(show(&mut mine, "datafusion.execution.batch_size").await?, "100");
+
+    // RESET restores the server's value of one setting.
+    update(&mut mine, "RESET datafusion.sql_parser.parse_float_as_decimal").await?;
+    assert_eq!(type_of(&query(&mut mine, "SELECT 1.5 AS x").await?), DataType::Float64);
+    assert_eq!(show(&mut mine, "TIME ZONE").await?, "+08:00");
+
+    // Settings a client may not change, and ones that do not exist.
+    let s = status_of(update(&mut mine, "SET datafusion.runtime.memory_limit = '100G'").await);
+    assert_eq!(s.code(), Code::PermissionDenied, "{s}");
+    let s = status_of(update(&mut mine, "SET datafusion.execution.target_partitions = 100000").await);
+    assert_eq!(s.code(), Code::InvalidArgument, "{s}");
+    assert!(s.message().contains("at most 1024"), "{s}");
+    let s = status_of(update(&mut mine, "SET datafusion.no_such_option = 1").await);
+    assert_eq!(s.code(), Code::InvalidArgument, "{s}");
+    assert!(s.message().contains("no_such_option"), "{s}");
+    assert_eq!(show(&mut mine, "datafusion.execution.batch_size").await?, "100");
+    // A failed SET opens no session.
+    let s = raw_statement(&mut other, "SET datafusion.no_such_option = 1", None).await.expect_err("unknown option");
+    assert_eq!(s.code(), Code::InvalidArgument, "{s}");
+    let s = status_of(update(&mut other, "BEGIN").await);
+    assert_eq!(s.code(), Code::Unimplemented, "{s}");
+    assert!(s.message().contains("BEGIN"), "{s}");
+
+    // An id the server never issued names no session.
+    let mut stranger = server.client().await;
+    stranger.set_header("cookie", "arrow_flight_session_id=made-up");
+    let s = status_of(query(&mut stranger, "SELECT 1").await);
+    assert_eq!(s.code(), Code::FailedPrecondition, "{s}");
+
+    // CloseSession ends it and tells the client to forget the cookie.
+    let mut request = tonic::Request::new(Action { r#type: "CloseSession".into(), body: Default::default() });
+    request.metadata_mut().insert("cookie", cookie.parse()?);
+    let response = mine.inner_mut().do_action(request).await?;
+    let cleared = response.metadata().get("set-cookie").map(|v| v.to_str().map(str::to_string)).transpose()?;
+    assert_eq!(cleared.as_deref(), Some("arrow_flight_session_id=; Max-Age=0"));
+    let results: Vec<arrow_flight::Result> = response.into_inner().try_collect().await?;
+    // CloseSessionResult { status: CLOSED }: field 1, varint 1.
+    assert_eq!(results.iter().map(|r| r.body.to_vec()).collect::<Vec<_>>(), vec![vec![0x08, 0x01]]);
+    let s = status_of(query(&mut mine, "SELECT 1").await);
+    assert_eq!(s.code(), Code::FailedPrecondition, "{s}");
+    assert!(s.message().contains("session ended"), "{s}");
+    Ok(())
+}

@@ -85,6 +85,8 @@ fn jdbc_driver_queries_and_reads_metadata() {
             "row 2 NULL",
             "row 3 grace",
             "count 2",
+            "session type DECIMAL",
+            "other type DOUBLE",
             "table quiverdb.public.jdbc_t TABLE",
             "column id BIGINT",
             "column name VARCHAR",

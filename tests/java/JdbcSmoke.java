@@ -35,6 +35,19 @@ public class JdbcSmoke {
                     System.out.println("count " + rs.getLong(1));
                 }
             }
+            // SET holds for this connection's session (the driver sends the
+            // session cookie back); a second connection keeps the server's.
+            try (Statement st = conn.createStatement()) {
+                st.execute("SET datafusion.sql_parser.parse_float_as_decimal = true");
+                try (ResultSet rs = st.executeQuery("SELECT 1.5 AS x")) {
+                    System.out.println("session type " + rs.getMetaData().getColumnTypeName(1));
+                }
+            }
+            try (Connection other = DriverManager.getConnection(url, args[1], args[2]);
+                    Statement st = other.createStatement();
+                    ResultSet rs = st.executeQuery("SELECT 1.5 AS x")) {
+                System.out.println("other type " + rs.getMetaData().getColumnTypeName(1));
+            }
             DatabaseMetaData meta = conn.getMetaData();
             try (ResultSet rs = meta.getTables(null, null, "jdbc%", null)) {
                 while (rs.next()) {

@@ -404,6 +404,99 @@ class ResultTypesTest(AdbcTestCase):
         cur.execute("DROP TABLE victims")
 
 
+class SessionTest(unittest.TestCase):
+    """SET, SHOW, RESET and Flight session options, per connection.
+
+    A connection keeps a session through the cookie the server sets when
+    its first SET runs; ADBC sends cookies back with its cookie middleware.
+    """
+
+    def session_connection(self):
+        conn = flight_sql.connect(
+            URI,
+            db_kwargs={
+                "username": USER,
+                "password": PASSWORD,
+                "adbc.flight.sql.rpc.with_cookie_middleware": "true",
+            },
+            autocommit=True,
+        )
+        self.addCleanup(conn.close)
+        return conn
+
+    def type_of_one_and_a_half(self, cur):
+        cur.execute("SELECT 1.5 AS x")
+        table = cur.fetch_arrow_table()
+        return table.schema.field("x").type, table.column("x").to_pylist()
+
+    def test_set_changes_only_its_own_connection(self):
+        mine = self.session_connection().cursor()
+        other = self.session_connection().cursor()
+        self.addCleanup(mine.close)
+        self.addCleanup(other.close)
+        # Both plan this text first in the shared session (and its cache).
+        self.assertEqual(self.type_of_one_and_a_half(other), (pa.float64(), [1.5]))
+        self.assertEqual(self.type_of_one_and_a_half(mine), (pa.float64(), [1.5]))
+
+        mine.execute("SET datafusion.sql_parser.parse_float_as_decimal = true")
+        self.assertEqual(self.type_of_one_and_a_half(mine)[0], pa.decimal128(2, 1))
+        self.assertEqual(
+            rows(mine, "SHOW datafusion.sql_parser.parse_float_as_decimal"),
+            [("datafusion.sql_parser.parse_float_as_decimal", "true")],
+        )
+        # The other connection's queries are unchanged.
+        self.assertEqual(self.type_of_one_and_a_half(other), (pa.float64(), [1.5]))
+        self.assertEqual(
+            rows(other, "SHOW datafusion.sql_parser.parse_float_as_decimal"),
+            [("datafusion.sql_parser.parse_float_as_decimal", "false")],
+        )
+
+        mine.execute("SET TIME ZONE = '+08:00'")
+        self.assertEqual(rows(mine, "SHOW TIME ZONE"), [("datafusion.execution.time_zone", "+08:00")])
+        self.assertNotEqual(rows(other, "SHOW TIME ZONE"), [("datafusion.execution.time_zone", "+08:00")])
+
+        mine.execute("RESET datafusion.sql_parser.parse_float_as_decimal")
+        self.assertEqual(self.type_of_one_and_a_half(mine), (pa.float64(), [1.5]))
+        # RESET touched one setting; the time zone stays.
+        self.assertEqual(rows(mine, "SHOW TIME ZONE"), [("datafusion.execution.time_zone", "+08:00")])
+
+    def test_settings_of_the_server_are_refused(self):
+        cur = self.session_connection().cursor()
+        self.addCleanup(cur.close)
+        with self.assertRaises(adbc_driver_manager.ProgrammingError) as raised:
+            cur.execute("SET datafusion.runtime.memory_limit = '100G'")
+        self.assertIn("server's setting", str(raised.exception))
+        with self.assertRaises(adbc_driver_manager.ProgrammingError) as raised:
+            cur.execute("SET datafusion.execution.batch_size = 1000000000")
+        self.assertIn("at most", str(raised.exception))
+        with self.assertRaises(adbc_driver_manager.Error) as raised:
+            cur.execute("SET datafusion.no_such_option = 1")
+        self.assertIn("no_such_option", str(raised.exception))
+        # Nothing was set.
+        self.assertEqual(
+            rows(cur, "SHOW datafusion.execution.batch_size"),
+            [("datafusion.execution.batch_size", "8192")],
+        )
+
+    def test_flight_session_options(self):
+        conn = self.session_connection()
+        prefix = "adbc.flight.sql.session.option."
+        conn.adbc_connection.set_options(**{prefix + "datafusion.execution.time_zone": "+05:30"})
+        self.assertEqual(conn.adbc_connection.get_option(prefix + "datafusion.execution.time_zone"), "+05:30")
+        cur = conn.cursor()
+        self.addCleanup(cur.close)
+        self.assertEqual(rows(cur, "SHOW TIME ZONE"), [("datafusion.execution.time_zone", "+05:30")])
+        cur.execute("SET datafusion.execution.batch_size = 100")
+        self.assertEqual(conn.adbc_connection.get_option(prefix + "datafusion.execution.batch_size"), "100")
+        # A fresh connection sees the server's settings.
+        fresh = self.session_connection().cursor()
+        self.addCleanup(fresh.close)
+        self.assertEqual(
+            rows(fresh, "SHOW datafusion.execution.batch_size"),
+            [("datafusion.execution.batch_size", "8192")],
+        )
+
+
 def _varint(n):
     out = bytearray()
     while True:

@@ -4,14 +4,25 @@
 //! `Internal` error; it is the client's mistake, so quiverdb reports it as
 //! `InvalidArgument`. And arrow-flight answers no GetSchema; quiverdb
 //! answers it for queries, prepared statements and metadata commands.
+//!
+//! Every request runs in the session its cookie names (see
+//! [`super::sessions`]); a response that opened or closed a session sets
+//! or clears the cookie. Flight's session actions (`SetSessionOptions`,
+//! `GetSessionOptions`, `CloseSession`) are answered here.
 
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
     Action, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, PollInfo, SchemaResult, Ticket,
 };
+use bytes::Bytes;
+use futures::stream;
+use prost::Message;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::service::QuiverFlightSql;
+use super::sessions::proto::{
+    CLOSE_SESSION, CloseSessionResult, CloseStatus, GET_SESSION_OPTIONS, SET_SESSION_OPTIONS, SetSessionOptionsRequest,
+};
 
 /// See the module documentation.
 #[derive(Debug, Clone)]
@@ -25,6 +36,26 @@ fn malformed(status: Status) -> Status {
     } else {
         status
     }
+}
+
+/// An action's body: the message itself, or (as some clients send it)
+/// packed in an `Any`.
+fn action_body<M: Message + Default>(body: &[u8], name: &str) -> Result<M, Status> {
+    let malformed = |e: prost::DecodeError| Status::invalid_argument(format!("malformed {name}: {e}"));
+    if let Ok(any) = arrow_flight::sql::Any::decode(body)
+        && any.type_url.ends_with(&format!("arrow.flight.protocol.{name}"))
+    {
+        return M::decode(&*any.value).map_err(malformed);
+    }
+    M::decode(body).map_err(malformed)
+}
+
+/// `response`, with the cookie of a session the request opened or closed,
+/// and arrow-flight's decoding errors corrected.
+fn answered<T>(service: &QuiverFlightSql, response: Result<Response<T>, Status>) -> Result<Response<T>, Status> {
+    let mut response = response.map_err(malformed)?;
+    service.session().answer(response.metadata_mut());
+    Ok(response)
 }
 
 #[tonic::async_trait]
@@ -49,27 +80,48 @@ impl FlightService for QuiverFlightService {
     }
 
     async fn get_flight_info(&self, request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
-        self.0.get_flight_info(request).await.map_err(malformed)
+        let service = self.0.for_request(request.metadata())?;
+        answered(&service, service.get_flight_info(request).await)
     }
 
     async fn poll_flight_info(&self, request: Request<FlightDescriptor>) -> Result<Response<PollInfo>, Status> {
-        self.0.poll_flight_info(request).await.map_err(malformed)
+        let service = self.0.for_request(request.metadata())?;
+        answered(&service, service.poll_flight_info(request).await)
     }
 
     async fn get_schema(&self, request: Request<FlightDescriptor>) -> Result<Response<SchemaResult>, Status> {
-        self.0.schema_of(request).await.map(Response::new)
+        let service = self.0.for_request(request.metadata())?;
+        answered(&service, service.schema_of(request).await.map(Response::new))
     }
 
     async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
-        self.0.do_get(request).await.map_err(malformed)
+        let service = self.0.for_request(request.metadata())?;
+        answered(&service, service.do_get(request).await)
     }
 
     async fn do_put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoPutStream>, Status> {
-        self.0.do_put(request).await.map_err(malformed)
+        let service = self.0.for_request(request.metadata())?;
+        answered(&service, service.do_put(request).await)
     }
 
     async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
-        self.0.do_action(request).await.map_err(malformed)
+        let service = self.0.for_request(request.metadata())?;
+        let action = request.get_ref();
+        let body = match action.r#type.as_str() {
+            SET_SESSION_OPTIONS => {
+                let options: SetSessionOptionsRequest = action_body(&action.body, "SetSessionOptionsRequest")?;
+                service.set_session_options(options.session_options).await.encode_to_vec()
+            }
+            GET_SESSION_OPTIONS => service.session_options().encode_to_vec(),
+            CLOSE_SESSION => {
+                let status = if service.close_session() { CloseStatus::Closed } else { CloseStatus::NotClosable };
+                CloseSessionResult { status: status as i32 }.encode_to_vec()
+            }
+            _ => return answered(&service, service.do_action(request).await),
+        };
+        let result = arrow_flight::Result { body: Bytes::from(body) };
+        let response: Response<Self::DoActionStream> = Response::new(Box::pin(stream::iter([Ok(result)])));
+        answered(&service, Ok(response))
     }
 
     async fn list_actions(&self, request: Request<Empty>) -> Result<Response<Self::ListActionsStream>, Status> {

@@ -49,6 +49,7 @@ mod metadata;
 mod plans;
 mod results;
 mod service;
+mod sessions;
 mod status;
 
 pub use auth::Auth;
@@ -94,6 +95,9 @@ pub struct FlightOptions {
     /// clients slow to close their connections) get before the server
     /// stops anyway.
     pub shutdown_grace: Duration,
+    /// How long a client's session (the settings its `SET` statements
+    /// made) lives without use.
+    pub session_idle: Duration,
 }
 
 impl Default for FlightOptions {
@@ -105,6 +109,7 @@ impl Default for FlightOptions {
             token_ttl: Duration::from_secs(8 * 3600),
             session: SessionOptions::default(),
             shutdown_grace: Duration::from_secs(30),
+            session_idle: Duration::from_secs(3600),
         }
     }
 }
@@ -139,6 +144,7 @@ fn flight_service(
         options.session.table_options.clone(),
         auth,
         options.max_message_bytes,
+        options.session_idle,
     );
     FlightServiceServer::new(QuiverFlightService(service))
         .max_decoding_message_size(options.max_message_bytes)

@@ -118,8 +118,8 @@ impl PlanCache {
 ///
 /// DataFusion's logical optimizer reads nothing of a table but its schema
 /// and which filters its provider takes (quiverdb answers from the schema
-/// alone), and the service refuses `SET`, so the session's options do not
-/// change. What it does read per execution is the execution's properties:
+/// alone), and only the shared session's plans are cached, whose options
+/// do not change (a client's `SET` gives it a session of its own). What it does read per execution is the execution's properties:
 /// it folds stable functions (`now()`, `current_date`) to the execution's
 /// start time and variables (`@@name`) to their current values. Plans
 /// that call any function that is not immutable, read a variable, take

@@ -2,6 +2,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
 use arrow_flight::decode::FlightRecordBatchStream;
@@ -29,7 +30,7 @@ use datafusion::catalog::information_schema::InformationSchemaProvider;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{LogicalPlan, ResetVariable, SetVariable, Statement};
 use datafusion::physical_plan::{collect, execute_stream};
 use datafusion::prelude::{SQLOptions, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
@@ -45,6 +46,11 @@ use super::handle::Handle;
 use super::metadata::{INFORMATION_SCHEMA, SQL_INFO, XDBC_TYPES, primary_keys, primary_keys_schema};
 use super::plans::PlanCache;
 use super::results::{client_schema, to_client_batch};
+use super::sessions::proto::{
+    ErrorValue, GetSessionOptionsResult, OptionValue, SessionOptionValue, SetSessionOptionsError,
+    SetSessionOptionsResult,
+};
+use super::sessions::{RequestSession, Sessions};
 use super::status::{arrow_status, df_status, flight_status, storage_status};
 use crate::catalog::{DEFAULT_SCHEMA, QuiverSchema};
 use crate::many::{as_one_statement, as_one_update};
@@ -57,7 +63,17 @@ type FlightStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send
 #[derive(Clone)]
 pub(crate) struct QuiverFlightSql {
     db: Database,
+    /// The session a request runs in: the shared one, or its client's
+    /// (see [`super::sessions`]).
     ctx: SessionContext,
+    /// The server's shared session, which client sessions copy.
+    shared: SessionContext,
+    sessions: Arc<Sessions>,
+    /// The session the request being served names.
+    session: RequestSession,
+    /// Whether `ctx` is a client's session, whose settings may differ from
+    /// the shared session's (its plans are not cached).
+    own_settings: bool,
     /// The schema `ctx` resolves table names in (for its catalog version).
     schema: Arc<QuiverSchema>,
     plans: Arc<PlanCache>,
@@ -80,11 +96,144 @@ impl QuiverFlightSql {
         table_options: TableOptions,
         auth: Arc<Authenticator>,
         max_message_bytes: usize,
+        session_idle: Duration,
     ) -> Self {
         // Leave room for the IPC framing around a data message.
         let max_flight_data_bytes = (max_message_bytes / 2).clamp(1024, 2 << 20);
         let plans = Arc::default();
-        Self { db, ctx, schema, plans, table_options, auth, max_flight_data_bytes }
+        let sessions = Arc::new(Sessions::new(session_idle));
+        Self {
+            db,
+            shared: ctx.clone(),
+            ctx,
+            sessions,
+            session: RequestSession::default(),
+            own_settings: false,
+            schema,
+            plans,
+            table_options,
+            auth,
+            max_flight_data_bytes,
+        }
+    }
+
+    /// The service for one request: in the session its metadata names.
+    pub(crate) fn for_request(&self, metadata: &tonic::metadata::MetadataMap) -> Result<Self, Status> {
+        let session = RequestSession::of(metadata)?;
+        let mut service = self.clone();
+        if let Some(ctx) = self.sessions.context(&session)? {
+            service.ctx = ctx;
+            service.own_settings = true;
+        }
+        service.session = session;
+        Ok(service)
+    }
+
+    /// The request's session, for the response to name.
+    pub(crate) fn session(&self) -> &RequestSession {
+        &self.session
+    }
+
+    /// Runs `SET` and `RESET` statements in the request's session, opening
+    /// one for its client if it has none.
+    async fn apply_settings(&self, plans: Vec<LogicalPlan>) -> Result<(), Status> {
+        let (ctx, opened) = self.sessions.open(&self.session, &self.shared)?;
+        let applied = self.apply_settings_to(&ctx, plans).await;
+        if applied.is_err() && opened {
+            self.sessions.discard_opened(&self.session);
+        }
+        applied
+    }
+
+    async fn apply_settings_to(&self, ctx: &SessionContext, plans: Vec<LogicalPlan>) -> Result<(), Status> {
+        for plan in plans {
+            let plan = match plan {
+                LogicalPlan::Statement(Statement::SetVariable(set)) => {
+                    check_setting(&set.variable, Some(&set.value))?;
+                    LogicalPlan::Statement(Statement::SetVariable(set))
+                }
+                LogicalPlan::Statement(Statement::ResetVariable(reset)) => {
+                    check_setting(&reset.variable, None)?;
+                    // Back to the server's setting, which may not be
+                    // DataFusion's default.
+                    let shared = self.shared.state().config().options().entries();
+                    match shared.into_iter().find(|e| e.key == reset.variable).and_then(|e| e.value) {
+                        Some(value) => LogicalPlan::Statement(Statement::SetVariable(SetVariable {
+                            variable: reset.variable,
+                            value,
+                        })),
+                        None => LogicalPlan::Statement(Statement::ResetVariable(reset)),
+                    }
+                }
+                other => return Err(Status::internal(format!("not a session setting: {}", other.display()))),
+            };
+            ctx.execute_logical_plan(plan).await.map_err(df_status)?;
+        }
+        Ok(())
+    }
+
+    /// Flight's `SetSessionOptions`: each option as a `SET` in the request's
+    /// session; the ones refused, with why.
+    pub(crate) async fn set_session_options(
+        &self,
+        options: std::collections::HashMap<String, SessionOptionValue>,
+    ) -> SetSessionOptionsResult {
+        let known = |name: &str| self.ctx.state().config().options().entries().iter().any(|e| e.key == name);
+        let mut errors = std::collections::HashMap::new();
+        for (name, value) in options {
+            let variable = name.to_ascii_lowercase();
+            let plan = match value.option_value {
+                None => Statement::ResetVariable(ResetVariable { variable }),
+                Some(OptionValue::String(value)) => Statement::SetVariable(SetVariable { variable, value }),
+                Some(OptionValue::Bool(value)) => {
+                    Statement::SetVariable(SetVariable { variable, value: value.to_string() })
+                }
+                Some(OptionValue::Int64(value)) => {
+                    Statement::SetVariable(SetVariable { variable, value: value.to_string() })
+                }
+                Some(OptionValue::Double(value)) => {
+                    Statement::SetVariable(SetVariable { variable, value: value.to_string() })
+                }
+                Some(OptionValue::StringList(_)) => {
+                    errors.insert(name, SetSessionOptionsError { value: ErrorValue::InvalidValue as i32 });
+                    continue;
+                }
+            };
+            let known = match &plan {
+                Statement::SetVariable(set) => known(&set.variable),
+                Statement::ResetVariable(reset) => known(&reset.variable),
+                _ => false,
+            };
+            if let Err(status) = self.apply_settings(vec![LogicalPlan::Statement(plan)]).await {
+                debug!(option = %name, %status, "session option refused");
+                let value = if known { ErrorValue::InvalidValue } else { ErrorValue::InvalidName };
+                errors.insert(name, SetSessionOptionsError { value: value as i32 });
+            }
+        }
+        SetSessionOptionsResult { errors }
+    }
+
+    /// Flight's `GetSessionOptions`: every setting of the request's
+    /// session that has a value.
+    pub(crate) fn session_options(&self) -> GetSessionOptionsResult {
+        let session_options = self
+            .ctx
+            .state()
+            .config()
+            .options()
+            .entries()
+            .into_iter()
+            .filter_map(|e| {
+                let value = e.value?;
+                Some((e.key, SessionOptionValue { option_value: Some(OptionValue::String(value)) }))
+            })
+            .collect();
+        GetSessionOptionsResult { session_options }
+    }
+
+    /// Ends the request's session (Flight's `CloseSession`).
+    pub(crate) fn close_session(&self) -> bool {
+        self.sessions.close(&self.session)
     }
 
     /// Plans `sql` without running it (queries come from the plan cache
@@ -98,7 +247,7 @@ impl QuiverFlightSql {
     /// [`Self::plan`], with the catalog version the plan was made at.
     async fn plan_versioned(&self, sql: &str) -> Result<(LogicalPlan, u64), Status> {
         let version = self.schema.catalog_version();
-        if let Some(plan) = self.plans.get(sql, version) {
+        if let Some(plan) = self.cache().and_then(|plans| plans.get(sql, version)) {
             return Ok((plan, version));
         }
         let state = self.ctx.state();
@@ -106,12 +255,21 @@ impl QuiverFlightSql {
         let mut statement = state.sql_to_statement(sql, &dialect).map_err(df_status)?;
         number_positional_placeholders(&mut statement);
         let plan = state.statement_to_plan(statement).await.map_err(df_status)?;
-        SQLOptions::new().with_allow_statements(false).verify_plan(&plan).map_err(df_status)?;
+        if !is_setting(&plan) {
+            SQLOptions::new().with_allow_statements(false).verify_plan(&plan).map_err(df_status)?;
+        }
         self.schema.check_replace(&plan).map_err(df_status)?;
-        if is_query(&plan) {
-            self.plans.insert(sql, version, &plan);
+        if is_query(&plan)
+            && let Some(plans) = self.cache()
+        {
+            plans.insert(sql, version, &plan);
         }
         Ok((plan, version))
+    }
+
+    /// The plan cache, for requests in the shared session.
+    fn cache(&self) -> Option<&PlanCache> {
+        (!self.own_settings).then_some(&*self.plans)
     }
 
     /// `plan` once per row of `params` (or once, if there are none), with
@@ -165,6 +323,10 @@ impl QuiverFlightSql {
     /// Runs statements that change data or the catalog, returning the
     /// total affected-row count (`None` for DDL).
     async fn run_mutations(&self, plans: Vec<LogicalPlan>) -> Result<Option<u64>, Status> {
+        if plans.iter().all(is_setting) {
+            self.apply_settings(plans).await?;
+            return Ok(None);
+        }
         let mut total = None;
         let mut results = Vec::new();
         if let Some(update) = as_one_update(&self.ctx.state(), &plans).await.map_err(df_status)? {
@@ -350,11 +512,12 @@ impl QuiverFlightSql {
     /// catalog `version`, optimized: from the plan cache when a run kept
     /// it (see [`super::plans`]).
     fn optimize_query(&self, sql: &str, version: u64, plan: &LogicalPlan) -> Result<LogicalPlan, Status> {
-        if let Some(optimized) = self.plans.optimized(sql, version) {
+        let Some(plans) = self.cache() else { return self.optimize(plan) };
+        if let Some(optimized) = plans.optimized(sql, version) {
             return Ok(optimized);
         }
         let optimized = self.optimize(plan)?;
-        self.plans.set_optimized(sql, version, &optimized);
+        plans.set_optimized(sql, version, &optimized);
         Ok(optimized)
     }
 
@@ -496,6 +659,40 @@ fn bind_as(value: ScalarValue, ty: &DataType, i: usize) -> Result<ScalarValue, S
 fn result_schema(optimized: &LogicalPlan) -> SchemaRef {
     client_schema(optimized.schema().as_arrow())
 }
+
+/// True for `SET` and `RESET`, which change the client's session.
+fn is_setting(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::Statement(Statement::SetVariable(_) | Statement::ResetVariable(_)))
+}
+
+/// Refuses settings a client may not change in its session: those of the
+/// server's runtime (its memory pool is every client's), and sizes that
+/// would let one query take the machine. `value` is `None` for a `RESET`.
+fn check_setting(name: &str, value: Option<&str>) -> Result<(), Status> {
+    if name.starts_with("datafusion.runtime.") {
+        return Err(Status::permission_denied(format!(
+            "'{name}' is the server's setting, shared by all clients (set it when starting the server)"
+        )));
+    }
+    let bounds: &[(&str, u64)] = &[
+        ("datafusion.execution.target_partitions", MAX_PARTITIONS),
+        ("datafusion.execution.planning_concurrency", MAX_PARTITIONS),
+        ("datafusion.execution.meta_fetch_concurrency", MAX_PARTITIONS),
+        ("datafusion.execution.batch_size", MAX_BATCH_ROWS),
+    ];
+    if let (Some(value), Some((_, max))) = (value, bounds.iter().find(|(n, _)| *n == name))
+        && value.trim().parse::<u64>().is_ok_and(|v| v > *max)
+    {
+        return Err(Status::invalid_argument(format!("'{name}' may be at most {max}, not {value}")));
+    }
+    Ok(())
+}
+
+/// Most partitions a session may ask a query to run in.
+const MAX_PARTITIONS: u64 = 1024;
+
+/// Most rows per batch a session may ask for.
+const MAX_BATCH_ROWS: u64 = 1 << 20;
 
 /// True for a statement that only reads: not DDL, DML or a session
 /// statement, and nothing of the kind inside it (`EXPLAIN ANALYZE INSERT`
