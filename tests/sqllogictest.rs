@@ -1,13 +1,19 @@
-//! Runs every `tests/sql/*.slt` file through a quiverdb-backed DataFusion
-//! session, twice: with default settings, and with tiny shards, batches and
-//! id buffers plus a forced rebuild of every table after every statement
-//! (so each statement meets main storage, deltas and shard boundaries).
+//! Runs every `tests/sql/*.slt` file three times: through a quiverdb-backed
+//! DataFusion session with default settings; through one with tiny shards,
+//! batches and id buffers plus a forced rebuild of every table after every
+//! statement (so each statement meets main storage, deltas and shard
+//! boundaries); and through a real Flight SQL server and the arrow-rs Flight
+//! SQL client, as a client program sends them (each statement as a
+//! `CommandStatementQuery`, its result fetched with the ticket).
 //!
 //! Conventions of the files: `NULL` is a NULL cell, `(empty)` an empty
 //! string; floats print with at most 12 decimals; DML statements return
 //! their row count (`query I`). Column types: `I` integers, `R` floats and
 //! decimals, `T` everything else. EXPLAIN expectations use `<slt:ignore>`
 //! for the parts that depend on the settings (shard and partition counts).
+
+#[path = "common/flight.rs"]
+mod flight;
 
 use std::path::PathBuf;
 
@@ -28,19 +34,31 @@ enum Mode {
     Default,
     /// Tiny shards, batches and buffers; every table rebuilt after every statement.
     Tiny,
+    /// Through a Flight SQL server and client, with default settings.
+    Flight,
 }
 
 struct Quiver {
     db: Database,
     ctx: SessionContext,
     mode: Mode,
+    /// In [`Mode::Flight`]: the server (over `db`), a client of it, and the
+    /// client's session cookie.
+    flight: Option<(flight::TestServer, flight::Client, Option<String>)>,
 }
 
 impl Quiver {
-    fn new(mode: Mode) -> Self {
+    async fn new(mode: Mode) -> Self {
+        if let Mode::Flight = mode {
+            let server = flight::TestServer::open().await;
+            let client = server.client().await;
+            let db = server.db.clone();
+            let ctx = quiverdb::session_context(&db);
+            return Self { db, ctx, mode, flight: Some((server, client, None)) };
+        }
         let db = Database::new();
         let options = match mode {
-            Mode::Default => SessionOptions::default(),
+            Mode::Default | Mode::Flight => SessionOptions::default(),
             Mode::Tiny => SessionOptions {
                 target_partitions: 3,
                 batch_size: 5,
@@ -50,7 +68,18 @@ impl Quiver {
             },
         };
         let ctx = quiverdb::session_context_with(&db, options);
-        Self { db, ctx, mode }
+        Self { db, ctx, mode, flight: None }
+    }
+
+    /// The statement's result batches: from the session, or from the
+    /// Flight SQL server (an error is the message the client received).
+    async fn batches(&mut self, sql: &str) -> Result<Vec<RecordBatch>, DataFusionError> {
+        let Some((_, client, cookie)) = &mut self.flight else { return self.ctx.sql(sql).await?.collect().await };
+        let result = flight::run(client, cookie, sql).await;
+        result.map_err(|e| match e {
+            arrow_flight::error::FlightError::Tonic(status) => DataFusionError::Execution(status.message().to_string()),
+            other => DataFusionError::External(Box::new(other)),
+        })
     }
 }
 
@@ -60,7 +89,7 @@ impl AsyncDB for Quiver {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DataFusionError> {
-        let batches = self.ctx.sql(sql).await?.collect().await?;
+        let batches = self.batches(sql).await?;
         if let Mode::Tiny = self.mode {
             self.db.rebuild_all().map_err(|e| DataFusionError::External(Box::new(e)))?;
         }
@@ -174,7 +203,7 @@ fn run_all(mode: Mode) {
     let mut failures = Vec::new();
     for file in slt_files() {
         let outcome = runtime.block_on(async {
-            let mut runner = Runner::new(move || async move { Ok(Quiver::new(mode)) });
+            let mut runner = Runner::new(move || async move { Ok(Quiver::new(mode).await) });
             runner.with_column_validator(sqllogictest::strict_column_validator);
             let result = runner.run_file_async(&file).await;
             runner.shutdown_async().await;
@@ -195,4 +224,9 @@ fn sqllogictest_default_settings() {
 #[test]
 fn sqllogictest_tiny_shards_and_rebuilds() {
     run_all(Mode::Tiny);
+}
+
+#[test]
+fn sqllogictest_through_flight_sql() {
+    run_all(Mode::Flight);
 }

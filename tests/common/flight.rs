@@ -123,6 +123,35 @@ pub(crate) async fn fetch(client: &mut Client, info: &FlightInfo) -> Result<Reco
     Ok(concat_batches(&schema, &batches)?)
 }
 
+/// Runs `sql` as `CommandStatementQuery` and fetches its result batches
+/// (none for a statement whose result has no columns), as a client that
+/// keeps cookies does: `cookie` is the session cookie (`name=value`) to
+/// send, replaced by the one a response sets, which `client` then sends
+/// with every later request.
+pub(crate) async fn run(
+    client: &mut Client,
+    cookie: &mut Option<String>,
+    sql: &str,
+) -> Result<Vec<RecordBatch>, FlightError> {
+    use arrow_flight::FlightDescriptor;
+    use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
+    use prost::Message;
+
+    let command = CommandStatementQuery { query: sql.into(), transaction_id: None };
+    let mut request = tonic::Request::new(FlightDescriptor::new_cmd(command.as_any().encode_to_vec()));
+    if let Some(cookie) = cookie {
+        request.metadata_mut().insert("cookie", cookie.parse().map_err(|_| FlightError::protocol("a cookie"))?);
+    }
+    let response = client.inner_mut().get_flight_info(request).await?;
+    if let Some(set) = response.metadata().get("set-cookie").and_then(|v| v.to_str().ok()) {
+        let pair = set.split(';').next().unwrap_or_default().to_string();
+        client.set_header("cookie", pair.clone());
+        *cookie = Some(pair);
+    }
+    let batch = fetch(client, &response.into_inner()).await?;
+    Ok(if batch.schema().fields().is_empty() { Vec::new() } else { vec![batch] })
+}
+
 /// Runs `sql` as `CommandStatementQuery` and fetches its result.
 pub(crate) async fn query(client: &mut Client, sql: &str) -> Result<RecordBatch, FlightError> {
     let info = client.execute(sql.to_string(), None).await?;

@@ -80,32 +80,32 @@ impl FlightService for QuiverFlightService {
     }
 
     async fn get_flight_info(&self, request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
-        let service = self.0.for_request(request.metadata())?;
+        let service = self.0.for_request(&request)?;
         answered(&service, service.get_flight_info(request).await)
     }
 
     async fn poll_flight_info(&self, request: Request<FlightDescriptor>) -> Result<Response<PollInfo>, Status> {
-        let service = self.0.for_request(request.metadata())?;
+        let service = self.0.for_request(&request)?;
         answered(&service, service.poll_flight_info(request).await)
     }
 
     async fn get_schema(&self, request: Request<FlightDescriptor>) -> Result<Response<SchemaResult>, Status> {
-        let service = self.0.for_request(request.metadata())?;
+        let service = self.0.for_request(&request)?;
         answered(&service, service.schema_of(request).await.map(Response::new))
     }
 
     async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
-        let service = self.0.for_request(request.metadata())?;
+        let service = self.0.for_request(&request)?;
         answered(&service, service.do_get(request).await)
     }
 
     async fn do_put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoPutStream>, Status> {
-        let service = self.0.for_request(request.metadata())?;
+        let service = self.0.for_request(&request)?;
         answered(&service, service.do_put(request).await)
     }
 
     async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
-        let service = self.0.for_request(request.metadata())?;
+        let service = self.0.for_request(&request)?;
         let action = request.get_ref();
         let body = match action.r#type.as_str() {
             SET_SESSION_OPTIONS => {

@@ -117,9 +117,9 @@ impl QuiverFlightSql {
         }
     }
 
-    /// The service for one request: in the session its metadata names.
-    pub(crate) fn for_request(&self, metadata: &tonic::metadata::MetadataMap) -> Result<Self, Status> {
-        let session = RequestSession::of(metadata)?;
+    /// The service for `request`: in the session its metadata names.
+    pub(crate) fn for_request<T>(&self, request: &Request<T>) -> Result<Self, Status> {
+        let session = RequestSession::of(request.metadata(), request.remote_addr())?;
         let mut service = self.clone();
         if let Some(ctx) = self.sessions.context(&session)? {
             service.ctx = ctx;

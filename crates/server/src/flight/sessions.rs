@@ -13,8 +13,16 @@
 //! session that ended is refused rather than run with other settings than
 //! the client chose. With authentication, a session belongs to the
 //! credentials that opened it.
+//!
+//! A client that does not send cookies back would run the statements after
+//! its `SET` with the server's settings, as if the `SET` never happened. So
+//! when a request without a cookie comes over the connection that opened a
+//! session whose cookie was never sent back, that request is refused with
+//! the reason and the session is discarded: the client learns that its
+//! settings did not hold instead of getting results made with others.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -38,8 +46,16 @@ const MAX_ID_LEN: usize = 64;
 
 /// The open sessions.
 pub(crate) struct Sessions {
-    open: Mutex<HashMap<Key, Entry>>,
+    open: Mutex<Open>,
     idle: Duration,
+}
+
+/// The open sessions, and those not yet named by a cookie, by the
+/// connection that opened them.
+#[derive(Default)]
+struct Open {
+    sessions: HashMap<Key, Entry>,
+    unconfirmed: HashMap<SocketAddr, Key>,
 }
 
 /// A session: its id and the credentials that opened it.
@@ -52,11 +68,13 @@ struct Key {
 struct Entry {
     ctx: SessionContext,
     last_used: Instant,
+    /// The connection that opened the session, until a request names it.
+    opener: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sessions").field("open", &self.lock_open().len()).field("idle", &self.idle).finish()
+        f.debug_struct("Sessions").field("open", &self.lock_open().sessions.len()).field("idle", &self.idle).finish()
     }
 }
 
@@ -67,14 +85,17 @@ pub(crate) struct RequestSession {
     id: Option<String>,
     /// The request's `authorization` header.
     owner: Option<String>,
+    /// The connection the request came over.
+    peer: Option<SocketAddr>,
     /// The id of a session opened while serving the request, which its
     /// response hands back as a cookie.
     opened: Arc<Mutex<Option<String>>>,
 }
 
 impl RequestSession {
-    /// The session `metadata` names (by its cookie), refusing a malformed id.
-    pub(crate) fn of(metadata: &MetadataMap) -> Result<Self, Status> {
+    /// The session `metadata` names (by its cookie), refusing a malformed
+    /// id, of a request that came over the connection from `peer`.
+    pub(crate) fn of(metadata: &MetadataMap, peer: Option<SocketAddr>) -> Result<Self, Status> {
         let mut id = None;
         for header in metadata.get_all("cookie") {
             let Ok(header) = header.to_str() else { continue };
@@ -93,7 +114,7 @@ impl RequestSession {
             }
         }
         let owner = metadata.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
-        Ok(Self { id, owner, opened: Arc::default() })
+        Ok(Self { id, owner, peer, opened: Arc::default() })
     }
 
     /// Adds the cookie of a session opened while serving the request, or
@@ -125,15 +146,31 @@ impl Sessions {
     /// The settings `request` runs with: its session's, `None` for the
     /// shared session. A request naming a session that ended is refused.
     pub(crate) fn context(&self, request: &RequestSession) -> Result<Option<SessionContext>, Status> {
-        let Some(key) = request.key() else { return Ok(None) };
         let mut open = self.lock_open();
-        match open.get_mut(&key) {
+        let Some(key) = request.key() else {
+            return match request.peer.and_then(|peer| open.unconfirmed.remove(&peer)) {
+                Some(key) => {
+                    open.sessions.remove(&key);
+                    Err(Status::failed_precondition(format!(
+                        "this connection ran SET, which gave it a session, but did not send the session cookie \
+                         ({SESSION_COOKIE}) back, so its settings would not hold; they are discarded. Enable cookies \
+                         in the client (ADBC: adbc.flight.sql.rpc.with_cookie_middleware=true)"
+                    )))
+                }
+                None => Ok(None),
+            };
+        };
+        match open.sessions.get_mut(&key) {
             Some(entry) if entry.last_used.elapsed() <= self.idle => {
                 entry.last_used = Instant::now();
-                Ok(Some(entry.ctx.clone()))
+                let ctx = entry.ctx.clone();
+                if let Some(opener) = entry.opener.take() {
+                    open.unconfirmed.remove(&opener);
+                }
+                Ok(Some(ctx))
             }
             _ => {
-                open.remove(&key);
+                open.sessions.remove(&key);
                 Err(self.ended())
             }
         }
@@ -150,23 +187,28 @@ impl Sessions {
             return Ok((self.context(request)?.ok_or_else(|| self.ended())?, false));
         }
         let mut open = self.lock_open();
-        if open.len() >= MAX_SESSIONS {
-            open.retain(|_, entry| entry.last_used.elapsed() <= self.idle);
-            let oldest = open.iter().min_by_key(|(_, entry)| entry.last_used).map(|(key, _)| key.clone());
-            if open.len() >= MAX_SESSIONS
+        if open.sessions.len() >= MAX_SESSIONS {
+            open.sessions.retain(|_, entry| entry.last_used.elapsed() <= self.idle);
+            let oldest = open.sessions.iter().min_by_key(|(_, entry)| entry.last_used).map(|(key, _)| key.clone());
+            if open.sessions.len() >= MAX_SESSIONS
                 && let Some(oldest) = oldest
             {
-                open.remove(&oldest);
+                open.sessions.remove(&oldest);
             }
+            let Open { sessions, unconfirmed } = &mut *open;
+            unconfirmed.retain(|_, key| sessions.contains_key(key));
         }
         let mut bytes = [0u8; 24];
         rand::rng().fill_bytes(&mut bytes);
         let id = BASE64_URL_SAFE_NO_PAD.encode(bytes);
         let ctx = SessionContext::new_with_state(shared.state());
-        open.insert(
-            Key { id: id.clone(), owner: request.owner.clone() },
-            Entry { ctx: ctx.clone(), last_used: Instant::now() },
-        );
+        let key = Key { id: id.clone(), owner: request.owner.clone() };
+        if let Some(peer) = request.peer
+            && let Some(previous) = open.unconfirmed.insert(peer, key.clone())
+        {
+            open.sessions.remove(&previous);
+        }
+        open.sessions.insert(key, Entry { ctx: ctx.clone(), last_used: Instant::now(), opener: request.peer });
         *lock(&request.opened) = Some(id);
         Ok((ctx, true))
     }
@@ -176,14 +218,14 @@ impl Sessions {
     pub(crate) fn discard_opened(&self, request: &RequestSession) {
         let opened = lock(&request.opened).take();
         if let Some(id) = opened.filter(|id| !id.is_empty()) {
-            self.lock_open().remove(&Key { id, owner: request.owner.clone() });
+            self.forget(&Key { id, owner: request.owner.clone() });
         }
     }
 
     /// Ends `request`'s session; true if it had one.
     pub(crate) fn close(&self, request: &RequestSession) -> bool {
         let Some(key) = request.key() else { return false };
-        let closed = self.lock_open().remove(&key).is_some();
+        let closed = self.forget(&key);
         // The response tells the client to forget the cookie.
         *lock(&request.opened) = Some(String::new());
         closed
@@ -197,7 +239,17 @@ impl Sessions {
         ))
     }
 
-    fn lock_open(&self) -> MutexGuard<'_, HashMap<Key, Entry>> {
+    /// Ends the session `key`; true if it was open.
+    fn forget(&self, key: &Key) -> bool {
+        let mut open = self.lock_open();
+        let Some(entry) = open.sessions.remove(key) else { return false };
+        if let Some(opener) = entry.opener {
+            open.unconfirmed.remove(&opener);
+        }
+        true
+    }
+
+    fn lock_open(&self) -> MutexGuard<'_, Open> {
         lock(&self.open)
     }
 }
@@ -297,6 +349,10 @@ mod tests {
     use super::*;
 
     fn request(cookie: Option<&str>, auth: Option<&str>) -> RequestSession {
+        request_from(cookie, auth, None)
+    }
+
+    fn request_from(cookie: Option<&str>, auth: Option<&str>, peer: Option<SocketAddr>) -> RequestSession {
         let mut metadata = MetadataMap::new();
         if let Some(cookie) = cookie {
             metadata.insert("cookie", MetadataValue::try_from(cookie).expect("ascii"));
@@ -304,7 +360,7 @@ mod tests {
         if let Some(auth) = auth {
             metadata.insert("authorization", MetadataValue::try_from(auth).expect("ascii"));
         }
-        RequestSession::of(&metadata).expect("well-formed")
+        RequestSession::of(&metadata, peer).expect("well-formed")
     }
 
     fn cookie_of(request: &RequestSession) -> String {
@@ -358,12 +414,45 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_that_does_not_send_its_cookie_back_is_told_once() {
+        let sessions = Sessions::new(Duration::from_secs(60));
+        let shared = SessionContext::new();
+        let peer: SocketAddr = "127.0.0.1:5000".parse().expect("an address");
+        let other: SocketAddr = "127.0.0.1:5001".parse().expect("an address");
+        let set = request_from(None, None, Some(peer));
+        sessions.open(&set, &shared).expect("opened");
+        // Another connection without a cookie runs in the shared session.
+        assert!(sessions.context(&request_from(None, None, Some(other))).map(|c| c.is_none()).expect("shared"));
+        // The connection that ran SET, without the cookie: refused, once.
+        let status = sessions.context(&request_from(None, None, Some(peer))).map(|c| c.is_some()).expect_err("told");
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert!(status.message().contains("with_cookie_middleware"), "{status}");
+        assert!(sessions.context(&request_from(None, None, Some(peer))).map(|c| c.is_none()).expect("shared"));
+        // The session is gone.
+        let cookie = format!("{SESSION_COOKIE}={}", cookie_of(&set));
+        let named = request_from(Some(&cookie), None, Some(peer));
+        assert_eq!(
+            sessions.context(&named).map(|c| c.is_some()).expect_err("gone").code(),
+            tonic::Code::FailedPrecondition
+        );
+
+        // A client that sends the cookie back confirms its session: later
+        // requests without it (another client on a shared connection) run
+        // in the shared session.
+        let set = request_from(None, None, Some(peer));
+        sessions.open(&set, &shared).expect("opened");
+        let cookie = format!("{SESSION_COOKIE}={}", cookie_of(&set));
+        assert!(sessions.context(&request_from(Some(&cookie), None, Some(peer))).expect("open").is_some());
+        assert!(sessions.context(&request_from(None, None, Some(peer))).expect("shared").is_none());
+    }
+
+    #[test]
     fn malformed_cookies_are_refused() {
         for bad in ["", "a b", "a,b", &"a".repeat(65), "a/b"] {
             let mut metadata = MetadataMap::new();
             let Ok(value) = MetadataValue::try_from(format!("{SESSION_COOKIE}={bad}")) else { continue };
             metadata.insert("cookie", value);
-            let status = RequestSession::of(&metadata).expect_err(bad);
+            let status = RequestSession::of(&metadata, None).expect_err(bad);
             assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bad}");
         }
     }
