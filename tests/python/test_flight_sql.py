@@ -365,6 +365,20 @@ class ResultTypesTest(AdbcTestCase):
         self.assertEqual(result.schema.field("d").type, pa.string())
         self.assertEqual(result.column("d").to_pylist(), ["two"])
 
+    def test_ingest_of_a_dictionary_column_stores_its_values(self):
+        table = pa.table(
+            {
+                "id": pa.array([1, 2, 3], pa.int64()),
+                "s": pa.array(["a", None, "a"]).dictionary_encode(),
+            }
+        )
+        self.cur.adbc_ingest("dict_ingest", table, mode="create")
+        self.addCleanup(self.cur.execute, "DROP TABLE dict_ingest")
+        self.cur.execute("SELECT id, s FROM dict_ingest ORDER BY id")
+        result = self.cur.fetch_arrow_table()
+        self.assertEqual(result.schema.field("s").type, pa.string())
+        self.assertEqual(result.to_pylist(), [{"id": 1, "s": "a"}, {"id": 2, "s": None}, {"id": 3, "s": "a"}])
+
     def test_execute_schema_describes_a_query_without_running_it(self):
         # ADBC prepares the statement and reads its dataset schema.
         sql = "SELECT a, f, 2 AS x FROM mixed UNION ALL SELECT 1, 0.5, 1.5"

@@ -13,7 +13,32 @@ use arrow_schema::{DataType, Field};
 
 use crate::delta::Cell;
 use crate::error::{Error, Result};
-use crate::types::{PhysicalType, TableSchema, Value, ingest_compatible, is_string};
+use crate::types::{PhysicalType, TableSchema, Value, ingest_compatible, is_string, stored_type};
+
+/// `batch` with its dictionary- and run-end-encoded columns decoded to the
+/// value types the table stores (the batch itself when it has none).
+pub(crate) fn decoded(batch: &RecordBatch) -> Result<std::borrow::Cow<'_, RecordBatch>> {
+    let encoded = |ty: &DataType| matches!(ty, DataType::Dictionary(..) | DataType::RunEndEncoded(..));
+    if !batch.schema().fields().iter().any(|f| encoded(f.data_type())) {
+        return Ok(std::borrow::Cow::Borrowed(batch));
+    }
+    let schema = batch.schema();
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        let stored = stored_type(field.data_type());
+        if encoded(field.data_type()) {
+            columns.push(arrow_cast::cast(column, stored)?);
+            fields.push(field.as_ref().clone().with_data_type(stored.clone()));
+        } else {
+            columns.push(std::sync::Arc::clone(column));
+            fields.push(field.as_ref().clone());
+        }
+    }
+    let schema = std::sync::Arc::new(arrow_schema::Schema::new_with_metadata(fields, schema.metadata().clone()));
+    let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(std::borrow::Cow::Owned(RecordBatch::try_new_with_options(schema, columns, &options)?))
+}
 
 /// Checks that `batch` can be appended to `table` with schema `schema`.
 pub(crate) fn validate_batch(table: &str, schema: &TableSchema, batch: &RecordBatch) -> Result<()> {

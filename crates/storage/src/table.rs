@@ -28,7 +28,7 @@ use crate::background::Background;
 use crate::change::{ShardDeletes, TableChange};
 use crate::delta::Delta;
 use crate::error::{Error, Result};
-use crate::ingest::{encode_value, validate_batch};
+use crate::ingest::{decoded, encode_value, validate_batch};
 use crate::main::Main;
 use crate::main::decode::Rows;
 use crate::pk::PendingKeys;
@@ -271,6 +271,7 @@ impl<'t> Transaction<'t> {
 
     /// Appends a batch (validated whole first); returns its row count.
     pub fn append(&mut self, batch: &RecordBatch) -> Result<usize> {
+        let batch = &*decoded(batch)?;
         validate_batch(self.table.name(), self.table.schema(), batch)?;
         let n = batch.num_rows();
         if let Some(keys) = &mut self.keys {

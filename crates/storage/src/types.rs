@@ -116,10 +116,21 @@ impl PhysicalType {
     }
 }
 
+/// The type a column declared as `declared` is stored as: the value type
+/// of a dictionary or run-end encoding, else the type itself.
+pub fn stored_type(declared: &DataType) -> &DataType {
+    match declared {
+        DataType::Dictionary(_, values) => stored_type(values),
+        DataType::RunEndEncoded(_, values) => stored_type(values.data_type()),
+        other => other,
+    }
+}
+
 /// True if a batch column of type `found` may be appended to a column
 /// declared as `declared`: the types are equal, or both are strings
 /// (Utf8 / LargeUtf8 / Utf8View), or both are binary.
 pub fn ingest_compatible(declared: &DataType, found: &DataType) -> bool {
+    let found = stored_type(found);
     declared == found || (is_string(declared) && is_string(found)) || (is_binary(declared) && is_binary(found))
 }
 
@@ -151,6 +162,14 @@ impl TableSchema {
             return Err(Error::InvalidSchema("a table needs at least one column".into()));
         }
         let mut physical = Vec::with_capacity(schema.fields().len());
+        // Dictionary- and run-end-encoded columns are stored as their
+        // values: quiverdb picks its own encodings.
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_data_type(stored_type(f.data_type()).clone()))
+            .collect();
+        let schema = &Schema::new_with_metadata(fields, schema.metadata().clone());
         for (i, field) in schema.fields().iter().enumerate() {
             if schema.fields()[..i].iter().any(|f| f.name() == field.name()) {
                 return Err(Error::InvalidSchema(format!("column '{}' is declared twice", field.name())));

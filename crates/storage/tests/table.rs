@@ -473,3 +473,91 @@ fn delta_reader_and_deletion_words() {
         }
     }
 }
+
+/// Dictionary- and run-end-encoded input is stored as its value type: the
+/// table is declared with the values, and appends of either encoding (or
+/// of the plain values) read back as the same rows.
+#[test]
+fn encoded_input_is_stored_as_its_values() {
+    let db = Database::new();
+    let declared = Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::Int32)), true),
+        Field::new("s", DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)), true),
+    ]);
+    let table = db.create_table("enc", &declared, TableOptions::default().with_shard_capacity(3)).expect("created");
+    assert_eq!(table.schema().arrow(), &schema(), "stored as the value types");
+
+    let dictionary = RecordBatch::try_new(
+        Arc::new(declared.clone()),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2, 3])),
+            Arc::new(DictionaryArray::<arrow_array::types::Int8Type>::new(
+                Int8Array::from(vec![Some(0), None, Some(1)]),
+                Arc::new(Int32Array::from(vec![10, 20])),
+            )),
+            Arc::new(DictionaryArray::<arrow_array::types::Int32Type>::from_iter([Some("a"), Some("b"), None])),
+        ],
+    )
+    .expect("a dictionary batch");
+    let run_ends = Int32Array::from(vec![2]);
+    let run_end_encoded = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Int32, true),
+            Field::new(
+                "s",
+                DataType::RunEndEncoded(
+                    Arc::new(Field::new("run_ends", DataType::Int32, false)),
+                    Arc::new(Field::new("values", DataType::Utf8, true)),
+                ),
+                true,
+            ),
+        ])),
+        vec![
+            Arc::new(Int64Array::from(vec![4, 5])),
+            Arc::new(Int32Array::from(vec![Some(40), None])),
+            Arc::new(
+                RunArray::<arrow_array::types::Int32Type>::try_new(&run_ends, &StringArray::from(vec!["r"]))
+                    .expect("a run array"),
+            ),
+        ],
+    )
+    .expect("a run-end encoded batch");
+    table
+        .transaction(|t| {
+            t.append(&dictionary)?;
+            t.append(&run_end_encoded)?;
+            t.append(&batch(&[Row { k: 6, v: Some(60), s: Some("p".into()) }]))
+        })
+        .expect("appended");
+    let expected = vec![
+        Row { k: 1, v: Some(10), s: Some("a".into()) },
+        Row { k: 2, v: None, s: Some("b".into()) },
+        Row { k: 3, v: Some(20), s: None },
+        Row { k: 4, v: Some(40), s: Some("r".into()) },
+        Row { k: 5, v: None, s: Some("r".into()) },
+        Row { k: 6, v: Some(60), s: Some("p".into()) },
+    ];
+    assert_eq!(contents(&table.snapshot()), expected);
+    table.rebuild().expect("rebuilt");
+    assert_eq!(contents(&table.snapshot()), expected);
+
+    // A dictionary of another value type is still refused.
+    let wrong = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::Utf8)), true),
+            Field::new("s", DataType::Utf8, true),
+        ])),
+        vec![
+            Arc::new(Int64Array::from(vec![7])),
+            Arc::new(DictionaryArray::<arrow_array::types::Int8Type>::from_iter([Some("x")])),
+            Arc::new(StringArray::from(vec!["q"])),
+        ],
+    )
+    .expect("a batch");
+    let refused = table.transaction(|t| t.append(&wrong)).expect_err("a string dictionary into an INT column");
+    assert!(matches!(refused, Error::TypeMismatch { .. }), "{refused}");
+    assert_eq!(contents(&table.snapshot()), expected);
+}
