@@ -28,7 +28,7 @@ pub(crate) fn native_array<T: ArrowNativeType>(
 }
 
 /// An array of the I64-domain type `data_type` (booleans, integers up to
-/// 32 unsigned / 64 signed bits, dates, timestamps).
+/// 32 unsigned / 64 signed bits, dates, times, timestamps, durations).
 pub(crate) fn i64_array(data_type: &DataType, values: Vec<i64>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
     Ok(match data_type {
         DataType::Boolean => {
@@ -36,14 +36,18 @@ pub(crate) fn i64_array(data_type: &DataType, values: Vec<i64>, nulls: Option<Nu
         }
         DataType::Int8 => native_array(data_type, values.iter().map(|&v| v as i8).collect(), nulls)?,
         DataType::Int16 => native_array(data_type, values.iter().map(|&v| v as i16).collect(), nulls)?,
-        DataType::Int32 | DataType::Date32 => {
+        DataType::Int32 | DataType::Date32 | DataType::Time32(_) => {
             native_array(data_type, values.iter().map(|&v| v as i32).collect(), nulls)?
         }
         DataType::UInt8 => native_array(data_type, values.iter().map(|&v| v as u8).collect(), nulls)?,
         DataType::UInt16 => native_array(data_type, values.iter().map(|&v| v as u16).collect(), nulls)?,
         DataType::UInt32 => native_array(data_type, values.iter().map(|&v| v as u32).collect(), nulls)?,
         // Moved, not copied.
-        DataType::Int64 | DataType::Timestamp(_, _) => native_array(data_type, values, nulls)?,
+        DataType::Int64
+        | DataType::Date64
+        | DataType::Timestamp(_, _)
+        | DataType::Time64(_)
+        | DataType::Duration(_) => native_array(data_type, values, nulls)?,
         other => return Err(Error::Internal(format!("I64-domain output of type {other}"))),
     })
 }

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!   Arrow type                                   domain
-//!   Boolean, Int8-64, UInt8-32, Date32, Timestamp   I64   (narrow types wrap to their width)
+//!   Boolean, Int8-64, UInt8-32, dates, times,
+//!   timestamps, durations                           I64   (narrow types wrap to their width)
 //!   UInt64                                          U64
 //!   Float32, Float64                                F64   (Float32 rounded after every step)
 //!   Decimal128                                      I128  (unscaled)
@@ -37,6 +38,10 @@ impl Domain {
             | DataType::UInt16
             | DataType::UInt32
             | DataType::Date32
+            | DataType::Date64
+            | DataType::Time32(_)
+            | DataType::Time64(_)
+            | DataType::Duration(_)
             | DataType::Timestamp(_, _) => Self::I64,
             DataType::UInt64 => Self::U64,
             DataType::Float32 | DataType::Float64 => Self::F64,
@@ -170,7 +175,7 @@ impl IntWidth {
             DataType::Boolean => Self::Bool,
             DataType::Int8 => Self::I8,
             DataType::Int16 => Self::I16,
-            DataType::Int32 | DataType::Date32 => Self::I32,
+            DataType::Int32 | DataType::Date32 | DataType::Time32(_) => Self::I32,
             DataType::UInt8 => Self::U8,
             DataType::UInt16 => Self::U16,
             DataType::UInt32 => Self::U32,

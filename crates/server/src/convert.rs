@@ -1,6 +1,6 @@
 //! Values between DataFusion (`ScalarValue`) and quiverdb (`Scalar`).
 
-use arrow_schema::DataType;
+use arrow_schema::{DataType, TimeUnit};
 use datafusion::common::ScalarValue;
 use quiverdb_mapreducer::{Num, Scalar};
 
@@ -16,7 +16,12 @@ pub(crate) fn scalar_for(v: &ScalarValue, target: &DataType) -> Option<Scalar> {
     let same_family = match (&literal, target) {
         (DataType::Decimal128(_, a), DataType::Decimal128(_, b)) => a == b,
         (DataType::Timestamp(a, _), DataType::Timestamp(b, _)) => a == b,
-        (DataType::Date32, DataType::Date32) | (DataType::Boolean, DataType::Boolean) => true,
+        (DataType::Time32(a), DataType::Time32(b))
+        | (DataType::Time64(a), DataType::Time64(b))
+        | (DataType::Duration(a), DataType::Duration(b)) => a == b,
+        (DataType::Date32, DataType::Date32)
+        | (DataType::Date64, DataType::Date64)
+        | (DataType::Boolean, DataType::Boolean) => true,
         (a, b) if is_bytes(a) && is_bytes(b) => true,
         (a, b) => number(a) && number(b),
     };
@@ -36,7 +41,16 @@ pub(crate) fn scalar_for(v: &ScalarValue, target: &DataType) -> Option<Scalar> {
         ScalarValue::Float32(Some(x)) => Scalar::Float(*x as f64),
         ScalarValue::Float64(Some(x)) => Scalar::Float(*x),
         ScalarValue::Decimal128(Some(x), _, _) => Scalar::Decimal(*x),
-        ScalarValue::Date32(Some(x)) => Scalar::Int(*x as i64),
+        ScalarValue::Date32(Some(x)) | ScalarValue::Time32Second(Some(x)) | ScalarValue::Time32Millisecond(Some(x)) => {
+            Scalar::Int(*x as i64)
+        }
+        ScalarValue::Date64(Some(x))
+        | ScalarValue::Time64Microsecond(Some(x))
+        | ScalarValue::Time64Nanosecond(Some(x))
+        | ScalarValue::DurationSecond(Some(x))
+        | ScalarValue::DurationMillisecond(Some(x))
+        | ScalarValue::DurationMicrosecond(Some(x))
+        | ScalarValue::DurationNanosecond(Some(x)) => Scalar::Int(*x),
         ScalarValue::TimestampSecond(Some(x), _)
         | ScalarValue::TimestampMillisecond(Some(x), _)
         | ScalarValue::TimestampMicrosecond(Some(x), _)
@@ -75,15 +89,21 @@ pub(crate) fn num_to_scalar(n: Num, data_type: &DataType) -> Option<ScalarValue>
         (Num::I64(v), DataType::UInt16) => ScalarValue::UInt16(Some(v as u16)),
         (Num::I64(v), DataType::UInt32) => ScalarValue::UInt32(Some(v as u32)),
         (Num::I64(v), DataType::Date32) => ScalarValue::Date32(Some(v as i32)),
-        (Num::I64(v), DataType::Timestamp(unit, tz)) => {
-            use arrow_schema::TimeUnit;
-            match unit {
-                TimeUnit::Second => ScalarValue::TimestampSecond(Some(v), tz.clone()),
-                TimeUnit::Millisecond => ScalarValue::TimestampMillisecond(Some(v), tz.clone()),
-                TimeUnit::Microsecond => ScalarValue::TimestampMicrosecond(Some(v), tz.clone()),
-                TimeUnit::Nanosecond => ScalarValue::TimestampNanosecond(Some(v), tz.clone()),
-            }
-        }
+        (Num::I64(v), DataType::Date64) => ScalarValue::Date64(Some(v)),
+        (Num::I64(v), DataType::Time32(TimeUnit::Second)) => ScalarValue::Time32Second(Some(v as i32)),
+        (Num::I64(v), DataType::Time32(TimeUnit::Millisecond)) => ScalarValue::Time32Millisecond(Some(v as i32)),
+        (Num::I64(v), DataType::Time64(TimeUnit::Microsecond)) => ScalarValue::Time64Microsecond(Some(v)),
+        (Num::I64(v), DataType::Time64(TimeUnit::Nanosecond)) => ScalarValue::Time64Nanosecond(Some(v)),
+        (Num::I64(v), DataType::Duration(TimeUnit::Second)) => ScalarValue::DurationSecond(Some(v)),
+        (Num::I64(v), DataType::Duration(TimeUnit::Millisecond)) => ScalarValue::DurationMillisecond(Some(v)),
+        (Num::I64(v), DataType::Duration(TimeUnit::Microsecond)) => ScalarValue::DurationMicrosecond(Some(v)),
+        (Num::I64(v), DataType::Duration(TimeUnit::Nanosecond)) => ScalarValue::DurationNanosecond(Some(v)),
+        (Num::I64(v), DataType::Timestamp(unit, tz)) => match unit {
+            TimeUnit::Second => ScalarValue::TimestampSecond(Some(v), tz.clone()),
+            TimeUnit::Millisecond => ScalarValue::TimestampMillisecond(Some(v), tz.clone()),
+            TimeUnit::Microsecond => ScalarValue::TimestampMicrosecond(Some(v), tz.clone()),
+            TimeUnit::Nanosecond => ScalarValue::TimestampNanosecond(Some(v), tz.clone()),
+        },
         (Num::U64(v), DataType::UInt64) => ScalarValue::UInt64(Some(v)),
         (Num::F64(v), DataType::Float32) => ScalarValue::Float32(Some(v as f32)),
         (Num::F64(v), DataType::Float64) => ScalarValue::Float64(Some(v)),

@@ -49,9 +49,9 @@ pub enum PhysicalType {
     Int8,
     /// `i16`.
     Int16,
-    /// `i32` (also `Date32`).
+    /// `i32` (also `Date32` and `Time32`).
     Int32,
-    /// `i64` (also every `Timestamp`).
+    /// `i64` (also `Date64` and every `Timestamp`, `Time64` and `Duration`).
     Int64,
     /// `u8`.
     UInt8,
@@ -78,8 +78,12 @@ impl PhysicalType {
             DataType::Boolean => Self::Boolean,
             DataType::Int8 => Self::Int8,
             DataType::Int16 => Self::Int16,
-            DataType::Int32 | DataType::Date32 => Self::Int32,
-            DataType::Int64 | DataType::Timestamp(_, _) => Self::Int64,
+            DataType::Int32 | DataType::Date32 | DataType::Time32(_) => Self::Int32,
+            DataType::Int64
+            | DataType::Date64
+            | DataType::Timestamp(_, _)
+            | DataType::Time64(_)
+            | DataType::Duration(_) => Self::Int64,
             DataType::UInt8 => Self::UInt8,
             DataType::UInt16 => Self::UInt16,
             DataType::UInt32 => Self::UInt32,

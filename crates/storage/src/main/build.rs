@@ -90,11 +90,8 @@ fn raw_values(array: &dyn Array, physical: PhysicalType) -> RawValues {
         PhysicalType::Boolean => RawValues::Keys(array.as_boolean().values().iter().map(u64::from).collect()),
         PhysicalType::Int8 => RawValues::Keys(keys::<Int8Type>(array)),
         PhysicalType::Int16 => RawValues::Keys(keys::<Int16Type>(array)),
-        PhysicalType::Int32 => RawValues::Keys(match array.data_type() {
-            DataType::Date32 => keys::<Date32Type>(array),
-            _ => keys::<Int32Type>(array),
-        }),
-        PhysicalType::Int64 => RawValues::Keys(int64_keys(array)),
+        PhysicalType::Int32 => RawValues::Keys(native_keys::<i32>(array)),
+        PhysicalType::Int64 => RawValues::Keys(native_keys::<i64>(array)),
         PhysicalType::UInt8 => RawValues::Keys(keys::<UInt8Type>(array)),
         PhysicalType::UInt16 => RawValues::Keys(keys::<UInt16Type>(array)),
         PhysicalType::UInt32 => RawValues::Keys(keys::<UInt32Type>(array)),
@@ -113,11 +110,12 @@ fn raw_values(array: &dyn Array, physical: PhysicalType) -> RawValues {
     }
 }
 
-/// Keys of an i64-backed array (Int64 or any Timestamp), read through its
-/// buffer so every timestamp unit takes the same path.
-fn int64_keys(array: &dyn Array) -> Vec<u64> {
+/// Keys of an array backed by `T` values (Int32, Date32 and Time32 by
+/// i32; Int64, Date64, Timestamp, Time64 and Duration by i64), read
+/// through its buffer so every logical type and unit takes the same path.
+fn native_keys<T: KeyNative>(array: &dyn Array) -> Vec<u64> {
     let data = array.to_data();
-    let values: &[i64] = &data.buffer::<i64>(0)[..array.len()];
+    let values: &[T] = &data.buffer::<T>(0)[..array.len()];
     values.iter().map(|v| v.to_key()).collect()
 }
 

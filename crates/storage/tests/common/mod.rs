@@ -38,6 +38,15 @@ pub(crate) fn all_types() -> Vec<DataType> {
         DataType::Timestamp(TimeUnit::Nanosecond, Some("+02:00".into())),
         DataType::Decimal128(38, 4),
         DataType::Decimal128(10, 2),
+        DataType::Date64,
+        DataType::Time32(TimeUnit::Second),
+        DataType::Time32(TimeUnit::Millisecond),
+        DataType::Time64(TimeUnit::Microsecond),
+        DataType::Time64(TimeUnit::Nanosecond),
+        DataType::Duration(TimeUnit::Second),
+        DataType::Duration(TimeUnit::Millisecond),
+        DataType::Duration(TimeUnit::Microsecond),
+        DataType::Duration(TimeUnit::Nanosecond),
     ]
 }
 
@@ -152,6 +161,15 @@ pub(crate) fn gen_array(data_type: &DataType, shape: Shape, len: usize, null_per
         DataType::Timestamp(_, _) => {
             let values: ArrayRef = Arc::new(Int64Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i]))));
             arrow_cast::cast(&values, data_type).expect("Int64 casts to any timestamp")
+        }
+        // The same i32 and i64 values, typed as times, durations and Date64.
+        DataType::Time32(_) => {
+            let values = Int32Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i] as i32)));
+            make_array(values.into_data().into_builder().data_type(data_type.clone()).build().expect("i32-backed"))
+        }
+        DataType::Time64(_) | DataType::Duration(_) | DataType::Date64 => {
+            let values = Int64Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i])));
+            make_array(values.into_data().into_builder().data_type(data_type.clone()).build().expect("i64-backed"))
         }
         DataType::Decimal128(p, s) => {
             let limit = 10i128.pow(*p as u32) - 1;
