@@ -269,6 +269,44 @@ class MetadataTest(AdbcTestCase):
         ]
         self.assertEqual(names, ["meta"])
 
+    def test_schemas_hold_tables_and_views(self):
+        cur = self.cur
+        cur.execute("CREATE SCHEMA py_sales")
+        self.addCleanup(cur.execute, "DROP SCHEMA IF EXISTS py_sales CASCADE")
+        cur.execute("CREATE TABLE py_sales.meta (id BIGINT NOT NULL, amount DOUBLE, PRIMARY KEY (id))")
+        cur.execute("CREATE VIEW py_sales.big AS SELECT id FROM py_sales.meta WHERE amount > 2")
+        data = pa.table({"id": pa.array([1, 2], pa.int64()), "amount": pa.array([1.5, 2.5])})
+        cur.adbc_ingest("meta", data, mode="append", db_schema_name="py_sales")
+        self.assertEqual(rows(cur, "SELECT id, amount FROM py_sales.meta ORDER BY id"), [(1, 1.5), (2, 2.5)])
+        self.assertEqual(rows(cur, "SELECT id FROM py_sales.big"), [(2,)])
+        # The public table of the same name is another table.
+        cur.execute("SELECT * FROM meta LIMIT 0")
+        self.assertEqual([d[0] for d in cur.description], ["id", "name", "score"])
+        cur.fetchall()
+
+        objects = self.conn.adbc_get_objects(
+            depth="tables", catalog_filter="quiverdb", db_schema_filter="py_sales"
+        ).read_all().to_pylist()
+        tables = {
+            t["table_name"]: t["table_type"]
+            for c in objects
+            for s in c["catalog_db_schemas"] or []
+            for t in s["db_schema_tables"] or []
+        }
+        self.assertEqual(tables, {"meta": "TABLE", "big": "VIEW"})
+        schema = self.conn.adbc_get_table_schema("meta", db_schema_filter="py_sales")
+        self.assertEqual(schema.names, ["id", "amount"])
+
+        with self.assertRaises(adbc_driver_manager.Error) as raised:
+            cur.adbc_ingest("meta", data, mode="append", db_schema_name="py_nowhere")
+        self.assertIn("py_nowhere", str(raised.exception))
+        with self.assertRaises(adbc_driver_manager.Error) as raised:
+            cur.execute("DROP SCHEMA py_sales")
+        self.assertIn("not empty", str(raised.exception))
+        cur.execute("DROP SCHEMA py_sales CASCADE")
+        with self.assertRaises(adbc_driver_manager.Error):
+            cur.execute("SELECT * FROM py_sales.meta")
+
     def test_get_table_schema(self):
         schema = self.conn.adbc_get_table_schema("meta")
         self.assertEqual(schema.names, ["id", "name", "score"])

@@ -18,6 +18,10 @@
 //! views across restarts, and every session over a database sees the same
 //! ones. Other providers an embedder registers (not views) stay in the
 //! session that registered them.
+//!
+//! `CREATE SCHEMA s` creates a schema in storage; its tables and views are
+//! stored as `s.name` (see `quiverdb_storage::schema_of`), and
+//! `DROP SCHEMA s [CASCADE]` drops it (with its contents) in one step.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,8 +43,19 @@ use crate::error::Error;
 use crate::options::SessionOptions;
 use crate::provider::QuiverTable;
 
-/// The name of quiverdb's one schema.
+/// The name of the default schema.
 pub const DEFAULT_SCHEMA: &str = "public";
+
+/// The name storage keeps table `name` of schema `schema` (the default one
+/// when `None`) under, or `None` when there is no such schema.
+pub(crate) fn stored_name(db: &Database, schema: Option<&str>, name: &str) -> Option<String> {
+    match schema {
+        None | Some(DEFAULT_SCHEMA) => {
+            quiverdb_storage::schema_of(name, &db.schemas()).is_none().then(|| name.to_string())
+        }
+        Some(schema) => db.schemas().contains(schema).then(|| format!("{schema}.{name}")),
+    }
+}
 
 /// Views nested deeper than this are refused: a view that (through
 /// others) refers to itself would otherwise be planned forever.
@@ -65,6 +80,8 @@ pub type SessionMaker = fn(Arc<QuiverSchema>, &SessionOptions) -> datafusion::pr
 #[derive(Debug)]
 pub struct QuiverSchema {
     db: Database,
+    /// The schema served: `None` for [`DEFAULT_SCHEMA`].
+    namespace: Option<String>,
     options: SessionOptions,
     /// Makes the sessions views are planned in.
     session: SessionMaker,
@@ -97,6 +114,7 @@ impl QuiverSchema {
     fn at_depth(db: Database, options: SessionOptions, session: SessionMaker, depth: usize) -> Self {
         Self {
             db,
+            namespace: None,
             options,
             session,
             depth,
@@ -121,12 +139,45 @@ impl QuiverSchema {
         &self.db
     }
 
+    /// This schema's sibling `namespace` (a schema created in the
+    /// database), over the same database and options.
+    fn sibling(&self, namespace: &str) -> Self {
+        let mut schema = Self::at_depth(self.db.clone(), self.options.clone(), self.session, self.depth);
+        schema.namespace = Some(namespace.to_string());
+        schema
+    }
+
+    /// The name storage keeps table or view `name` of this schema under.
+    fn stored(&self, name: &str) -> String {
+        match &self.namespace {
+            Some(namespace) => format!("{namespace}.{name}"),
+            None => name.to_string(),
+        }
+    }
+
+    /// [`Self::stored`] for a new table or view, refusing a name of the
+    /// default schema that storage would place in another schema.
+    fn stored_new(&self, name: &str) -> Result<String> {
+        if self.namespace.is_none()
+            && let Some(schema) = quiverdb_storage::schema_of(name, &self.db.schemas())
+        {
+            return Err(DataFusionError::Plan(format!(
+                "a table or view of schema '{DEFAULT_SCHEMA}' cannot be named '{name}' while schema '{schema}' exists"
+            )));
+        }
+        Ok(self.stored(name))
+    }
+
     async fn provider(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        if let Ok(table) = self.db.table(name) {
+        let stored = &self.stored(name);
+        if self.namespace.is_none() && quiverdb_storage::schema_of(name, &self.db.schemas()).is_some() {
+            return Ok(None);
+        }
+        if let Ok(table) = self.db.table(stored) {
             let defaults = self.defaults_of(name, &table)?;
             return Ok(Some(Arc::new(QuiverTable::new(table, defaults, self.options.scan.clone()))));
         }
-        if let Some(definition) = self.db.view(name) {
+        if let Some(definition) = self.db.view(stored) {
             return self.view(name, definition).await.map(Some);
         }
         Ok(self.foreign.read().map_err(|_| poisoned())?.get(name).cloned())
@@ -199,9 +250,10 @@ impl QuiverSchema {
             _ => return Ok(()),
         };
         let name = name.table();
-        let replaces = if self.db.contains_table(name) {
+        let stored = self.stored(name);
+        let replaces = if self.db.contains_table(&stored) {
             "a table"
-        } else if self.db.view(name).is_some() {
+        } else if self.db.view(&stored).is_some() {
             "a view"
         } else {
             return Ok(());
@@ -255,7 +307,7 @@ impl QuiverSchema {
         }
         // Created and filled as one step: a failed fill leaves no table.
         self.db
-            .create_table_with(name, &schema, options, false, |table| {
+            .create_table_with(&self.stored_new(name)?, &schema, options, false, |table| {
                 table.transaction(|t| {
                     for batch in partitions.iter().flatten() {
                         t.append(batch)?;
@@ -271,8 +323,20 @@ impl QuiverSchema {
 #[async_trait]
 impl SchemaProvider for QuiverSchema {
     fn table_names(&self) -> Vec<String> {
-        let mut names = self.db.table_names();
-        names.extend(self.db.view_names());
+        let schemas = self.db.schemas();
+        let mut names: Vec<String> = self
+            .db
+            .table_names()
+            .into_iter()
+            .chain(self.db.view_names())
+            .filter_map(|stored| match (&self.namespace, quiverdb_storage::schema_of(&stored, &schemas)) {
+                (None, None) => Some(stored),
+                (Some(namespace), Some(schema)) if namespace == schema => {
+                    Some(stored[namespace.len() + 1..].to_string())
+                }
+                _ => None,
+            })
+            .collect();
         if let Ok(foreign) = self.foreign.read() {
             names.extend(foreign.keys().cloned());
         }
@@ -291,7 +355,7 @@ impl SchemaProvider for QuiverSchema {
         if let Some(mem) = table.downcast_ref::<MemTable>() {
             self.create_from(&name, mem)?;
         } else if let Some(definition) = table.downcast_ref::<ViewTable>().and_then(ViewTable::definition) {
-            self.db.create_view(&name, definition, false).map_err(Error::from)?;
+            self.db.create_view(&self.stored_new(&name)?, definition, false).map_err(Error::from)?;
         } else {
             self.foreign.write().map_err(|_| poisoned())?.insert(name, table);
             self.foreign_version.fetch_add(1, Ordering::AcqRel);
@@ -304,22 +368,30 @@ impl SchemaProvider for QuiverSchema {
             self.foreign_version.fetch_add(1, Ordering::AcqRel);
             return Ok(Some(p));
         }
-        if self.db.view(name).is_some() {
+        if self.namespace.is_none() && quiverdb_storage::schema_of(name, &self.db.schemas()).is_some() {
+            return Ok(None);
+        }
+        let stored = &self.stored(name);
+        if self.db.view(stored).is_some() {
             let old = self.views.write().map_err(|_| poisoned())?.remove(name).map(|p| p.value);
-            self.db.drop_view(name).map_err(Error::from)?;
+            self.db.drop_view(stored).map_err(Error::from)?;
             return Ok(old.or_else(|| Some(Arc::new(DroppedView) as Arc<dyn TableProvider>)));
         }
-        let Ok(table) = self.db.table(name) else { return Ok(None) };
+        let Ok(table) = self.db.table(stored) else { return Ok(None) };
         let provider: Arc<dyn TableProvider> =
             Arc::new(QuiverTable::new(table, Arc::default(), self.options.scan.clone()));
-        self.db.drop_table(name).map_err(Error::from)?;
+        self.db.drop_table(stored).map_err(Error::from)?;
         self.defaults.write().map_err(|_| poisoned())?.remove(name);
         Ok(Some(provider))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.db.contains_table(name)
-            || self.db.view(name).is_some()
+        if self.namespace.is_none() && quiverdb_storage::schema_of(name, &self.db.schemas()).is_some() {
+            return false;
+        }
+        let stored = &self.stored(name);
+        self.db.contains_table(stored)
+            || self.db.view(stored).is_some()
             || self.foreign.read().is_ok_and(|f| f.contains_key(name))
     }
 }
@@ -350,31 +422,61 @@ impl TableProvider for DroppedView {
     }
 }
 
-/// The catalog: one schema, [`DEFAULT_SCHEMA`], over the database.
+/// The catalog: [`DEFAULT_SCHEMA`] and the schemas created in the
+/// database.
 #[derive(Debug)]
 pub struct QuiverCatalog {
     schema: Arc<QuiverSchema>,
+    /// Providers of the other schemas, made when first asked for (they
+    /// keep parsed defaults and planned views).
+    others: RwLock<HashMap<String, Arc<QuiverSchema>>>,
 }
 
 impl QuiverCatalog {
-    /// A catalog whose one schema is `schema`.
+    /// A catalog whose default schema is `schema`; the database's other
+    /// schemas are served beside it.
     pub fn new(schema: Arc<QuiverSchema>) -> Self {
-        Self { schema }
+        Self { schema, others: RwLock::default() }
     }
 }
 
 impl CatalogProvider for QuiverCatalog {
     fn schema_names(&self) -> Vec<String> {
-        vec![DEFAULT_SCHEMA.to_string()]
+        let mut names = vec![DEFAULT_SCHEMA.to_string()];
+        names.extend(self.schema.db.schema_names());
+        names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        (name == DEFAULT_SCHEMA).then(|| Arc::clone(&self.schema) as Arc<dyn SchemaProvider>)
+        if name == DEFAULT_SCHEMA {
+            return Some(Arc::clone(&self.schema) as Arc<dyn SchemaProvider>);
+        }
+        if !self.schema.db.schemas().contains(name) {
+            return None;
+        }
+        if let Some(schema) = self.others.read().ok()?.get(name) {
+            return Some(Arc::clone(schema) as Arc<dyn SchemaProvider>);
+        }
+        let schema = Arc::new(self.schema.sibling(name));
+        self.others.write().ok()?.insert(name.to_string(), Arc::clone(&schema));
+        Some(schema)
     }
 
     fn register_schema(&self, name: &str, _schema: Arc<dyn SchemaProvider>) -> Result<Option<Arc<dyn SchemaProvider>>> {
-        Err(DataFusionError::NotImplemented(format!(
-            "cannot create schema '{name}': a quiverdb database has one schema, '{DEFAULT_SCHEMA}'"
-        )))
+        if name == DEFAULT_SCHEMA {
+            return Err(Error::from(quiverdb_storage::Error::SchemaExists(name.into())).into());
+        }
+        self.schema.db.create_schema(name).map_err(Error::from)?;
+        Ok(None)
+    }
+
+    fn deregister_schema(&self, name: &str, cascade: bool) -> Result<Option<Arc<dyn SchemaProvider>>> {
+        if name == DEFAULT_SCHEMA {
+            return Err(DataFusionError::Plan(format!("schema '{DEFAULT_SCHEMA}' cannot be dropped")));
+        }
+        let Some(provider) = self.schema(name) else { return Ok(None) };
+        self.schema.db.drop_schema(name, cascade).map_err(Error::from)?;
+        self.others.write().map_err(|_| poisoned())?.remove(name);
+        Ok(Some(provider))
     }
 }

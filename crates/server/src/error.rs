@@ -153,10 +153,13 @@ impl ErrorKind {
     pub fn of_storage(e: &quiverdb_storage::Error) -> Self {
         use quiverdb_storage::Error as S;
         match e {
-            S::TableNotFound(_) | S::ViewNotFound(_) | S::ColumnNotFound { .. } | S::RecordNotFound { .. } => {
-                Self::NotFound
-            }
-            S::TableExists(_) | S::DuplicateKey { .. } => Self::AlreadyExists,
+            S::TableNotFound(_)
+            | S::ViewNotFound(_)
+            | S::SchemaNotFound(_)
+            | S::ColumnNotFound { .. }
+            | S::RecordNotFound { .. } => Self::NotFound,
+            S::TableExists(_) | S::SchemaExists(_) | S::DuplicateKey { .. } => Self::AlreadyExists,
+            S::SchemaNotEmpty { .. } => Self::ConstraintViolation,
             S::NullInNonNullable { .. } => Self::ConstraintViolation,
             S::Conflict { .. } => Self::Conflict,
             S::UnsupportedType { .. }

@@ -12,7 +12,9 @@
 //! The catalog sits on top of storage: opening a data directory recovers
 //! its tables (`durable::store::recover`) and the catalog composes them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::names::{check_new_schema, schema_contents};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
@@ -44,12 +46,15 @@ pub struct Database {
     inner: Arc<DbInner>,
 }
 
-/// Everything with a name: tables and views share one namespace.
+/// Everything with a name: tables and views share one namespace. A table
+/// or view in a schema is named `schema.name` (see [`schema_of`]).
 #[derive(Debug, Default)]
 struct Catalog {
     tables: BTreeMap<String, Table>,
     /// Views: name and definition text (which storage does not interpret).
     views: BTreeMap<String, String>,
+    /// Schemas besides the default one.
+    schemas: BTreeSet<String>,
 }
 
 impl Catalog {
@@ -116,7 +121,7 @@ impl Database {
             }
         }
         *inner.catalog.get_mut().map_err(|_| poisoned())? =
-            Catalog { tables: recovered.tables, views: recovered.views };
+            Catalog { tables: recovered.tables, views: recovered.views, schemas: recovered.schemas };
         inner.durable.set(recovered.durable).map_err(|_| Error::Internal("a database was opened twice".into()))?;
         let db = Self { inner: Arc::new(inner) };
         if options.checkpoint_bytes > 0 {
@@ -202,7 +207,8 @@ impl Database {
         }
         let (lsn, log_bytes) = durable.log_position()?;
         let views = catalog.views.iter().map(|(n, d)| (n.clone(), d.clone())).collect();
-        Ok(Cut { lsn, log_bytes, tables, views })
+        let schemas = catalog.schemas.iter().cloned().collect();
+        Ok(Cut { lsn, log_bytes, tables, views, schemas })
     }
 
     /// Creates a table. Fails if the name is taken, the schema has
@@ -364,6 +370,61 @@ impl Database {
     /// Names of all views, sorted.
     pub fn view_names(&self) -> Vec<String> {
         self.catalog().map(|c| c.views.keys().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Creates schema `name`: afterwards, tables and views named
+    /// `name.something` are in it. Fails if the schema exists, the name is
+    /// empty or has a dot, or a table or view name already starts with
+    /// `name.`.
+    pub fn create_schema(&self, name: &str) -> Result<()> {
+        let mut catalog = self.catalog_mut()?;
+        let names = catalog.tables.keys().chain(catalog.views.keys());
+        check_new_schema(name, &catalog.schemas, names)?;
+        let lsn = match self.durable() {
+            Some(durable) => Some(durable.append(&LogRecord::CreateSchema { name: name.into() })?),
+            None => None,
+        };
+        catalog.schemas.insert(name.into());
+        self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
+        drop(catalog);
+        self.commit(lsn)
+    }
+
+    /// Drops schema `name`, and with `cascade` its tables and views, all
+    /// at once; without `cascade` a schema that holds any is refused.
+    pub fn drop_schema(&self, name: &str, cascade: bool) -> Result<()> {
+        let mut catalog = self.catalog_mut()?;
+        if !catalog.schemas.contains(name) {
+            return Err(Error::SchemaNotFound(name.into()));
+        }
+        let doomed = schema_contents(name, cascade, catalog.tables.keys().chain(catalog.views.keys()))?;
+        let tables: Vec<Table> = doomed.iter().filter_map(|n| catalog.tables.get(n).cloned()).collect();
+        // Take their writer locks so no transaction is half-way through.
+        let mut writers = tables.iter().map(|t| t.core().lock()).collect::<Result<Vec<_>>>()?;
+        let lsn = match self.durable() {
+            Some(durable) => Some(durable.append(&LogRecord::DropSchema { name: name.into(), cascade })?),
+            None => None,
+        };
+        writers.iter_mut().for_each(|w| w.mark_dropped());
+        drop(writers);
+        for n in &doomed {
+            catalog.tables.remove(n);
+            catalog.views.remove(n);
+        }
+        catalog.schemas.remove(name);
+        self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
+        drop(catalog);
+        self.commit(lsn)
+    }
+
+    /// Names of the schemas besides the default one, sorted.
+    pub fn schema_names(&self) -> Vec<String> {
+        self.catalog().map(|c| c.schemas.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// The schemas besides the default one.
+    pub fn schemas(&self) -> BTreeSet<String> {
+        self.catalog().map(|c| c.schemas.clone()).unwrap_or_default()
     }
 
     /// Drops a table. Handles to it still read their snapshots; writes

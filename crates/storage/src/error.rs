@@ -51,6 +51,24 @@ pub enum Error {
     #[error("view '{0}' does not exist")]
     ViewNotFound(String),
 
+    /// A schema of that name already exists (or a table's name claims it).
+    #[error("schema '{0}' already exists")]
+    SchemaExists(String),
+
+    /// No schema of that name exists.
+    #[error("schema '{0}' does not exist")]
+    SchemaNotFound(String),
+
+    /// A schema still holds tables or views (drop them, or drop it with
+    /// CASCADE).
+    #[error("schema '{schema}' is not empty: it holds '{holds}' (drop the schema with CASCADE to drop its contents)")]
+    SchemaNotEmpty {
+        /// The schema.
+        schema: String,
+        /// A table or view in it.
+        holds: String,
+    },
+
     /// A column named by the caller does not exist.
     #[error("column '{column}' does not exist in table '{table}'")]
     ColumnNotFound {

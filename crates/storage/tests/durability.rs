@@ -614,3 +614,50 @@ fn column_defaults_and_views_survive_a_restart() {
     let bad = TableOptions::default().with_column_default("nope", "1");
     assert!(matches!(db.create_table("t", &schema(), bad), Err(Error::InvalidSchema(_))));
 }
+
+#[test]
+fn schemas_and_their_tables_survive_a_restart_and_drop_whole() {
+    for checkpoint in [false, true] {
+        let io = SimulatedIo::default();
+        let dir = Path::new("/schemas");
+        let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        db.create_schema("sales").unwrap();
+        db.create_schema("empty").unwrap();
+        db.create_schema("gone").unwrap();
+        db.create_table("sales.t", &schema(), TableOptions::default()).unwrap();
+        db.table("sales.t")
+            .unwrap()
+            .transaction(|t| t.append(&batch(&random_rows(&mut StdRng::seed_from_u64(5), &mut 0, 5))))
+            .unwrap();
+        db.create_view("sales.v", "CREATE VIEW v AS SELECT 1", false).unwrap();
+        db.create_table("gone.t", &schema(), TableOptions::default()).unwrap();
+        // A table of the default schema may hold a dot.
+        db.create_table("other.t", &schema(), TableOptions::default()).unwrap();
+        assert!(matches!(db.create_schema("sales"), Err(Error::SchemaExists(_))));
+        // "other.t" claims the name "other".
+        assert!(matches!(db.create_schema("other"), Err(Error::SchemaExists(_))));
+        assert!(matches!(db.create_schema("a.b"), Err(Error::InvalidSchema(_))));
+        assert!(matches!(db.drop_schema("gone", false), Err(Error::SchemaNotEmpty { .. })));
+        db.drop_schema("gone", true).unwrap();
+        assert!(matches!(db.drop_schema("gone", true), Err(Error::SchemaNotFound(_))));
+        if checkpoint {
+            db.checkpoint().unwrap();
+        }
+        drop(db);
+        io.crash(0);
+        let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        let context = format!("checkpoint: {checkpoint}");
+        assert_eq!(db.schema_names(), vec!["empty".to_string(), "sales".to_string()], "{context}");
+        assert_eq!(db.table_names(), vec!["other.t".to_string(), "sales.t".to_string()], "{context}");
+        assert_eq!(rows(&db.table("sales.t").unwrap()).len(), 5, "{context}");
+        assert_eq!(db.view_names(), vec!["sales.v".to_string()], "{context}");
+        // CASCADE drops the schema, its table and its view in one record.
+        db.drop_schema("sales", true).unwrap();
+        drop(db);
+        io.crash(0);
+        let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        assert_eq!(db.schema_names(), vec!["empty".to_string()], "{context}");
+        assert_eq!(db.table_names(), vec!["other.t".to_string()], "{context}");
+        assert!(db.view_names().is_empty(), "{context}");
+    }
+}

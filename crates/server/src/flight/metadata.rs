@@ -15,7 +15,7 @@ use arrow_flight::sql::{
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use quiverdb_storage::Database;
 
-use crate::catalog::DEFAULT_SCHEMA;
+use crate::catalog::{DEFAULT_SCHEMA, stored_name};
 use crate::session::DEFAULT_CATALOG;
 
 /// The schema DataFusion's `information_schema` views live in.
@@ -146,12 +146,12 @@ pub(crate) fn primary_keys(db: &Database, query: &CommandGetPrimaryKeys) -> Resu
     let mut column = StringBuilder::new();
     let mut key = StringBuilder::new();
     let mut sequence = Int32Builder::new();
-    let ours = query.catalog.as_deref().is_none_or(|c| c == DEFAULT_CATALOG)
-        && query.db_schema.as_deref().is_none_or(|s| s == DEFAULT_SCHEMA);
-    if let Some(found) = ours.then(|| db.table(&query.table).ok()).flatten() {
+    let ours = query.catalog.as_deref().is_none_or(|c| c == DEFAULT_CATALOG);
+    let stored = ours.then(|| stored_name(db, query.db_schema.as_deref(), &query.table)).flatten();
+    if let Some(found) = stored.and_then(|stored| db.table(&stored).ok()) {
         for (i, name) in found.options().primary_key.iter().enumerate() {
             catalog.append_value(DEFAULT_CATALOG);
-            schema.append_value(DEFAULT_SCHEMA);
+            schema.append_value(query.db_schema.as_deref().unwrap_or(DEFAULT_SCHEMA));
             table.append_value(&query.table);
             column.append_value(name);
             key.append_value(format!("{}_pkey", query.table));

@@ -52,7 +52,7 @@ use super::sessions::proto::{
 };
 use super::sessions::{RequestSession, Sessions};
 use super::status::{arrow_status, df_status, flight_status, storage_status};
-use crate::catalog::{DEFAULT_SCHEMA, QuiverSchema};
+use crate::catalog::{DEFAULT_SCHEMA, QuiverSchema, stored_name};
 use crate::many::{as_one_statement, as_one_update};
 use crate::session::DEFAULT_CATALOG;
 
@@ -561,8 +561,9 @@ impl QuiverFlightSql {
         Ok(self.encode(batch.schema(), stream::once(async { Ok(batch) }).boxed()))
     }
 
-    /// Names of the tables and views in `schema` of quiverdb's catalog.
-    async fn tables_of(&self, schema: &str) -> Vec<(String, SchemaRef)> {
+    /// The tables and views in `schema` of quiverdb's catalog: name, kind
+    /// (`TABLE` or `VIEW`) and schema.
+    async fn tables_of(&self, schema: &str) -> Vec<(String, &'static str, SchemaRef)> {
         let provider: Arc<dyn SchemaProvider> = if schema == INFORMATION_SCHEMA {
             // DataFusion serves these views per session, outside the catalog.
             Arc::new(InformationSchemaProvider::new(Arc::clone(self.ctx.state().catalog_list())))
@@ -575,7 +576,11 @@ impl QuiverFlightSql {
         let mut out = Vec::new();
         for name in provider.table_names() {
             if let Ok(Some(table)) = provider.table(&name).await {
-                out.push((name, table.schema()));
+                let kind = match table.table_type() {
+                    datafusion::logical_expr::TableType::Base => "TABLE",
+                    _ => "VIEW",
+                };
+                out.push((name, kind, table.schema()));
             }
         }
         out
@@ -877,6 +882,9 @@ impl FlightSqlService for QuiverFlightSql {
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let mut builder: GetDbSchemasBuilder = query.into_builder();
         builder.append(DEFAULT_CATALOG, DEFAULT_SCHEMA);
+        for schema in self.db.schema_names() {
+            builder.append(DEFAULT_CATALOG, schema);
+        }
         builder.append(DEFAULT_CATALOG, INFORMATION_SCHEMA);
         self.one_batch(builder.build())
     }
@@ -887,8 +895,11 @@ impl FlightSqlService for QuiverFlightSql {
         _request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let mut builder: GetTablesBuilder = query.into_builder();
-        for (schema, kind) in [(DEFAULT_SCHEMA, "TABLE"), (INFORMATION_SCHEMA, "VIEW")] {
-            for (name, table_schema) in self.tables_of(schema).await {
+        let mut schemas = vec![DEFAULT_SCHEMA.to_string()];
+        schemas.extend(self.db.schema_names());
+        schemas.push(INFORMATION_SCHEMA.to_string());
+        for schema in &schemas {
+            for (name, kind, table_schema) in self.tables_of(schema).await {
                 let table_schema = client_schema(&table_schema);
                 builder.append(DEFAULT_CATALOG, schema, name, kind, &table_schema).map_err(flight_status)?;
             }
@@ -975,16 +986,20 @@ impl FlightSqlService for QuiverFlightSql {
                 command.catalog.unwrap_or_default()
             )));
         }
-        if command.schema.as_deref().is_some_and(|s| s != DEFAULT_SCHEMA) {
-            return Err(Status::not_found(format!(
-                "no schema '{}' (quiverdb has '{DEFAULT_SCHEMA}')",
-                command.schema.unwrap_or_default()
-            )));
-        }
-        let name = command.table;
-        if name.is_empty() {
+        if command.table.is_empty() {
             return Err(Status::invalid_argument("ingest names no table"));
         }
+        let Some(name) = stored_name(&self.db, command.schema.as_deref(), &command.table) else {
+            return Err(match command.schema {
+                Some(schema) if schema != DEFAULT_SCHEMA => {
+                    Status::not_found(format!("schema '{schema}' does not exist"))
+                }
+                _ => Status::invalid_argument(format!(
+                    "a table of schema '{DEFAULT_SCHEMA}' cannot be named '{}' while a schema of that prefix exists",
+                    command.table
+                )),
+            });
+        };
         let options = command.table_definition_options.unwrap_or_default();
         let if_not_exist =
             TableNotExistOption::try_from(options.if_not_exist).unwrap_or(TableNotExistOption::Unspecified);

@@ -15,8 +15,9 @@ use crate::state::TableOptions;
 pub(super) const CATALOG: &str = "CATALOG";
 const CATALOG_MAGIC: &[u8; 8] = b"QVCATLG\0";
 /// The format this build writes: version 2 records column defaults and
-/// views; version 1 (no defaults, no views) is still read.
-const CATALOG_VERSION: u32 = 2;
+/// views, version 3 schemas; versions 1 (no defaults, no views) and 2 are
+/// still read.
+const CATALOG_VERSION: u32 = 3;
 /// Magic, version, body length, body CRC32C.
 const CATALOG_HEADER: usize = 8 + 4 + 8 + 4;
 
@@ -27,6 +28,8 @@ pub(super) struct CatalogFile {
     pub(super) tables: Vec<TableEntry>,
     /// Views: name and definition text.
     pub(super) views: Vec<(String, String)>,
+    /// Schemas besides the default one.
+    pub(super) schemas: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -58,6 +61,7 @@ pub(super) struct ShardEntry {
 ///         per shard: id, version, capacity, main rows (u64 each),
 ///                    delta rows (IPC), deleted ids
 ///         views u64, per view: name, definition          (version 2)
+///         schemas u64, per schema: name                   (version 3)
 ///   options: shard capacity, dead fraction, background flag, key columns,
 ///            column defaults (version 2)
 /// ```
@@ -85,6 +89,10 @@ pub(super) fn encode_catalog(catalog: &CatalogFile) -> Result<Vec<u8>> {
         put_str(&mut body, name);
         put_str(&mut body, definition);
     }
+    put_u64(&mut body, catalog.schemas.len() as u64);
+    for name in &catalog.schemas {
+        put_str(&mut body, name);
+    }
     let mut out = Vec::with_capacity(CATALOG_HEADER + body.len());
     out.extend_from_slice(CATALOG_MAGIC);
     out.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
@@ -105,7 +113,7 @@ fn read_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String)>
     }
     let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     let version = u32_at(8);
-    if version != CATALOG_VERSION && version != 1 {
+    if !(1..=CATALOG_VERSION).contains(&version) {
         return Err((
             8,
             format!("catalog format version {version} is not supported (this quiverdb reads {CATALOG_VERSION})"),
@@ -124,7 +132,8 @@ fn read_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String)>
     let mut r = Reader { bytes: body, at: 0 };
     let at = |r: &Reader<'_>, e: String| ((CATALOG_HEADER + r.at) as u64, e);
     let v2 = version >= 2;
-    let mut catalog = CatalogFile { lsn: r.u64().map_err(|e| at(&r, e))?, tables: Vec::new(), views: Vec::new() };
+    let lsn = r.u64().map_err(|e| at(&r, e))?;
+    let mut catalog = CatalogFile { lsn, ..CatalogFile::default() };
     let tables = r.count(8).map_err(|e| at(&r, e))?;
     for _ in 0..tables {
         let entry = (|| {
@@ -153,6 +162,12 @@ fn read_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String)>
             catalog.views.push(view);
         }
     }
+    if version >= 3 {
+        let schemas = r.count(8).map_err(|e| at(&r, e))?;
+        for _ in 0..schemas {
+            catalog.schemas.push(r.str().map_err(|e| at(&r, e))?);
+        }
+    }
     if r.at != body.len() {
         return Err(at(&r, "unread bytes after the last table".into()));
     }
@@ -165,24 +180,31 @@ mod tests {
 
     fn with_views() -> CatalogFile {
         let views = vec![("v".to_string(), "CREATE VIEW v AS SELECT 1".to_string())];
-        CatalogFile { lsn: 7, tables: Vec::new(), views }
+        CatalogFile { lsn: 7, tables: Vec::new(), views, schemas: vec!["s".into(), "t".into()] }
+    }
+
+    /// A catalog file of format `version` around `body`.
+    fn file(version: u32, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(CATALOG_MAGIC);
+        out.extend_from_slice(&version.to_le_bytes());
+        put_u64(&mut out, body.len() as u64);
+        out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+        out.extend_from_slice(body);
+        out
     }
 
     #[test]
-    fn views_round_trip_and_version_1_files_still_read() {
+    fn views_and_schemas_round_trip_and_older_files_still_read() {
         let back = decode_catalog(&encode_catalog(&with_views()).unwrap()).unwrap();
-        assert_eq!((back.lsn, back.views), (7, with_views().views));
-        // The same catalog without views, as version 1 wrote it.
-        let v2 = encode_catalog(&CatalogFile { lsn: 9, ..CatalogFile::default() }).unwrap();
-        let body = &v2[CATALOG_HEADER..v2.len() - 8];
-        let mut v1 = Vec::new();
-        v1.extend_from_slice(CATALOG_MAGIC);
-        v1.extend_from_slice(&1u32.to_le_bytes());
-        put_u64(&mut v1, body.len() as u64);
-        v1.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
-        v1.extend_from_slice(body);
-        let old = decode_catalog(&v1).unwrap();
-        assert_eq!((old.lsn, old.tables.len(), old.views.len()), (9, 0, 0));
+        assert_eq!((back.lsn, back.views, back.schemas), (7, with_views().views, with_views().schemas));
+        // An empty catalog as versions 1 (no views, no schemas) and 2 (no
+        // schemas) wrote it: the same body without the trailing counts.
+        let v3 = encode_catalog(&CatalogFile { lsn: 9, ..CatalogFile::default() }).unwrap();
+        for (version, trailing) in [(1, 16), (2, 8)] {
+            let old = decode_catalog(&file(version, &v3[CATALOG_HEADER..v3.len() - trailing])).unwrap();
+            assert_eq!((old.lsn, old.tables.len(), old.views.len(), old.schemas.len()), (9, 0, 0, 0));
+        }
     }
 
     #[test]

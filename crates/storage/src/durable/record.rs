@@ -41,6 +41,10 @@ pub(crate) enum LogRecord {
     CreateView { name: String, definition: String, replace: bool },
     /// A view was dropped.
     DropView { name: String },
+    /// A schema was created.
+    CreateSchema { name: String },
+    /// A schema was dropped (with its tables and views if `cascade`).
+    DropSchema { name: String, cascade: bool },
     /// A change to the rows of table `table`.
     Change { table: String, change: TableChange },
 }
@@ -55,6 +59,8 @@ const REBUILD: u8 = 5;
 const CREATE_TABLE: u8 = 6;
 const CREATE_VIEW: u8 = 7;
 const DROP_VIEW: u8 = 8;
+const CREATE_SCHEMA: u8 = 9;
+const DROP_SCHEMA: u8 = 10;
 
 /// Why a payload did not decode (where the reader was is added by
 /// [`LogRecord::decode`]).
@@ -107,6 +113,16 @@ impl LogRecord {
                 put_str(buf.bytes(), name);
                 DROP_VIEW
             }
+            LogRecord::CreateSchema { name } => {
+                put_str(buf.bytes(), name);
+                CREATE_SCHEMA
+            }
+            LogRecord::DropSchema { name, cascade } => {
+                let out = buf.bytes();
+                put_str(out, name);
+                out.push(u8::from(*cascade));
+                DROP_SCHEMA
+            }
             LogRecord::Change { table, change } => encode_change(table, change, buf)?,
         })
     }
@@ -141,6 +157,8 @@ impl LogRecord {
             DROP_TABLE => LogRecord::DropTable { name: r.str()? },
             CREATE_VIEW => LogRecord::CreateView { name: r.str()?, definition: r.str()?, replace: r.flag()? },
             DROP_VIEW => LogRecord::DropView { name: r.str()? },
+            CREATE_SCHEMA => LogRecord::CreateSchema { name: r.str()? },
+            DROP_SCHEMA => LogRecord::DropSchema { name: r.str()?, cascade: r.flag()? },
             COMMIT => {
                 let table = r.str()?;
                 let truncate = r.flag()?;
@@ -421,6 +439,8 @@ mod tests {
             LogRecord::DropTable { name: "t".into() },
             LogRecord::CreateView { name: "v".into(), definition: "CREATE VIEW v AS SELECT 1".into(), replace: true },
             LogRecord::DropView { name: "v".into() },
+            LogRecord::CreateSchema { name: "s".into() },
+            LogRecord::DropSchema { name: "s".into(), cascade: true },
             change(TableChange::Commit {
                 truncate: false,
                 appends: vec![b.clone(), b.clone(), views(), b],

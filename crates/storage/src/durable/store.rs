@@ -26,6 +26,8 @@
 //! did, so logged deletes name the same rows.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use crate::names::{check_new_schema, schema_contents};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -121,6 +123,7 @@ struct Checkpointed {
 pub(crate) struct Recovered {
     pub(crate) tables: BTreeMap<String, Table>,
     pub(crate) views: BTreeMap<String, String>,
+    pub(crate) schemas: BTreeSet<String>,
     pub(crate) durable: Durable,
 }
 
@@ -142,6 +145,7 @@ pub(crate) struct Cut {
     pub(crate) log_bytes: u64,
     pub(crate) tables: Vec<TableCut>,
     pub(crate) views: Vec<(String, String)>,
+    pub(crate) schemas: Vec<String>,
 }
 
 impl Durable {
@@ -208,7 +212,12 @@ impl Durable {
         let io = self.io.as_ref();
         let shards_dir = self.dir.join(SHARDS);
         let mut files = BTreeSet::new();
-        let mut catalog = CatalogFile { lsn: cut.lsn, tables: Vec::with_capacity(cut.tables.len()), views: cut.views };
+        let mut catalog = CatalogFile {
+            lsn: cut.lsn,
+            tables: Vec::with_capacity(cut.tables.len()),
+            views: cut.views,
+            schemas: cut.schemas,
+        };
         let mut wrote = false;
         for table in cut.tables {
             let mut shards = Vec::with_capacity(table.state.shards.len());
@@ -307,7 +316,8 @@ pub(crate) fn recover(
         Err(e) => return Err(Error::io(&catalog_path, e)),
     };
     let views = catalog.views.into_iter().collect();
-    let mut replay = Replay { tables: BTreeMap::new(), views, background };
+    let schemas = catalog.schemas.into_iter().collect();
+    let mut replay = Replay { tables: BTreeMap::new(), views, schemas, background };
     let mut files = BTreeSet::new();
     let checkpoint_tables = catalog.tables.len();
     for entry in catalog.tables {
@@ -366,7 +376,7 @@ pub(crate) fn recover(
     for table in replay.tables.values() {
         table.core().lock()?.replace_log(TableLog::On(durable.change_log()));
     }
-    Ok(Recovered { tables: replay.tables, views: replay.views, durable })
+    Ok(Recovered { tables: replay.tables, views: replay.views, schemas: replay.schemas, durable })
 }
 
 /// Builds a table from its catalog entry and its shard files.
@@ -441,6 +451,7 @@ fn load_table(
 struct Replay<'b> {
     tables: BTreeMap<String, Table>,
     views: BTreeMap<String, String>,
+    schemas: BTreeSet<String>,
     background: &'b Background,
 }
 
@@ -475,6 +486,23 @@ impl Replay<'_> {
                 Some(_) => Ok(()),
                 None => Err(Error::ViewNotFound(name)),
             },
+            LogRecord::CreateSchema { name } => {
+                check_new_schema(&name, &self.schemas, self.tables.keys().chain(self.views.keys()))?;
+                self.schemas.insert(name);
+                Ok(())
+            }
+            LogRecord::DropSchema { name, cascade } => {
+                if !self.schemas.remove(&name) {
+                    return Err(Error::SchemaNotFound(name));
+                }
+                for doomed in schema_contents(&name, cascade, self.tables.keys().chain(self.views.keys()))? {
+                    self.views.remove(&doomed);
+                    if let Some(old) = self.tables.remove(&doomed) {
+                        old.core().lock()?.mark_dropped();
+                    }
+                }
+                Ok(())
+            }
             LogRecord::Change { table, change } => {
                 let table = self.tables.get(&table).ok_or(Error::TableNotFound(table))?;
                 replay_on(table, &change)

@@ -1,0 +1,47 @@
+//! Schemas in the one namespace of tables and views: a table or view in
+//! schema `s` is named `s.name`. A name whose part before the first dot is
+//! not a schema belongs to the default schema, where names may hold dots;
+//! a schema cannot be created while names claiming it exist.
+
+use std::collections::BTreeSet;
+
+use crate::error::{Error, Result};
+
+/// The schema a table or view name places it in: the part before the first
+/// `.` when a schema of that name exists (`schemas`), else none (the
+/// default schema, where a name may hold dots).
+pub fn schema_of<'n>(name: &'n str, schemas: &BTreeSet<String>) -> Option<&'n str> {
+    name.split_once('.').map(|(schema, _)| schema).filter(|schema| schemas.contains(*schema))
+}
+
+/// Checks that schema `name` may be created over a catalog with these
+/// `schemas` and names: a new, non-empty name without dots, that no table
+/// or view name already starts with (as `name.`).
+pub(crate) fn check_new_schema<'a>(
+    name: &str,
+    schemas: &BTreeSet<String>,
+    mut names: impl Iterator<Item = &'a String>,
+) -> Result<()> {
+    if name.is_empty() || name.contains('.') {
+        return Err(Error::InvalidSchema(format!("'{name}' cannot name a schema: it must be non-empty, without dots")));
+    }
+    if schemas.contains(name) || names.any(|n| n.split_once('.').is_some_and(|(s, _)| s == name)) {
+        return Err(Error::SchemaExists(name.into()));
+    }
+    Ok(())
+}
+
+/// The tables and views of schema `schema`, or an error when it holds some
+/// and `cascade` is not set.
+pub(crate) fn schema_contents<'a>(
+    schema: &str,
+    cascade: bool,
+    names: impl Iterator<Item = &'a String>,
+) -> Result<Vec<String>> {
+    let contents: Vec<String> =
+        names.filter(|n| n.split_once('.').is_some_and(|(s, _)| s == schema)).cloned().collect();
+    match contents.first() {
+        Some(first) if !cascade => Err(Error::SchemaNotEmpty { schema: schema.into(), holds: first.clone() }),
+        _ => Ok(contents),
+    }
+}
