@@ -271,22 +271,21 @@ impl QuiverSchema {
     fn create_from(&self, name: &str, mem: &MemTable) -> Result<()> {
         let schema = mem.schema();
         let mut key = Vec::new();
+        let mut unique = Vec::new();
+        let names = |cols: &[usize]| cols.iter().map(|&i| schema.field(i).name().clone()).collect::<Vec<_>>();
         for c in mem.constraints().map(|c| c.iter()).into_iter().flatten() {
             match c {
-                Constraint::PrimaryKey(cols) if key.is_empty() => {
-                    key = cols.iter().map(|&i| schema.field(i).name().clone()).collect()
-                }
+                Constraint::PrimaryKey(cols) if key.is_empty() => key = names(cols),
                 Constraint::PrimaryKey(_) => {
                     return Err(DataFusionError::Plan(format!("table '{name}' declares two primary keys")));
                 }
-                Constraint::Unique(_) => {
-                    return Err(DataFusionError::NotImplemented(format!(
-                        "table '{name}': quiverdb does not support UNIQUE constraints (only a PRIMARY KEY)"
-                    )));
-                }
+                Constraint::Unique(cols) => unique.push(names(cols)),
             }
         }
         let mut options: TableOptions = self.options.table_options.clone().with_primary_key(key);
+        for columns in unique {
+            options = options.with_unique(columns);
+        }
         for field in schema.fields() {
             if let Some(default) = mem.get_column_default(field.name()) {
                 let text = expr_to_sql(default).map_err(|e| {

@@ -52,9 +52,12 @@ pub(crate) struct DmlStatementParts {
 impl QuiverTable {
     /// A provider for `table`, with the column defaults `defaults`.
     pub fn new(table: Table, defaults: Arc<HashMap<String, Expr>>, settings: ScanSettings) -> Self {
-        // quiverdb enforces the primary key, so DataFusion may rely on it.
+        // quiverdb enforces the primary key and UNIQUE constraints, so
+        // DataFusion may rely on them.
         let key = table.schema().primary_key().to_vec();
-        let constraints = (!key.is_empty()).then(|| Constraints::new_unverified(vec![Constraint::PrimaryKey(key)]));
+        let mut all: Vec<Constraint> = (!key.is_empty()).then_some(Constraint::PrimaryKey(key)).into_iter().collect();
+        all.extend(table.schema().unique().iter().map(|set| Constraint::Unique(set.to_vec())));
+        let constraints = (!all.is_empty()).then(|| Constraints::new_unverified(all));
         Self { table, defaults, constraints, settings, statement: None }
     }
 

@@ -109,11 +109,14 @@ pub enum Error {
         column: String,
     },
 
-    /// A write would give two live rows the same primary key.
-    #[error("duplicate primary key {key} in table '{table}'")]
+    /// A write would give two live rows the same primary key, or the same
+    /// values of a UNIQUE constraint.
+    #[error("duplicate {constraint} {key} in table '{table}'")]
     DuplicateKey {
         /// Table name.
         table: String,
+        /// `primary key` or `unique key`.
+        constraint: &'static str,
         /// The key, as `(columns) = (values)`.
         key: String,
     },

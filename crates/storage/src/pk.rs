@@ -1,7 +1,8 @@
-//! Primary key uniqueness.
+//! Primary key and UNIQUE constraint uniqueness.
 //!
-//! A table with a primary key checks every write transaction before it
-//! commits, without keeping an index:
+//! A table with a primary key or UNIQUE constraints checks every write
+//! transaction before it commits, one key set per constraint, without
+//! keeping an index:
 //!
 //! ```text
 //!   append(batch)  each row's key ──▶ the transaction's key set
@@ -17,6 +18,8 @@
 //! (the columns' order-preserving keys, exact for these types); other keys
 //! (strings, decimals, more columns) are byte strings. A transaction that
 //! appends a key that exists fails whole: nothing of it becomes visible.
+//! A row with a NULL in any column of a UNIQUE constraint conflicts with no
+//! row (SQL's rule); primary key columns are NOT NULL.
 
 use std::sync::Arc;
 
@@ -98,27 +101,34 @@ enum KeySet {
     Bytes(HashSet<Box<[u8]>>),
 }
 
-/// A transaction's primary key bookkeeping.
+/// A transaction's bookkeeping of one primary key or UNIQUE constraint.
 #[derive(Debug)]
 pub(crate) struct PendingKeys {
     columns: Arc<[usize]>,
+    /// `primary key` or `unique key`, for errors.
+    constraint: &'static str,
     set: KeySet,
     /// The first key column's keys, for zone-map pruning (not for string keys).
     first: Option<Vec<u64>>,
 }
 
 impl PendingKeys {
-    /// Bookkeeping for `schema`'s primary key, or `None` without one.
-    pub(crate) fn new(schema: &TableSchema) -> Option<Self> {
-        let columns: Arc<[usize]> = schema.primary_key().into();
-        if columns.is_empty() {
-            return None;
-        }
+    /// Bookkeeping for `schema`'s primary key and UNIQUE constraints.
+    pub(crate) fn of(schema: &TableSchema) -> Vec<Self> {
+        let key: Arc<[usize]> = schema.primary_key().into();
+        let primary = (!key.is_empty()).then(|| Self::new(schema, key, "primary key"));
+        primary
+            .into_iter()
+            .chain(schema.unique().iter().map(|set| Self::new(schema, Arc::clone(set), "unique key")))
+            .collect()
+    }
+
+    fn new(schema: &TableSchema, columns: Arc<[usize]>, constraint: &'static str) -> Self {
         let narrow = |c: &usize| !matches!(schema.physical(*c), PhysicalType::Bytes | PhysicalType::Decimal128);
         let packed = columns.len() <= 2 && columns.iter().all(narrow);
         let set = if packed { KeySet::Packed(HashSet::new()) } else { KeySet::Bytes(HashSet::new()) };
         let first = (schema.physical(columns[0]) != PhysicalType::Bytes).then(Vec::new);
-        Some(Self { columns, set, first })
+        Self { columns, constraint, set, first }
     }
 
     fn values<'a>(&self, schema: &TableSchema, arrays: &'a [ArrayRef]) -> Vec<KeyValues<'a>> {
@@ -136,6 +146,9 @@ impl PendingKeys {
         let values = self.values(schema, arrays);
         let mut buf = Vec::new();
         for row in 0..rows {
+            if has_null(arrays, row) {
+                continue;
+            }
             let fresh = match &mut self.set {
                 KeySet::Packed(set) => set.insert(pack(&values, row)),
                 KeySet::Bytes(set) => {
@@ -145,7 +158,7 @@ impl PendingKeys {
                 }
             };
             if !fresh {
-                return Err(duplicate(table, schema, &self.columns, arrays, row));
+                return Err(duplicate(table, schema, self, arrays, row));
             }
             if let Some(first) = &mut self.first {
                 first.push(values[0].key(row));
@@ -196,8 +209,8 @@ impl PendingKeys {
         let mut check = |arrays: &[ArrayRef], ids: &mut dyn Iterator<Item = (usize, RecId)>| -> Result<()> {
             let values = self.values(schema, arrays);
             for (row, id) in ids {
-                if live(id) && self.contains(&values, row, &mut buf) {
-                    return Err(duplicate(table, schema, &self.columns, arrays, row));
+                if live(id) && !has_null(arrays, row) && self.contains(&values, row, &mut buf) {
+                    return Err(duplicate(table, schema, self, arrays, row));
                 }
             }
             Ok(())
@@ -243,8 +256,14 @@ fn pack(values: &[KeyValues<'_>], row: usize) -> u128 {
     }
 }
 
-fn duplicate(table: &str, schema: &TableSchema, columns: &[usize], arrays: &[ArrayRef], row: usize) -> Error {
-    let names: Vec<&str> = columns.iter().map(|&c| schema.field(c).name().as_str()).collect();
+/// True when row `row` has a NULL in any of `arrays` (a key that conflicts
+/// with nothing).
+fn has_null(arrays: &[ArrayRef], row: usize) -> bool {
+    arrays.iter().any(|a| a.is_null(row))
+}
+
+fn duplicate(table: &str, schema: &TableSchema, keys: &PendingKeys, arrays: &[ArrayRef], row: usize) -> Error {
+    let names: Vec<&str> = keys.columns.iter().map(|&c| schema.field(c).name().as_str()).collect();
     let options = FormatOptions::default();
     let values: Vec<String> = arrays
         .iter()
@@ -252,5 +271,9 @@ fn duplicate(table: &str, schema: &TableSchema, columns: &[usize], arrays: &[Arr
             ArrayFormatter::try_new(a.as_ref(), &options).map_or_else(|e| e.to_string(), |f| f.value(row).to_string())
         })
         .collect();
-    Error::DuplicateKey { table: table.to_string(), key: format!("({}) = ({})", names.join(", "), values.join(", ")) }
+    Error::DuplicateKey {
+        table: table.to_string(),
+        constraint: keys.constraint,
+        key: format!("({}) = ({})", names.join(", "), values.join(", ")),
+    }
 }

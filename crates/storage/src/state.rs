@@ -52,6 +52,10 @@ pub struct TableOptions {
     /// Primary key columns: made NOT NULL, and unique among live rows
     /// (every write is checked when it commits).
     pub primary_key: Vec<String>,
+    /// UNIQUE constraints: each a set of columns whose values no two live
+    /// rows share (rows with a NULL in any of the columns never conflict).
+    /// Checked like the primary key, when every write commits.
+    pub unique: Vec<Vec<String>>,
     /// Column defaults, as (column, expression text). Storage keeps them
     /// with the table's definition (logged, checkpointed, recovered) and
     /// does not interpret them: the SQL layer writes and reads the text.
@@ -65,6 +69,7 @@ impl Default for TableOptions {
             rebuild_dead_fraction: DEFAULT_REBUILD_DEAD_FRACTION,
             background_rebuild: true,
             primary_key: Vec::new(),
+            unique: Vec::new(),
             column_defaults: Vec::new(),
         }
     }
@@ -92,6 +97,12 @@ impl TableOptions {
     /// Declares the primary key.
     pub fn with_primary_key<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
         self.primary_key = columns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Adds a UNIQUE constraint over `columns`.
+    pub fn with_unique<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
+        self.unique.push(columns.into_iter().map(Into::into).collect());
         self
     }
 

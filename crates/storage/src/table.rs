@@ -74,7 +74,7 @@ impl Table {
         }
         options.validate()?;
         let key: Vec<&str> = options.primary_key.iter().map(String::as_str).collect();
-        let schema = TableSchema::try_new(schema, &key)?;
+        let schema = TableSchema::try_new(schema, &key)?.with_unique(&options.unique)?;
         let mut seen = std::collections::BTreeSet::new();
         for (column, _) in &options.column_defaults {
             if schema.arrow().index_of(column).is_err() {
@@ -214,8 +214,8 @@ pub struct Transaction<'t> {
     deletes: BTreeMap<usize, (BooleanBufferBuilder, usize)>,
     /// Positions of shards whose delta grew (or that are new).
     appended: Vec<usize>,
-    /// Keys appended, for a table with a primary key.
-    keys: Option<PendingKeys>,
+    /// Keys appended, one set per primary key or UNIQUE constraint.
+    keys: Vec<PendingKeys>,
     /// What to log at commit, for a logged table.
     log: Option<PendingLog>,
     /// The table's next shard id when the transaction began.
@@ -230,7 +230,7 @@ impl<'t> Transaction<'t> {
         }
         let base = table.state();
         let work = (*base).clone();
-        let keys = PendingKeys::new(table.schema());
+        let keys = PendingKeys::of(table.schema());
         let log = writer.log().is_on().then(PendingLog::default);
         let first_shard_id = writer.next_shard_id();
         Ok(Self {
@@ -274,7 +274,7 @@ impl<'t> Transaction<'t> {
         let batch = &*decoded(batch)?;
         validate_batch(self.table.name(), self.table.schema(), batch)?;
         let n = batch.num_rows();
-        if let Some(keys) = &mut self.keys {
+        for keys in &mut self.keys {
             let arrays: Vec<ArrayRef> = keys.columns().iter().map(|&c| Arc::clone(batch.column(c))).collect();
             keys.add(self.table.name(), self.table.schema(), &arrays, n)?;
         }
@@ -313,7 +313,7 @@ impl<'t> Transaction<'t> {
         let shard = self.work.shards.get(idx);
         let at = shard.delta_len;
         shard.data.delta.write_row(at, cell)?;
-        if let Some(keys) = &mut self.keys {
+        for keys in &mut self.keys {
             // Read the key back from the (not yet counted) row.
             let arrays = keys
                 .columns()
@@ -435,22 +435,23 @@ impl<'t> Transaction<'t> {
     /// Fails if a key this transaction appended is held by a live row it
     /// started from (rows it deleted do not count).
     fn check_keys(&mut self) -> Result<()> {
-        let Some(keys) = &mut self.keys else { return Ok(()) };
-        if keys.is_empty() {
-            return Ok(());
-        }
-        keys.seal();
-        let snapshot = TableSnapshot::new(self.table.schema().clone(), Arc::clone(&self.base));
-        for pos in 0..self.base.shards.len() {
-            // A truncate in this transaction removed the shard.
-            let kept = pos < self.work.shards.len()
-                && Arc::ptr_eq(&self.work.shards.get(pos).data, &self.base.shards.get(pos).data);
-            if !kept {
+        for keys in &mut self.keys {
+            if keys.is_empty() {
                 continue;
             }
-            let deleted = self.deletes.get(&pos).map(|(bits, _)| bits);
-            let deleted_here = |id: RecId| deleted.is_some_and(|b| b.get_bit(id as usize));
-            keys.check_shard(self.table.name(), self.table.schema(), &snapshot.shard(pos), &deleted_here)?;
+            keys.seal();
+            let snapshot = TableSnapshot::new(self.table.schema().clone(), Arc::clone(&self.base));
+            for pos in 0..self.base.shards.len() {
+                // A truncate in this transaction removed the shard.
+                let kept = pos < self.work.shards.len()
+                    && Arc::ptr_eq(&self.work.shards.get(pos).data, &self.base.shards.get(pos).data);
+                if !kept {
+                    continue;
+                }
+                let deleted = self.deletes.get(&pos).map(|(bits, _)| bits);
+                let deleted_here = |id: RecId| deleted.is_some_and(|b| b.get_bit(id as usize));
+                keys.check_shard(self.table.name(), self.table.schema(), &snapshot.shard(pos), &deleted_here)?;
+            }
         }
         Ok(())
     }

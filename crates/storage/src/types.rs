@@ -155,6 +155,7 @@ pub struct TableSchema {
     arrow: SchemaRef,
     physical: Arc<[PhysicalType]>,
     primary_key: Arc<[usize]>,
+    unique: Arc<[Arc<[usize]>]>,
 }
 
 impl TableSchema {
@@ -205,7 +206,37 @@ impl TableSchema {
             })
             .collect();
         let arrow = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
-        Ok(Self { arrow, physical: physical.into(), primary_key: key.into() })
+        Ok(Self { arrow, physical: physical.into(), primary_key: key.into(), unique: Arc::new([]) })
+    }
+
+    /// This schema with UNIQUE constraints over the column sets `unique`
+    /// (each non-empty, of existing, distinct columns).
+    pub fn with_unique(mut self, unique: &[Vec<String>]) -> Result<Self> {
+        let mut sets = Vec::with_capacity(unique.len());
+        for set in unique {
+            if set.is_empty() {
+                return Err(Error::InvalidSchema("a UNIQUE constraint names no column".into()));
+            }
+            let mut columns = Vec::with_capacity(set.len());
+            for name in set {
+                let idx = self
+                    .arrow
+                    .index_of(name)
+                    .map_err(|_| Error::InvalidSchema(format!("UNIQUE column '{name}' is not a column")))?;
+                if columns.contains(&idx) {
+                    return Err(Error::InvalidSchema(format!("a UNIQUE constraint names column '{name}' twice")));
+                }
+                columns.push(idx);
+            }
+            sets.push(Arc::from(columns));
+        }
+        self.unique = sets.into();
+        Ok(self)
+    }
+
+    /// The column sets of the UNIQUE constraints.
+    pub fn unique(&self) -> &[Arc<[usize]>] {
+        &self.unique
     }
 
     /// The Arrow schema of the table.

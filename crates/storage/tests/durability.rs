@@ -582,8 +582,11 @@ fn column_defaults_and_views_survive_a_restart() {
         let io = SimulatedIo::default();
         let dir = Path::new("/defaults-and-views");
         let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
-        let options =
-            TableOptions::default().with_column_default("name", "'anonymous'").with_column_default("score", "7");
+        let options = TableOptions::default()
+            .with_column_default("name", "'anonymous'")
+            .with_column_default("score", "7")
+            .with_unique(["name"])
+            .with_unique(["name", "score"]);
         db.create_table("t", &schema(), options.clone()).unwrap();
         db.create_view("v", "CREATE VIEW v AS SELECT id FROM t", false).unwrap();
         db.create_view("w", "CREATE VIEW w AS SELECT 1", false).unwrap();
@@ -600,11 +603,7 @@ fn column_defaults_and_views_survive_a_restart() {
         drop(db);
         io.crash(0);
         let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
-        assert_eq!(
-            db.table("t").unwrap().options().column_defaults,
-            options.column_defaults,
-            "checkpoint: {checkpoint}"
-        );
+        assert_eq!(db.table("t").unwrap().options(), &options, "checkpoint: {checkpoint}");
         assert_eq!(db.view_names(), vec!["v".to_string(), "w".to_string()], "checkpoint: {checkpoint}");
         assert_eq!(db.view("w").as_deref(), Some("CREATE VIEW w AS SELECT 2"));
         assert_eq!(db.view("v").as_deref(), Some("CREATE VIEW v AS SELECT id FROM t"));

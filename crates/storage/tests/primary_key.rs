@@ -246,3 +246,155 @@ fn random_writes_match_a_model() {
         }
     }
 }
+
+fn unique_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("u", DataType::Int32, true),
+        Field::new("name", DataType::Utf8, true),
+    ]))
+}
+
+/// A row of the UNIQUE tables: (k, u, name).
+type UniqueRow = (i64, Option<i32>, Option<String>);
+
+fn unique_batch(rows: &[UniqueRow]) -> RecordBatch {
+    RecordBatch::try_new(
+        unique_schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.1))),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.2.clone()))),
+        ],
+    )
+    .unwrap()
+}
+
+fn unique_rows(t: &Table) -> Vec<UniqueRow> {
+    let mut rows: Vec<UniqueRow> = t
+        .snapshot()
+        .to_record_batches(None)
+        .unwrap()
+        .iter()
+        .flat_map(|b| {
+            let k = b.column(0).as_primitive::<Int64Type>().clone();
+            let u = b.column(1).as_primitive::<arrow_array::types::Int32Type>().clone();
+            let name = b.column(2).as_string::<i32>().clone();
+            (0..b.num_rows())
+                .map(|i| {
+                    (k.value(i), u.is_valid(i).then(|| u.value(i)), name.is_valid(i).then(|| name.value(i).to_string()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// True when no two rows share a non-NULL `u`, nor a non-NULL `name`.
+fn unique_holds(rows: &[UniqueRow]) -> bool {
+    let mut us = HashSet::new();
+    let mut names = HashSet::new();
+    rows.iter().all(|r| r.1.is_none_or(|u| us.insert(u)) && r.2.as_ref().is_none_or(|n| names.insert(n.clone())))
+}
+
+/// UNIQUE constraints on nullable columns: no two live rows share a value,
+/// NULLs never conflict; batch appends, single rows, deletes, updates and
+/// rebuilds against a model.
+#[test]
+fn unique_constraints_match_a_model() {
+    for seed in 0..12u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let capacity = [1, 3, 64, 2000][seed as usize % 4];
+        let db = Database::new();
+        let options = TableOptions::default()
+            .with_shard_capacity(capacity)
+            .with_background_rebuild(false)
+            .with_unique(["u"])
+            .with_unique(["name"]);
+        let t = db.create_table("u", &unique_schema(), options).unwrap();
+        let mut model: Vec<UniqueRow> = Vec::new();
+        let mut next_k = 0i64;
+        let mut row = |rng: &mut StdRng| {
+            next_k += 1;
+            let u = rng.random_bool(0.8).then(|| rng.random_range(0..300));
+            let name = rng.random_bool(0.7).then(|| format!("n{}", rng.random_range(0..300)));
+            (next_k, u, name)
+        };
+        for step in 0..150 {
+            match rng.random_range(0..10) {
+                0..=4 => {
+                    let rows: Vec<UniqueRow> = (0..rng.random_range(1..12)).map(|_| row(&mut rng)).collect();
+                    let after: Vec<UniqueRow> = model.iter().cloned().chain(rows.iter().cloned()).collect();
+                    match t.append(&unique_batch(&rows)) {
+                        Ok(_) => {
+                            assert!(unique_holds(&after), "seed {seed} step {step}: a duplicate was accepted");
+                            model = after;
+                        }
+                        Err(e) => {
+                            assert!(!unique_holds(&after) && is_duplicate(&e), "seed {seed} step {step}: {e}");
+                            assert!(e.to_string().contains("duplicate unique key"), "{e}");
+                        }
+                    }
+                }
+                5 => {
+                    let r = row(&mut rng);
+                    let after: Vec<UniqueRow> = model.iter().cloned().chain([r.clone()]).collect();
+                    let values = [
+                        Value::Int(r.0),
+                        r.1.map_or(Value::Null, |u| Value::Int(u.into())),
+                        match &r.2 {
+                            Some(n) => Value::Str(n),
+                            None => Value::Null,
+                        },
+                    ];
+                    match t.append_row(&values) {
+                        Ok(()) => {
+                            assert!(unique_holds(&after), "seed {seed} step {step}: a duplicate row was accepted");
+                            model = after;
+                        }
+                        Err(e) => assert!(!unique_holds(&after) && is_duplicate(&e), "seed {seed} step {step}: {e}"),
+                    }
+                }
+                6 | 7 => {
+                    let doomed: HashSet<i64> = model.iter().map(|r| r.0).filter(|_| rng.random_bool(0.3)).collect();
+                    let snap = t.snapshot();
+                    let n = t.delete(&snap, &select(&snap, &doomed)).unwrap();
+                    assert_eq!(n, doomed.len(), "seed {seed} step {step}");
+                    model.retain(|r| !doomed.contains(&r.0));
+                }
+                8 => {
+                    // Update: new u and name values for some rows, in one step.
+                    let moved: Vec<UniqueRow> = model.iter().filter(|_| rng.random_bool(0.1)).cloned().collect();
+                    let new: Vec<UniqueRow> = moved
+                        .iter()
+                        .map(|r| {
+                            let fresh = row(&mut rng);
+                            (r.0, fresh.1, fresh.2)
+                        })
+                        .collect();
+                    let ids: HashSet<i64> = moved.iter().map(|r| r.0).collect();
+                    let after: Vec<UniqueRow> =
+                        model.iter().filter(|r| !ids.contains(&r.0)).cloned().chain(new.iter().cloned()).collect();
+                    let snap = t.snapshot();
+                    let sel = select(&snap, &ids);
+                    match t.update(&snap, &sel, &unique_batch(&new)) {
+                        Ok(_) => {
+                            assert!(unique_holds(&after), "seed {seed} step {step}: an update to a taken value");
+                            model = after;
+                        }
+                        Err(e) => assert!(!unique_holds(&after) && is_duplicate(&e), "seed {seed} step {step}: {e}"),
+                    }
+                }
+                _ => t.rebuild().unwrap(),
+            }
+            model.sort();
+            assert_eq!(unique_rows(&t), model, "seed {seed} step {step}");
+        }
+    }
+    // Columns a constraint names must exist, once each.
+    let db = Database::new();
+    for bad in [TableOptions::default().with_unique(["nope"]), TableOptions::default().with_unique(["u", "u"])] {
+        assert!(matches!(db.create_table("bad", &unique_schema(), bad), Err(Error::InvalidSchema(_))));
+    }
+}

@@ -354,10 +354,11 @@ fn bad_input_is_rejected_whole() {
 #[test]
 fn unsupported_types_and_bad_options() {
     let db = Database::new();
-    let bad = Schema::new(vec![Field::new("t", DataType::Time64(arrow_schema::TimeUnit::Nanosecond), true)]);
+    let interval = DataType::Interval(arrow_schema::IntervalUnit::MonthDayNano);
+    let bad = Schema::new(vec![Field::new("t", interval, true)]);
     let err = db.create_table("x", &bad, TableOptions::default()).expect_err("unsupported");
     assert!(matches!(err, Error::UnsupportedType { .. }));
-    assert!(err.to_string().contains("Time64"), "{err}");
+    assert!(err.to_string().contains("Interval"), "{err}");
     assert!(matches!(
         db.create_table("x", &schema(), TableOptions::default().with_shard_capacity(0)),
         Err(Error::InvalidOption { .. })

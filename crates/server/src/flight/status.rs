@@ -110,7 +110,10 @@ mod tests {
     fn existing_tables_and_duplicate_keys_already_exist() {
         assert_code(through_sql(S::TableExists("t".into())), Code::AlreadyExists);
         assert_code(df_status(DataFusionError::Execution("Table 'k' already exists".into())), Code::AlreadyExists);
-        assert_code(through_sql(S::DuplicateKey { table: "t".into(), key: "(id) = (1)".into() }), Code::AlreadyExists);
+        assert_code(
+            through_sql(S::DuplicateKey { table: "t".into(), constraint: "primary key", key: "(id) = (1)".into() }),
+            Code::AlreadyExists,
+        );
     }
 
     #[test]

@@ -15,8 +15,8 @@ use crate::state::TableOptions;
 pub(super) const CATALOG: &str = "CATALOG";
 const CATALOG_MAGIC: &[u8; 8] = b"QVCATLG\0";
 /// The format this build writes: version 2 records column defaults and
-/// views, version 3 schemas; versions 1 (no defaults, no views) and 2 are
-/// still read.
+/// views, version 3 schemas and UNIQUE constraints; versions 1 (no
+/// defaults, no views) and 2 are still read.
 const CATALOG_VERSION: u32 = 3;
 /// Magic, version, body length, body CRC32C.
 const CATALOG_HEADER: usize = 8 + 4 + 8 + 4;
@@ -63,7 +63,7 @@ pub(super) struct ShardEntry {
 ///         views u64, per view: name, definition          (version 2)
 ///         schemas u64, per schema: name                   (version 3)
 ///   options: shard capacity, dead fraction, background flag, key columns,
-///            column defaults (version 2)
+///            column defaults (version 2), UNIQUE column lists (version 3)
 /// ```
 pub(super) fn encode_catalog(catalog: &CatalogFile) -> Result<Vec<u8>> {
     let mut body = Vec::new();
@@ -140,7 +140,7 @@ fn read_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String)>
             let name = r.str()?;
             let uid = r.u64()?;
             let (schema, _) = from_ipc(r.bytes()?)?;
-            let options = r.options(v2)?;
+            let options = r.options(u8::try_from(version).unwrap_or(u8::MAX))?;
             let next_shard_id = r.u64()?;
             let n = r.count(40)?;
             let mut shards = Vec::with_capacity(n);

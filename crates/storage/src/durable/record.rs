@@ -55,8 +55,12 @@ const CREATE_TABLE_V1: u8 = 1;
 const DROP_TABLE: u8 = 2;
 const COMMIT: u8 = 3;
 const REBUILD: u8 = 5;
-/// A table's creation, its options with column defaults.
-const CREATE_TABLE: u8 = 6;
+/// A table's creation, its options with column defaults (format 2); read,
+/// never written.
+const CREATE_TABLE_V2: u8 = 6;
+/// A table's creation, its options with column defaults and UNIQUE
+/// constraints (format 3).
+const CREATE_TABLE: u8 = 11;
 const CREATE_VIEW: u8 = 7;
 const DROP_VIEW: u8 = 8;
 const CREATE_SCHEMA: u8 = 9;
@@ -137,9 +141,14 @@ impl LogRecord {
     fn read(kind: u8, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let payload = r.bytes;
         let record = match kind {
-            CREATE_TABLE | CREATE_TABLE_V1 => {
+            CREATE_TABLE | CREATE_TABLE_V2 | CREATE_TABLE_V1 => {
                 let name = r.str()?;
-                let options = r.options(kind == CREATE_TABLE)?;
+                let format = match kind {
+                    CREATE_TABLE_V1 => 1,
+                    CREATE_TABLE_V2 => 2,
+                    _ => 3,
+                };
+                let options = r.options(format)?;
                 let replace = r.flag()?;
                 let (schema, _) = from_ipc(r.bytes()?)?;
                 let n = r.count(9)?;
@@ -239,20 +248,30 @@ impl ChangeLog for Wal {
     }
 }
 
-/// A table's options: shard capacity, dead fraction, background rebuild
-/// flag, primary key columns, column defaults (column, text).
+/// A table's options (format 3): shard capacity, dead fraction, background
+/// rebuild flag, primary key columns, column defaults (column, text),
+/// UNIQUE constraints (each a list of columns).
 pub(crate) fn put_options(out: &mut Vec<u8>, options: &TableOptions) {
     put_u64(out, options.shard_capacity as u64);
     out.extend_from_slice(&options.rebuild_dead_fraction.to_le_bytes());
     out.push(u8::from(options.background_rebuild));
-    put_u64(out, options.primary_key.len() as u64);
-    for column in &options.primary_key {
-        put_str(out, column);
-    }
+    put_strs(out, &options.primary_key);
     put_u64(out, options.column_defaults.len() as u64);
     for (column, default) in &options.column_defaults {
         put_str(out, column);
         put_str(out, default);
+    }
+    put_u64(out, options.unique.len() as u64);
+    for columns in &options.unique {
+        put_strs(out, columns);
+    }
+}
+
+/// A count, then the strings.
+fn put_strs(out: &mut Vec<u8>, strings: &[String]) {
+    put_u64(out, strings.len() as u64);
+    for s in strings {
+        put_str(out, s);
     }
 }
 
@@ -353,21 +372,39 @@ impl<'a> Reader<'a> {
         String::from_utf8(self.bytes()?.to_vec()).map_err(|_| "a name is not UTF-8".into())
     }
 
-    /// A table's options; `with_defaults` for the format that records
-    /// column defaults (version 1 did not).
-    pub(crate) fn options(&mut self, with_defaults: bool) -> Result<TableOptions, DecodeError> {
+    /// A table's options in `format`: 1 without column defaults, 2 with
+    /// them, 3 with UNIQUE constraints too.
+    pub(crate) fn options(&mut self, format: u8) -> Result<TableOptions, DecodeError> {
         let shard_capacity = usize::try_from(self.u64()?).map_err(|_| "shard capacity out of range")?;
         let rebuild_dead_fraction = f64::from_le_bytes(self.take(8)?.try_into().map_err(|_| "short float")?);
         let background_rebuild = self.flag()?;
-        let keys = self.count(1)?;
-        let primary_key = (0..keys).map(|_| self.str()).collect::<Result<Vec<_>, _>>()?;
-        let column_defaults = if with_defaults {
+        let primary_key = self.strs()?;
+        let column_defaults = if format >= 2 {
             let n = self.count(16)?;
             (0..n).map(|_| Ok((self.str()?, self.str()?))).collect::<Result<Vec<_>, DecodeError>>()?
         } else {
             Vec::new()
         };
-        Ok(TableOptions { shard_capacity, rebuild_dead_fraction, background_rebuild, primary_key, column_defaults })
+        let unique = if format >= 3 {
+            let n = self.count(8)?;
+            (0..n).map(|_| self.strs()).collect::<Result<Vec<_>, DecodeError>>()?
+        } else {
+            Vec::new()
+        };
+        Ok(TableOptions {
+            shard_capacity,
+            rebuild_dead_fraction,
+            background_rebuild,
+            primary_key,
+            unique,
+            column_defaults,
+        })
+    }
+
+    /// A count, then that many strings.
+    fn strs(&mut self) -> Result<Vec<String>, DecodeError> {
+        let n = self.count(8)?;
+        (0..n).map(|_| self.str()).collect()
     }
 
     pub(crate) fn ids(&mut self) -> Result<Vec<u32>, DecodeError> {
@@ -421,7 +458,9 @@ mod tests {
                 options: TableOptions::default()
                     .with_primary_key(["id"])
                     .with_shard_capacity(1024)
-                    .with_column_default("name", "'anonymous'"),
+                    .with_column_default("name", "'anonymous'")
+                    .with_unique(["name"])
+                    .with_unique(["name", "id"]),
                 replace: true,
                 fill: vec![
                     TableChange::Commit { truncate: false, appends: vec![b.clone()], deletes: vec![] },
