@@ -327,7 +327,8 @@ impl<'t> Transaction<'t> {
             let columns = (0..schema.len())
                 .map(|c| shard.data.delta.column(c).decode(at + 1, Rows::Ids(&[at as RecId])))
                 .collect::<Result<Vec<_>>>()?;
-            let batch = RecordBatch::try_new(Arc::clone(schema.arrow()), columns)?;
+            let one = arrow_array::RecordBatchOptions::new().with_row_count(Some(1));
+            let batch = RecordBatch::try_new_with_options(Arc::clone(schema.arrow()), columns, &one)?;
             log.appends.push(batch);
         }
         self.work.shards.get_mut(idx).delta_len += 1;

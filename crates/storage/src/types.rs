@@ -159,13 +159,10 @@ pub struct TableSchema {
 }
 
 impl TableSchema {
-    /// Validates an Arrow schema: at least one column, unique names, only
+    /// Validates an Arrow schema: unique names (no columns at all is fine), only
     /// supported types; `primary_key` names existing, distinct columns, which
     /// are made NOT NULL.
     pub fn try_new(schema: &Schema, primary_key: &[&str]) -> Result<Self> {
-        if schema.fields().is_empty() {
-            return Err(Error::InvalidSchema("a table needs at least one column".into()));
-        }
         let mut physical = Vec::with_capacity(schema.fields().len());
         // Dictionary- and run-end-encoded columns are stored as their
         // values: quiverdb picks its own encodings.
@@ -264,7 +261,7 @@ impl TableSchema {
         self.physical.len()
     }
 
-    /// Always false: a table has at least one column.
+    /// True for a table without columns.
     pub fn is_empty(&self) -> bool {
         self.physical.is_empty()
     }
@@ -530,6 +527,7 @@ mod tests {
         let dup = Schema::new(vec![Field::new("a", DataType::Int64, true), Field::new("a", DataType::Int32, true)]);
         assert!(matches!(TableSchema::try_new(&dup, &[]), Err(Error::InvalidSchema(_))));
         assert!(matches!(TableSchema::try_new(&ok, &["zz"]), Err(Error::InvalidSchema(_))));
-        assert!(matches!(TableSchema::try_new(&Schema::empty(), &[]), Err(Error::InvalidSchema(_))));
+        // A table may have no columns (`CREATE TABLE t ()`).
+        assert!(TableSchema::try_new(&Schema::empty(), &[]).is_ok_and(|s| s.is_empty()));
     }
 }

@@ -660,3 +660,44 @@ fn schemas_and_their_tables_survive_a_restart_and_drop_whole() {
         assert!(db.view_names().is_empty(), "{context}");
     }
 }
+
+/// A table without columns (`CREATE TABLE t ()`) keeps its row count
+/// through appends, deletes, rebuilds, checkpoints and the log.
+#[test]
+fn a_table_without_columns_survives_a_restart() {
+    let empty = Arc::new(Schema::empty());
+    let rows = |n: usize| {
+        RecordBatch::try_new_with_options(
+            Arc::clone(&empty),
+            vec![],
+            &arrow_array::RecordBatchOptions::new().with_row_count(Some(n)),
+        )
+        .unwrap()
+    };
+    for checkpoint in [false, true] {
+        let io = SimulatedIo::default();
+        let dir = Path::new("/no-columns");
+        let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        let options = TableOptions::default().with_shard_capacity(4).with_background_rebuild(false);
+        let t = db.create_table("nothing", &empty, options).unwrap();
+        t.append(&rows(3)).unwrap();
+        t.append(&rows(4)).unwrap();
+        t.rebuild().unwrap();
+        let snapshot = t.snapshot();
+        let first: Vec<(ShardId, Vec<RecId>)> =
+            snapshot.shards().take(1).map(|s| (s.id(), s.live_ids().into_iter().take(2).collect())).collect();
+        assert_eq!(t.delete(&snapshot, &first).unwrap(), 2);
+        t.append(&rows(1)).unwrap();
+        assert_eq!(t.snapshot().row_count(), 6);
+        if checkpoint {
+            db.checkpoint().unwrap();
+        }
+        drop((t, db));
+        io.crash(0);
+        let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        let t = db.table("nothing").unwrap();
+        assert_eq!(t.snapshot().row_count(), 6, "checkpoint: {checkpoint}");
+        let batches = t.snapshot().to_record_batches(None).unwrap();
+        assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 6, "checkpoint: {checkpoint}");
+    }
+}

@@ -366,7 +366,8 @@ pub(super) fn decode_main(bytes: &[u8], schema: &TableSchema) -> Result<Main, Da
     if r.pos != bytes.len() {
         return Err(Damage::new(r.pos, format!("{} bytes after the last column", bytes.len() - r.pos)));
     }
-    Ok(if columns.is_empty() { Main::empty(schema.len()) } else { Main::new(rows, columns) })
+    // A table without columns keeps its rows too.
+    Ok(if rows == 0 && columns.is_empty() { Main::empty(schema.len()) } else { Main::new(rows, columns) })
 }
 
 /// A cursor over the file; positions are file offsets, and `bytes` ends

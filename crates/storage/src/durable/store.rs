@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arrow_array::RecordBatch;
+use arrow_array::{RecordBatch, RecordBatchOptions};
 use arrow_schema::SchemaRef;
 
 use super::catalog::{CATALOG, CatalogFile, ShardEntry, TableEntry, decode_catalog, encode_catalog};
@@ -238,7 +238,10 @@ impl Durable {
                     let columns = (0..table.schema.fields().len())
                         .map(|c| data.delta.column(c).decode(shard.delta_len, Rows::Range(0, shard.delta_len)))
                         .collect::<Result<Vec<_>>>()?;
-                    ipc(&table.schema, &[RecordBatch::try_new(Arc::clone(&table.schema), columns)?])?
+                    // The row count too: a table may have no columns.
+                    let options = RecordBatchOptions::new().with_row_count(Some(shard.delta_len));
+                    let rows = RecordBatch::try_new_with_options(Arc::clone(&table.schema), columns, &options)?;
+                    ipc(&table.schema, &[rows])?
                 };
                 let deleted = shard.deletes.as_ref().map_or_else(Vec::new, |d| d.ids(shard.rows()));
                 shards.push(ShardEntry {
