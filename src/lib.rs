@@ -28,6 +28,6 @@
 pub use quiverdb_mapreducer as mapreducer;
 pub use quiverdb_scan as scan;
 pub use quiverdb_server as server;
-pub use quiverdb_server::{SessionOptions, session_context, session_context_with};
+pub use quiverdb_server::{SessionOptions, session_context, session_context_with, sql};
 pub use quiverdb_storage as storage;
 pub use quiverdb_storage::{Database, Error, Result, Table, TableOptions, TableSnapshot, Value};

@@ -74,7 +74,9 @@ impl Quiver {
     /// The statement's result batches: from the session, or from the
     /// Flight SQL server (an error is the message the client received).
     async fn batches(&mut self, sql: &str) -> Result<Vec<RecordBatch>, DataFusionError> {
-        let Some((_, client, cookie)) = &mut self.flight else { return self.ctx.sql(sql).await?.collect().await };
+        let Some((_, client, cookie)) = &mut self.flight else {
+            return quiverdb::sql(&self.ctx, sql).await?.collect().await;
+        };
         let result = flight::run(client, cookie, sql).await;
         result.map_err(|e| match e {
             arrow_flight::error::FlightError::Tonic(status) => DataFusionError::Execution(status.message().to_string()),

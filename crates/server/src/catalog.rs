@@ -437,6 +437,11 @@ impl QuiverCatalog {
     pub fn new(schema: Arc<QuiverSchema>) -> Self {
         Self { schema, others: RwLock::default() }
     }
+
+    /// The database.
+    pub fn database(&self) -> &Database {
+        &self.schema.db
+    }
 }
 
 impl CatalogProvider for QuiverCatalog {

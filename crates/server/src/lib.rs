@@ -43,6 +43,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod alter;
 mod catalog;
 mod convert;
 mod error;
@@ -62,4 +63,4 @@ pub use exec::{DmlExec, QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
 pub use options::SessionOptions;
 pub use provider::{QuiverTable, ScanSettings};
 pub use rules::QuiverPushdown;
-pub use session::{DEFAULT_CATALOG, session_context, session_context_with};
+pub use session::{DEFAULT_CATALOG, session_context, session_context_with, sql};

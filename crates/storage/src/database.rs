@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::names::{check_new_schema, schema_contents};
+use crate::names::{Alteration, altered, check_new_schema, schema_contents};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
@@ -412,6 +412,40 @@ impl Database {
             catalog.views.remove(n);
         }
         catalog.schemas.remove(name);
+        self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
+        drop(catalog);
+        self.commit(lsn)
+    }
+
+    /// Changes the definition of table `name` without touching its rows
+    /// (see [`Alteration`]): one logged step. Handles to the table as it
+    /// was still read their snapshots; writes through them fail with
+    /// [`Error::TableNotFound`].
+    pub fn alter_table(&self, name: &str, alteration: &Alteration) -> Result<()> {
+        let mut catalog = self.catalog_mut()?;
+        let table = catalog.tables.get(name).cloned().ok_or_else(|| Error::TableNotFound(name.into()))?;
+        let (new_name, schema, options) = altered(name, table.arrow_schema(), table.options(), alteration)?;
+        if new_name != name && catalog.contains(&new_name) {
+            return Err(Error::TableExists(new_name));
+        }
+        if new_name.is_empty() {
+            return Err(Error::InvalidSchema("a table name cannot be empty".into()));
+        }
+        // The writer lock: no transaction is half-way through, and none is
+        // logged after the change.
+        let mut writer = table.core().lock()?;
+        let next = table.redefined(&mut writer, &new_name, &schema, options.clone())?;
+        let record =
+            LogRecord::AlterTable { name: name.into(), new_name: new_name.clone(), schema: schema.into(), options };
+        let lsn = match self.durable() {
+            Some(durable) => Some(durable.append(&record)?),
+            None => None,
+        };
+        next.take_log(&mut writer)?;
+        writer.mark_dropped();
+        drop(writer);
+        catalog.tables.remove(name);
+        catalog.tables.insert(new_name, next);
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
         drop(catalog);
         self.commit(lsn)

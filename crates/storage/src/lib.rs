@@ -96,7 +96,7 @@ pub use durable::wal::{LogStats, SyncMode};
 pub use error::{Error, Result};
 pub use main::{BLOCK_SIZE, EncodingKind, MainColumn};
 pub use memory::{ColumnMemory, EncodingUsage, MemoryUsage};
-pub use names::schema_of;
+pub use names::{Alteration, schema_of};
 pub use output::primitive_array;
 pub use shard::{DeleteSet, ShardId};
 pub use snapshot::{ShardSnapshot, TableSnapshot};

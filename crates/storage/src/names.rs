@@ -45,3 +45,54 @@ pub(crate) fn schema_contents<'a>(
         _ => Ok(contents),
     }
 }
+
+/// A change to a table's definition that keeps its rows as they are.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Alteration {
+    /// `ALTER TABLE t RENAME TO name`.
+    RenameTo(String),
+    /// `ALTER TABLE t RENAME COLUMN from TO to`.
+    RenameColumn {
+        /// The column's name.
+        from: String,
+        /// Its new name.
+        to: String,
+    },
+}
+
+/// The definition of table `name` (`schema`, `options`) after `alteration`:
+/// its new name, schema and options (key columns, UNIQUE constraints and
+/// defaults follow a renamed column).
+pub(crate) fn altered(
+    name: &str,
+    schema: &arrow_schema::Schema,
+    options: &crate::state::TableOptions,
+    alteration: &Alteration,
+) -> Result<(String, arrow_schema::Schema, crate::state::TableOptions)> {
+    match alteration {
+        Alteration::RenameTo(new) => Ok((new.clone(), schema.clone(), options.clone())),
+        Alteration::RenameColumn { from, to } => {
+            let at = schema
+                .index_of(from)
+                .map_err(|_| Error::ColumnNotFound { table: name.into(), column: from.clone() })?;
+            if schema.index_of(to).is_ok() {
+                return Err(Error::InvalidSchema(format!("table '{name}' already has a column '{to}'")));
+            }
+            if to.is_empty() {
+                return Err(Error::InvalidSchema("a column name cannot be empty".into()));
+            }
+            let fields: Vec<arrow_schema::Field> = schema
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(i, f)| if i == at { f.as_ref().clone().with_name(to.clone()) } else { f.as_ref().clone() })
+                .collect();
+            let rename = |c: &String| if c == from { to.clone() } else { c.clone() };
+            let mut options = options.clone();
+            options.primary_key = options.primary_key.iter().map(rename).collect();
+            options.unique = options.unique.iter().map(|set| set.iter().map(rename).collect()).collect();
+            options.column_defaults = options.column_defaults.iter().map(|(c, d)| (rename(c), d.clone())).collect();
+            Ok((name.to_string(), arrow_schema::Schema::new_with_metadata(fields, schema.metadata().clone()), options))
+        }
+    }
+}

@@ -25,7 +25,7 @@ use arrow_buffer::BooleanBufferBuilder;
 use arrow_schema::{Schema, SchemaRef};
 
 use crate::background::Background;
-use crate::change::{ShardDeletes, TableChange};
+use crate::change::{ShardDeletes, TableChange, TableLog};
 use crate::delta::Delta;
 use crate::error::{Error, Result};
 use crate::ingest::{decoded, encode_value, validate_batch};
@@ -87,6 +87,44 @@ impl Table {
             }
         }
         Ok(Self { core: TableCore::new(name.into(), schema, options, background) })
+    }
+
+    /// This table under a new definition (`name`, `schema`, `options`)
+    /// over the same rows: its shards are shared, not copied, so the new
+    /// schema must have the same column types in the same order. The
+    /// caller holds this table's writer lock (`writer`) and marks it
+    /// dropped once the new table is in the catalog; the new table takes
+    /// over its durable identity and shard numbering now, and its log at
+    /// [`Table::take_log`].
+    pub(crate) fn redefined(
+        &self,
+        writer: &mut WriterGuard<'_>,
+        name: &str,
+        schema: &Schema,
+        options: TableOptions,
+    ) -> Result<Self> {
+        let same_types = schema.fields().len() == self.arrow_schema().fields().len()
+            && schema
+                .fields()
+                .iter()
+                .zip(self.arrow_schema().fields())
+                .all(|(a, b)| a.data_type() == b.data_type() && a.is_nullable() == b.is_nullable());
+        if !same_types {
+            return Err(Error::Internal("a redefined table must keep its column types".into()));
+        }
+        let table = Self::create(name, schema, options, self.core.background().clone())?;
+        let mut next = table.core.lock()?;
+        next.set_next_shard_id(writer.next_shard_id());
+        next.set_uid(writer.uid());
+        next.publish((*self.core.state()).clone());
+        drop(next);
+        Ok(table)
+    }
+
+    /// Moves the log of the table whose writer lock is `from` to this one.
+    pub(crate) fn take_log(&self, from: &mut WriterGuard<'_>) -> Result<()> {
+        self.core.lock()?.replace_log(from.replace_log(TableLog::Off));
+        Ok(())
     }
 
     /// The table itself.

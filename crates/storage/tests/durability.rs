@@ -17,7 +17,7 @@ use arrow_array::*;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use quiverdb_storage::testing::{SimulatedIo, StorageIo, open_with_io};
 use quiverdb_storage::{
-    Database, DurableOptions, Error, RecId, ShardId, SyncMode, Table, TableOptions, TableSnapshot, Value,
+    Alteration, Database, DurableOptions, Error, RecId, ShardId, SyncMode, Table, TableOptions, TableSnapshot, Value,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -699,5 +699,68 @@ fn a_table_without_columns_survives_a_restart() {
         assert_eq!(t.snapshot().row_count(), 6, "checkpoint: {checkpoint}");
         let batches = t.snapshot().to_record_batches(None).unwrap();
         assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 6, "checkpoint: {checkpoint}");
+    }
+}
+
+/// Renaming a table or a column keeps the rows, key, UNIQUE constraints
+/// and defaults (which follow the column), across writes after it, the log
+/// and checkpoints; old handles read their snapshots and cannot write.
+#[test]
+fn renamed_tables_and_columns_survive_a_restart() {
+    for checkpoint in [false, true] {
+        let io = SimulatedIo::default();
+        let dir = Path::new("/renames");
+        let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        let options = TableOptions::default()
+            .with_shard_capacity(3)
+            .with_background_rebuild(false)
+            .with_primary_key(["id"])
+            .with_unique(["name"])
+            .with_column_default("score", "7");
+        let t = db.create_table("t", &schema(), options).unwrap();
+        let first: Vec<Row> = (0..5).map(|i| (i, Some(format!("n{i}")), Some(i as f64))).collect();
+        t.append(&batch(&first)).unwrap();
+        t.rebuild().unwrap();
+        db.alter_table("t", &Alteration::RenameTo("people".into())).unwrap();
+        db.alter_table("people", &Alteration::RenameColumn { from: "score".into(), to: "points".into() }).unwrap();
+        assert!(matches!(t.append(&batch(&[(9, None, None)])), Err(Error::TableNotFound(_))), "an old handle wrote");
+        assert_eq!(rows(&t), first, "an old handle reads its snapshot");
+        let people = db.table("people").unwrap();
+        let as_people = |rows: &[Row]| {
+            RecordBatch::try_new(Arc::clone(people.arrow_schema()), batch(rows).columns().to_vec()).unwrap()
+        };
+        assert_eq!(people.arrow_schema().field(2).name(), "points");
+        assert_eq!(people.options().column_defaults, vec![("points".to_string(), "7".to_string())]);
+        // Writes after the renames land in the renamed table, and the key
+        // and UNIQUE constraint still hold.
+        people.append(&as_people(&[(5, Some("n5".into()), None)])).unwrap();
+        assert!(matches!(people.append(&as_people(&[(1, None, None)])), Err(Error::DuplicateKey { .. })));
+        assert!(matches!(people.append(&as_people(&[(6, Some("n0".into()), None)])), Err(Error::DuplicateKey { .. })));
+        // Refused: a taken name, a missing column, a taken column name.
+        db.create_table("other", &schema(), TableOptions::default()).unwrap();
+        assert!(matches!(db.alter_table("people", &Alteration::RenameTo("other".into())), Err(Error::TableExists(_))));
+        let missing = Alteration::RenameColumn { from: "nope".into(), to: "x".into() };
+        assert!(matches!(db.alter_table("people", &missing), Err(Error::ColumnNotFound { .. })));
+        let taken = Alteration::RenameColumn { from: "name".into(), to: "id".into() };
+        assert!(matches!(db.alter_table("people", &taken), Err(Error::InvalidSchema(_))));
+        assert!(matches!(db.alter_table("t", &Alteration::RenameTo("u".into())), Err(Error::TableNotFound(_))));
+        let expected: Vec<Row> = first.iter().cloned().chain([(5, Some("n5".to_string()), None)]).collect();
+        if checkpoint {
+            db.checkpoint().unwrap();
+        }
+        drop((t, people, db));
+        io.crash(0);
+        let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+        let context = format!("checkpoint: {checkpoint}");
+        assert_eq!(db.table_names(), vec!["other".to_string(), "people".to_string()], "{context}");
+        let people = db.table("people").unwrap();
+        let mut got = rows(&people);
+        got.sort_by_key(|r| r.0);
+        assert_eq!(got, expected, "{context}");
+        assert_eq!(people.arrow_schema().field(2).name(), "points", "{context}");
+        assert_eq!(people.options().unique, vec![vec!["name".to_string()]], "{context}");
+        let again =
+            RecordBatch::try_new(Arc::clone(people.arrow_schema()), batch(&[(2, None, None)]).columns().to_vec());
+        assert!(matches!(people.append(&again.unwrap()), Err(Error::DuplicateKey { .. })), "{context}");
     }
 }

@@ -253,6 +253,10 @@ impl QuiverFlightSql {
         let state = self.ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
         let mut statement = state.sql_to_statement(sql, &dialect).map_err(df_status)?;
+        let normalize = state.config().options().sql_parser.enable_ident_normalization;
+        if let Some(plan) = crate::alter::plan(&statement, normalize) {
+            return Ok((plan.map_err(df_status)?, version));
+        }
         number_positional_placeholders(&mut statement);
         let plan = state.statement_to_plan(statement).await.map_err(df_status)?;
         if !is_setting(&plan) {
@@ -325,6 +329,13 @@ impl QuiverFlightSql {
     async fn run_mutations(&self, plans: Vec<LogicalPlan>) -> Result<Option<u64>, Status> {
         if plans.iter().all(is_setting) {
             self.apply_settings(plans).await?;
+            return Ok(None);
+        }
+        if let Some(alter) = plans.first().and_then(crate::alter::of) {
+            if plans.len() > 1 {
+                return Err(Status::invalid_argument("ALTER TABLE takes no parameters"));
+            }
+            crate::alter::run(&self.db, alter).map_err(df_status)?;
             return Ok(None);
         }
         let mut total = None;
@@ -710,6 +721,7 @@ fn is_query(plan: &LogicalPlan) -> bool {
 /// affected-row count, or nothing for DDL).
 fn is_change(plan: &LogicalPlan) -> bool {
     matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_) | LogicalPlan::Copy(_) | LogicalPlan::Statement(_))
+        || crate::alter::of(plan).is_some()
 }
 
 /// The schema of a finished statement's result: DataFusion's one-column

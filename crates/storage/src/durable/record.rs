@@ -41,6 +41,9 @@ pub(crate) enum LogRecord {
     CreateView { name: String, definition: String, replace: bool },
     /// A view was dropped.
     DropView { name: String },
+    /// A table was redefined over the same rows (renamed, or a column
+    /// renamed): its new name and definition.
+    AlterTable { name: String, new_name: String, schema: SchemaRef, options: TableOptions },
     /// A schema was created.
     CreateSchema { name: String },
     /// A schema was dropped (with its tables and views if `cascade`).
@@ -64,6 +67,7 @@ const CREATE_TABLE: u8 = 11;
 const CREATE_VIEW: u8 = 7;
 const DROP_VIEW: u8 = 8;
 const CREATE_SCHEMA: u8 = 9;
+const ALTER_TABLE: u8 = 12;
 const DROP_SCHEMA: u8 = 10;
 
 /// Why a payload did not decode (where the reader was is added by
@@ -121,6 +125,14 @@ impl LogRecord {
                 put_str(buf.bytes(), name);
                 CREATE_SCHEMA
             }
+            LogRecord::AlterTable { name, new_name, schema, options } => {
+                let out = buf.bytes();
+                put_str(out, name);
+                put_str(out, new_name);
+                put_options(out, options);
+                put_bytes(out, &ipc(schema, &[])?);
+                ALTER_TABLE
+            }
             LogRecord::DropSchema { name, cascade } => {
                 let out = buf.bytes();
                 put_str(out, name);
@@ -167,6 +179,10 @@ impl LogRecord {
             CREATE_VIEW => LogRecord::CreateView { name: r.str()?, definition: r.str()?, replace: r.flag()? },
             DROP_VIEW => LogRecord::DropView { name: r.str()? },
             CREATE_SCHEMA => LogRecord::CreateSchema { name: r.str()? },
+            ALTER_TABLE => {
+                let (name, new_name, options) = (r.str()?, r.str()?, r.options(3)?);
+                LogRecord::AlterTable { name, new_name, schema: from_ipc(r.bytes()?)?.0, options }
+            }
             DROP_SCHEMA => LogRecord::DropSchema { name: r.str()?, cascade: r.flag()? },
             COMMIT => {
                 let table = r.str()?;
@@ -479,6 +495,12 @@ mod tests {
             LogRecord::CreateView { name: "v".into(), definition: "CREATE VIEW v AS SELECT 1".into(), replace: true },
             LogRecord::DropView { name: "v".into() },
             LogRecord::CreateSchema { name: "s".into() },
+            LogRecord::AlterTable {
+                name: "t".into(),
+                new_name: "u".into(),
+                schema: b.schema(),
+                options: TableOptions::default().with_primary_key(["id"]).with_unique(["name"]),
+            },
             LogRecord::DropSchema { name: "s".into(), cascade: true },
             change(TableChange::Commit {
                 truncate: false,

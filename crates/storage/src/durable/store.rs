@@ -489,6 +489,20 @@ impl Replay<'_> {
                 Some(_) => Ok(()),
                 None => Err(Error::ViewNotFound(name)),
             },
+            LogRecord::AlterTable { name, new_name, schema, options } => {
+                let old = self.tables.get(&name).cloned().ok_or_else(|| Error::TableNotFound(name.clone()))?;
+                if new_name != name && (self.tables.contains_key(&new_name) || self.views.contains_key(&new_name)) {
+                    return Err(Error::TableExists(new_name));
+                }
+                let mut writer = old.core().lock()?;
+                let table = old.redefined(&mut writer, &new_name, &schema, options)?;
+                table.take_log(&mut writer)?;
+                writer.mark_dropped();
+                drop(writer);
+                self.tables.remove(&name);
+                self.tables.insert(new_name, table);
+                Ok(())
+            }
             LogRecord::CreateSchema { name } => {
                 check_new_schema(&name, &self.schemas, self.tables.keys().chain(self.views.keys()))?;
                 self.schemas.insert(name);
