@@ -4,20 +4,31 @@
 //! ```text
 //!   ALTER TABLE [IF EXISTS] t RENAME TO u            storage renames the table
 //!   ALTER TABLE [IF EXISTS] t RENAME COLUMN a TO b   storage renames the column
+//!   ALTER TABLE t ADD [COLUMN] [IF NOT EXISTS] c TYPE [NOT NULL] [DEFAULT const]
+//!   ALTER TABLE t DROP [COLUMN] [IF EXISTS] c
 //! ```
 //!
-//! Both keep the rows where they are (no data is copied) and are one
-//! logged step. Through Flight SQL every client gets them; an embedder runs
+//! Each is one logged step. Renames keep the rows where they are; ADD and
+//! DROP keep main storage's encoded columns (an added column is stored
+//! constant-encoded, its value the default or NULL) and copy delta rows. Through Flight SQL every client gets them; an embedder runs
 //! them with [`crate::sql`] (a `SessionContext`'s own `sql` refuses ALTER,
 //! as DataFusion does).
 
 use std::fmt;
 
-use datafusion::common::{DFSchemaRef, DataFusionError, Result, TableReference};
-use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
+use std::sync::Arc;
+
+use arrow_array::ArrayRef;
+use arrow_schema::Field;
+use datafusion::common::{DFSchema, DFSchemaRef, DataFusionError, Result, ScalarValue, TableReference};
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::logical_expr::{DdlStatement, Expr, LogicalPlan, UserDefinedLogicalNodeCore};
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::planner::{IdentNormalizer, object_name_to_table_reference};
 use datafusion::sql::sqlparser::ast::{AlterTableOperation, RenameTableNameKind, Statement};
+use datafusion::sql::unparser::expr_to_sql;
 use quiverdb_storage::{Alteration, Database};
 
 use crate::catalog::stored_name;
@@ -30,7 +41,17 @@ pub(crate) struct AlterTable {
     schema: Option<String>,
     table: String,
     if_exists: bool,
-    alteration: Alteration,
+    operation: Operation,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd)]
+enum Operation {
+    /// A rename (of the table or a column).
+    Rename(Alteration),
+    /// A new column, as its SQL definition (planned when it runs).
+    AddColumn { definition: String, name: String, if_not_exists: bool },
+    /// A column to drop.
+    DropColumn { name: String, if_exists: bool },
 }
 
 impl UserDefinedLogicalNodeCore for AlterTable {
@@ -51,7 +72,7 @@ impl UserDefinedLogicalNodeCore for AlterTable {
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "AlterTable: {} {:?}", self.table, self.alteration)
+        write!(f, "AlterTable: {} {:?}", self.table, self.operation)
     }
 
     fn with_exprs_and_inputs(&self, _exprs: Vec<Expr>, _inputs: Vec<LogicalPlan>) -> Result<Self> {
@@ -79,11 +100,26 @@ fn plan_alter(alter: &datafusion::sql::sqlparser::ast::AlterTable, normalize: bo
         return Err(DataFusionError::NotImplemented("ALTER TABLE takes one operation per statement".into()));
     };
     let normalizer = IdentNormalizer::new(normalize);
-    let alteration = match operation {
-        AlterTableOperation::RenameColumn { old_column_name, new_column_name } => Alteration::RenameColumn {
-            from: normalizer.normalize(old_column_name.clone()),
-            to: normalizer.normalize(new_column_name.clone()),
-        },
+    let operation = match operation {
+        AlterTableOperation::RenameColumn { old_column_name, new_column_name } => {
+            Operation::Rename(Alteration::RenameColumn {
+                from: normalizer.normalize(old_column_name.clone()),
+                to: normalizer.normalize(new_column_name.clone()),
+            })
+        }
+        AlterTableOperation::AddColumn { if_not_exists, column_def, column_position: None, .. } => {
+            Operation::AddColumn {
+                definition: column_def.to_string(),
+                name: normalizer.normalize(column_def.name.clone()),
+                if_not_exists: *if_not_exists,
+            }
+        }
+        AlterTableOperation::DropColumn { column_names, if_exists, drop_behavior: None, .. } => {
+            let [column] = column_names.as_slice() else {
+                return Err(not_supported("DROP COLUMN of several columns"));
+            };
+            Operation::DropColumn { name: normalizer.normalize(column.clone()), if_exists: *if_exists }
+        }
         AlterTableOperation::RenameTable { table_name } => {
             let (RenameTableNameKind::To(name) | RenameTableNameKind::As(name)) = table_name;
             let new = match object_name_to_table_reference(name.clone(), normalize)? {
@@ -93,7 +129,7 @@ fn plan_alter(alter: &datafusion::sql::sqlparser::ast::AlterTable, normalize: bo
                     _ => return Err(not_supported("RENAME TO another schema")),
                 },
             };
-            Alteration::RenameTo(new)
+            Operation::Rename(Alteration::RenameTo(new))
         }
         other => {
             let text = other.to_string();
@@ -101,7 +137,7 @@ fn plan_alter(alter: &datafusion::sql::sqlparser::ast::AlterTable, normalize: bo
             return Err(not_supported(&what));
         }
     };
-    let node = AlterTable { schema, table, if_exists: alter.if_exists, alteration };
+    let node = AlterTable { schema, table, if_exists: alter.if_exists, operation };
     Ok(LogicalPlan::Extension(datafusion::logical_expr::Extension { node: std::sync::Arc::new(node) }))
 }
 
@@ -113,8 +149,8 @@ pub(crate) fn of(plan: &LogicalPlan) -> Option<&AlterTable> {
     }
 }
 
-/// Runs `alter` on `db`.
-pub(crate) fn run(db: &Database, alter: &AlterTable) -> Result<()> {
+/// Runs `alter` on `db`; `state` plans an added column's definition.
+pub(crate) async fn run(db: &Database, state: &SessionState, alter: &AlterTable) -> Result<()> {
     let schema = alter.schema.as_deref();
     let Some(stored) = stored_name(db, schema, &alter.table).filter(|s| db.contains_table(s)) else {
         if alter.if_exists {
@@ -122,17 +158,65 @@ pub(crate) fn run(db: &Database, alter: &AlterTable) -> Result<()> {
         }
         return Err(Error::from(quiverdb_storage::Error::TableNotFound(alter.table.clone())).into());
     };
-    let alteration = match &alter.alteration {
-        Alteration::RenameTo(new) => match stored_name(db, schema, new) {
-            Some(new) => Alteration::RenameTo(new),
-            None => {
+    let columns = db.table(&stored).map_err(Error::from)?.arrow_schema().clone();
+    match &alter.operation {
+        Operation::Rename(Alteration::RenameTo(new)) => {
+            let Some(new) = stored_name(db, schema, new) else {
                 return Err(DataFusionError::Plan(format!(
                     "a table of the default schema cannot be named '{new}' while a schema of that prefix exists"
                 )));
-            }
-        },
-        other => other.clone(),
-    };
-    db.alter_table(&stored, &alteration).map_err(Error::from)?;
+            };
+            db.alter_table(&stored, &Alteration::RenameTo(new)).map_err(Error::from)?;
+        }
+        Operation::Rename(other) => db.alter_table(&stored, other).map_err(Error::from)?,
+        Operation::AddColumn { name, if_not_exists: true, .. } if columns.index_of(name).is_ok() => {}
+        Operation::AddColumn { definition, .. } => {
+            let (field, value, default) = new_column(state, definition).await?;
+            db.add_column(&stored, field, value, default).map_err(Error::from)?;
+        }
+        Operation::DropColumn { name, if_exists: true } if columns.index_of(name).is_err() => {}
+        Operation::DropColumn { name, .. } => db.drop_column(&stored, name).map_err(Error::from)?,
+    }
     Ok(())
+}
+
+/// The field, the value existing rows get, and the default text of a new
+/// column with SQL `definition`: planned as DataFusion plans a column of
+/// `CREATE TABLE` (types, NOT NULL, DEFAULT). The default must be a
+/// constant; constraints on the new column are not supported.
+async fn new_column(state: &SessionState, definition: &str) -> Result<(Field, ArrayRef, Option<String>)> {
+    let dialect = state.config().options().sql_parser.dialect;
+    let statement = state.sql_to_statement(&format!("CREATE TABLE quiverdb_new_column ({definition})"), &dialect)?;
+    let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = state.statement_to_plan(statement).await? else {
+        return Err(DataFusionError::Plan(format!("'{definition}' does not define a column")));
+    };
+    if !create.constraints.is_empty() {
+        return Err(DataFusionError::NotImplemented(
+            "ALTER TABLE … ADD COLUMN with a PRIMARY KEY or UNIQUE constraint is not supported".into(),
+        ));
+    }
+    let field = create.input.schema().field(0).as_ref().clone();
+    let Some(default) = create.column_defaults.first().map(|(_, e)| e.clone()) else {
+        let value = ScalarValue::try_from(field.data_type())?.to_array_of_size(1)?;
+        return Ok((field, value, None));
+    };
+    let text = expr_to_sql(&default).map_err(|e| {
+        DataFusionError::NotImplemented(format!(
+            "the default of column '{}' ({default}) cannot be stored: {e}",
+            field.name()
+        ))
+    })?;
+    let context = SimplifyContext::builder()
+        .with_schema(Arc::new(DFSchema::empty()))
+        .with_config_options(Arc::clone(state.config_options()))
+        .build();
+    let simplified = ExprSimplifier::new(context).simplify(default.clone())?;
+    let Expr::Literal(value, _) = simplified else {
+        return Err(DataFusionError::NotImplemented(format!(
+            "the default of added column '{}' must be a constant, not {default}",
+            field.name()
+        )));
+    };
+    let value = value.cast_to(field.data_type())?.to_array_of_size(1)?;
+    Ok((field, value, Some(text.to_string())))
 }

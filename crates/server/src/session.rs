@@ -51,7 +51,7 @@ pub async fn sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     let (Some(alter), Some(db)) = (crate::alter::of(&plan), db) else {
         return Err(DataFusionError::Plan("ALTER TABLE runs only in a session over a quiverdb database".into()));
     };
-    crate::alter::run(db, alter)?;
+    crate::alter::run(db, &state, alter).await?;
     let nothing = LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation {
         produce_one_row: false,
         schema: Arc::new(DFSchema::empty()),

@@ -14,13 +14,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::names::{Alteration, altered, check_new_schema, schema_contents};
+use crate::names::{Alteration, ColumnChange, altered, check_new_schema, schema_contents};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::Duration;
 
-use arrow_schema::Schema;
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{Field, Schema};
 
 use crate::background::Background;
 use crate::change::TableLog;
@@ -422,9 +423,81 @@ impl Database {
     /// was still read their snapshots; writes through them fail with
     /// [`Error::TableNotFound`].
     pub fn alter_table(&self, name: &str, alteration: &Alteration) -> Result<()> {
+        let table = self.table(name)?;
+        let (new_name, schema, options) = altered(name, table.arrow_schema(), table.options(), alteration)?;
+        self.redefine(name, &new_name, schema, options, ColumnChange::None)
+    }
+
+    /// Adds column `field` at the end of table `name`: every existing row
+    /// holds `value` (one value of the field's type; NULL for none), and
+    /// `default` (expression text, see [`TableOptions::column_defaults`])
+    /// is recorded as the column's default. Main storage keeps its encoded
+    /// columns and stores the new one constant-encoded; delta rows are
+    /// copied. One logged step.
+    pub fn add_column(&self, name: &str, field: Field, value: ArrayRef, default: Option<String>) -> Result<()> {
+        let table = self.table(name)?;
+        let old = table.arrow_schema();
+        if old.index_of(field.name()).is_ok() {
+            return Err(Error::InvalidSchema(format!("table '{name}' already has a column '{}'", field.name())));
+        }
+        if value.len() != 1 || value.data_type() != field.data_type() {
+            return Err(Error::InvalidSchema(format!(
+                "the value of new column '{}' must be one {}, not {} of {}",
+                field.name(),
+                field.data_type(),
+                value.len(),
+                value.data_type()
+            )));
+        }
+        if !field.is_nullable() && value.is_null(0) && table.row_count() > 0 {
+            return Err(Error::NullInNonNullable { table: name.into(), column: field.name().clone() });
+        }
+        let mut options = table.options().clone();
+        if let Some(default) = default {
+            options.column_defaults.push((field.name().clone(), default));
+        }
+        let fields: Vec<Field> = old.fields().iter().map(|f| f.as_ref().clone()).chain([field.clone()]).collect();
+        let schema = Schema::new_with_metadata(fields, old.metadata().clone());
+        let column = Schema::new(vec![field]);
+        let value = RecordBatch::try_new(Arc::new(column), vec![value])?;
+        self.redefine(name, name, schema, options, ColumnChange::Add(value))
+    }
+
+    /// Drops column `column` of table `name` (and its default). A column of
+    /// the primary key or of a UNIQUE constraint is refused. Main storage
+    /// keeps its other encoded columns; delta rows are copied. One logged
+    /// step.
+    pub fn drop_column(&self, name: &str, column: &str) -> Result<()> {
+        let table = self.table(name)?;
+        let old = table.arrow_schema();
+        let index =
+            old.index_of(column).map_err(|_| Error::ColumnNotFound { table: name.into(), column: column.into() })?;
+        let mut options = table.options().clone();
+        if options.primary_key.iter().chain(options.unique.iter().flatten()).any(|c| c == column) {
+            return Err(Error::InvalidSchema(format!(
+                "column '{column}' of table '{name}' is in its primary key or a UNIQUE constraint"
+            )));
+        }
+        options.column_defaults.retain(|(c, _)| c != column);
+        let fields: Vec<Field> =
+            old.fields().iter().enumerate().filter(|(i, _)| *i != index).map(|(_, f)| f.as_ref().clone()).collect();
+        let schema = Schema::new_with_metadata(fields, old.metadata().clone());
+        self.redefine(name, name, schema, options, ColumnChange::Drop(index))
+    }
+
+    /// Replaces table `name` by its redefinition (`new_name`, `schema`,
+    /// `options`, its rows changed by `change`), logged as one record.
+    fn redefine(
+        &self,
+        name: &str,
+        new_name: &str,
+        schema: Schema,
+        options: TableOptions,
+        change: ColumnChange,
+    ) -> Result<()> {
         let mut catalog = self.catalog_mut()?;
         let table = catalog.tables.get(name).cloned().ok_or_else(|| Error::TableNotFound(name.into()))?;
-        let (new_name, schema, options) = altered(name, table.arrow_schema(), table.options(), alteration)?;
+        let new_name = new_name.to_string();
         if new_name != name && catalog.contains(&new_name) {
             return Err(Error::TableExists(new_name));
         }
@@ -434,9 +507,14 @@ impl Database {
         // The writer lock: no transaction is half-way through, and none is
         // logged after the change.
         let mut writer = table.core().lock()?;
-        let next = table.redefined(&mut writer, &new_name, &schema, options.clone())?;
-        let record =
-            LogRecord::AlterTable { name: name.into(), new_name: new_name.clone(), schema: schema.into(), options };
+        let next = table.redefined(&mut writer, &new_name, &schema, options.clone(), &change)?;
+        let record = LogRecord::AlterTable {
+            name: name.into(),
+            new_name: new_name.clone(),
+            schema: schema.into(),
+            options,
+            change,
+        };
         let lsn = match self.durable() {
             Some(durable) => Some(durable.append(&record)?),
             None => None,

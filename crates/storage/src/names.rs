@@ -96,3 +96,15 @@ pub(crate) fn altered(
         }
     }
 }
+
+/// What an ALTER TABLE does to the columns of a table's rows.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ColumnChange {
+    /// Nothing: the rows stay as they are.
+    None,
+    /// A column is added at the end, every existing row holding `value`
+    /// (a one-row batch of one column).
+    Add(arrow_array::RecordBatch),
+    /// Column `index` is removed.
+    Drop(usize),
+}

@@ -29,8 +29,9 @@ use crate::change::{ShardDeletes, TableChange, TableLog};
 use crate::delta::Delta;
 use crate::error::{Error, Result};
 use crate::ingest::{decoded, encode_value, validate_batch};
-use crate::main::Main;
 use crate::main::decode::Rows;
+use crate::main::{Main, MainColumn};
+use crate::names::ColumnChange;
 use crate::pk::PendingKeys;
 use crate::rebuild;
 use crate::shard::{DeleteSet, ShardData, ShardId, ShardList, ShardState};
@@ -102,21 +103,36 @@ impl Table {
         name: &str,
         schema: &Schema,
         options: TableOptions,
+        change: &ColumnChange,
     ) -> Result<Self> {
-        let same_types = schema.fields().len() == self.arrow_schema().fields().len()
+        let old = self.arrow_schema().fields();
+        let kept: Vec<&arrow_schema::FieldRef> = match change {
+            ColumnChange::Drop(index) => old.iter().enumerate().filter(|(i, _)| i != index).map(|(_, f)| f).collect(),
+            _ => old.iter().collect(),
+        };
+        let added = usize::from(matches!(change, ColumnChange::Add(_)));
+        let same_types = schema.fields().len() == kept.len() + added
             && schema
                 .fields()
                 .iter()
-                .zip(self.arrow_schema().fields())
+                .zip(&kept)
                 .all(|(a, b)| a.data_type() == b.data_type() && a.is_nullable() == b.is_nullable());
         if !same_types {
-            return Err(Error::Internal("a redefined table must keep its column types".into()));
+            return Err(Error::Internal("a redefined table must keep the types of the columns it keeps".into()));
         }
         let table = Self::create(name, schema, options, self.core.background().clone())?;
+        let mut state = (*self.core.state()).clone();
+        if *change != ColumnChange::None {
+            let mut shards = ShardList::default();
+            for shard in state.shards.iter() {
+                shards.push(reshaped(shard, table.schema(), change)?);
+            }
+            state.shards = shards;
+        }
         let mut next = table.core.lock()?;
         next.set_next_shard_id(writer.next_shard_id());
         next.set_uid(writer.uid());
-        next.publish((*self.core.state()).clone());
+        next.publish(state);
         drop(next);
         Ok(table)
     }
@@ -554,4 +570,50 @@ impl<'t> Transaction<'t> {
             None => Ok(()),
         }
     }
+}
+
+/// `shard` with the column change `change` made to its rows, for a table
+/// of `schema` (the new one): main columns are kept as they are encoded
+/// (shared, not copied; an added column is constant-encoded), delta rows
+/// are copied into a new delta, and the deletes stay. The new shard has the next version, so a
+/// checkpoint writes it to a file of its own.
+fn reshaped(shard: &ShardState, schema: &TableSchema, change: &ColumnChange) -> Result<ShardState> {
+    let data = &shard.data;
+    let main_rows = data.main.rows();
+    // Every row of `rows` holding the added value.
+    let repeated = |value: &RecordBatch, rows: usize| -> Result<ArrayRef> {
+        let zeros = arrow_array::UInt32Array::from(vec![0u32; rows]);
+        Ok(arrow_select::take::take(value.column(0).as_ref(), &zeros, None)?)
+    };
+    let main = if main_rows == 0 {
+        Main::empty(schema.len())
+    } else {
+        let mut columns: Vec<MainColumn> = data.main.columns().to_vec();
+        match change {
+            ColumnChange::Add(value) => columns.push(MainColumn::from_array(repeated(value, main_rows)?.as_ref())?),
+            ColumnChange::Drop(index) => {
+                columns.remove(*index);
+            }
+            ColumnChange::None => {}
+        }
+        Main::new(main_rows, columns)
+    };
+    let delta = Delta::new(schema, data.capacity - main_rows);
+    let len = shard.delta_len;
+    if len > 0 {
+        let mut columns = (0..data.delta.num_columns())
+            .map(|c| data.delta.column(c).decode(len, Rows::Range(0, len)))
+            .collect::<Result<Vec<_>>>()?;
+        match change {
+            ColumnChange::Add(value) => columns.push(repeated(value, len)?),
+            ColumnChange::Drop(index) => {
+                columns.remove(*index);
+            }
+            ColumnChange::None => {}
+        }
+        delta.write_batch(0, &columns, 0, len)?;
+        delta.commit(len);
+    }
+    let data = ShardData::new(data.id, data.version + 1, data.capacity, main, delta);
+    Ok(ShardState { data: Arc::new(data), delta_len: len, deletes: shard.deletes.clone() })
 }

@@ -335,7 +335,7 @@ impl QuiverFlightSql {
             if plans.len() > 1 {
                 return Err(Status::invalid_argument("ALTER TABLE takes no parameters"));
             }
-            crate::alter::run(&self.db, alter).map_err(df_status)?;
+            crate::alter::run(&self.db, &self.ctx.state(), alter).await.map_err(df_status)?;
             return Ok(None);
         }
         let mut total = None;

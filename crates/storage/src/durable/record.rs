@@ -25,6 +25,7 @@ use super::frame::FrameBuf;
 use super::wal::Wal;
 use crate::change::{ChangeLog, ShardDeletes, TableChange};
 use crate::error::{Error, Result};
+use crate::names::ColumnChange;
 use crate::state::TableOptions;
 
 /// A change to log.
@@ -43,7 +44,7 @@ pub(crate) enum LogRecord {
     DropView { name: String },
     /// A table was redefined over the same rows (renamed, or a column
     /// renamed): its new name and definition.
-    AlterTable { name: String, new_name: String, schema: SchemaRef, options: TableOptions },
+    AlterTable { name: String, new_name: String, schema: SchemaRef, options: TableOptions, change: ColumnChange },
     /// A schema was created.
     CreateSchema { name: String },
     /// A schema was dropped (with its tables and views if `cascade`).
@@ -125,12 +126,23 @@ impl LogRecord {
                 put_str(buf.bytes(), name);
                 CREATE_SCHEMA
             }
-            LogRecord::AlterTable { name, new_name, schema, options } => {
+            LogRecord::AlterTable { name, new_name, schema, options, change } => {
                 let out = buf.bytes();
                 put_str(out, name);
                 put_str(out, new_name);
                 put_options(out, options);
                 put_bytes(out, &ipc(schema, &[])?);
+                match change {
+                    ColumnChange::None => out.push(0),
+                    ColumnChange::Add(value) => {
+                        out.push(1);
+                        put_bytes(out, &ipc(&value.schema(), std::slice::from_ref(value))?);
+                    }
+                    ColumnChange::Drop(index) => {
+                        out.push(2);
+                        put_u64(out, *index as u64);
+                    }
+                }
                 ALTER_TABLE
             }
             LogRecord::DropSchema { name, cascade } => {
@@ -181,7 +193,19 @@ impl LogRecord {
             CREATE_SCHEMA => LogRecord::CreateSchema { name: r.str()? },
             ALTER_TABLE => {
                 let (name, new_name, options) = (r.str()?, r.str()?, r.options(3)?);
-                LogRecord::AlterTable { name, new_name, schema: from_ipc(r.bytes()?)?.0, options }
+                let schema = from_ipc(r.bytes()?)?.0;
+                let change = match r.take(1)?[0] {
+                    0 => ColumnChange::None,
+                    1 => match from_ipc(r.bytes()?)?.1.as_slice() {
+                        [value] if value.num_rows() == 1 && value.num_columns() == 1 => {
+                            ColumnChange::Add(value.clone())
+                        }
+                        _ => return Err("an added column's value is not one value".into()),
+                    },
+                    2 => ColumnChange::Drop(usize::try_from(r.u64()?).map_err(|_| "column index out of range")?),
+                    other => return Err(format!("unknown column change {other}")),
+                };
+                LogRecord::AlterTable { name, new_name, schema, options, change }
             }
             DROP_SCHEMA => LogRecord::DropSchema { name: r.str()?, cascade: r.flag()? },
             COMMIT => {
@@ -500,6 +524,21 @@ mod tests {
                 new_name: "u".into(),
                 schema: b.schema(),
                 options: TableOptions::default().with_primary_key(["id"]).with_unique(["name"]),
+                change: ColumnChange::None,
+            },
+            LogRecord::AlterTable {
+                name: "u".into(),
+                new_name: "u".into(),
+                schema: b.schema(),
+                options: TableOptions::default(),
+                change: ColumnChange::Add(batch(&[7], &[Some("seven")]).project(&[1]).unwrap()),
+            },
+            LogRecord::AlterTable {
+                name: "u".into(),
+                new_name: "u".into(),
+                schema: b.schema(),
+                options: TableOptions::default(),
+                change: ColumnChange::Drop(1),
             },
             LogRecord::DropSchema { name: "s".into(), cascade: true },
             change(TableChange::Commit {

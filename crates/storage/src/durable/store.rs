@@ -489,13 +489,13 @@ impl Replay<'_> {
                 Some(_) => Ok(()),
                 None => Err(Error::ViewNotFound(name)),
             },
-            LogRecord::AlterTable { name, new_name, schema, options } => {
+            LogRecord::AlterTable { name, new_name, schema, options, change } => {
                 let old = self.tables.get(&name).cloned().ok_or_else(|| Error::TableNotFound(name.clone()))?;
                 if new_name != name && (self.tables.contains_key(&new_name) || self.views.contains_key(&new_name)) {
                     return Err(Error::TableExists(new_name));
                 }
                 let mut writer = old.core().lock()?;
-                let table = old.redefined(&mut writer, &new_name, &schema, options)?;
+                let table = old.redefined(&mut writer, &new_name, &schema, options, &change)?;
                 table.take_log(&mut writer)?;
                 writer.mark_dropped();
                 drop(writer);

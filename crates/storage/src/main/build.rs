@@ -73,7 +73,7 @@ impl MainColumn {
         let values = raw_values(array, physical);
         let len = values.len();
         let (encoding, zones) = encode(values, validity.as_ref(), force, zero_key(physical))?;
-        Ok(Self { data_type, physical, len, encoding, validity, zones: zones.into() })
+        Ok(Self { data_type, physical, len, encoding: std::sync::Arc::new(encoding), validity, zones: zones.into() })
     }
 }
 

@@ -3,6 +3,7 @@
 //! column).
 
 use std::fmt;
+use std::sync::Arc;
 
 use arrow_buffer::NullBuffer;
 use arrow_schema::DataType;
@@ -19,7 +20,9 @@ pub struct MainColumn {
     pub(super) data_type: DataType,
     pub(super) physical: PhysicalType,
     pub(super) len: usize,
-    pub(super) encoding: Encoding,
+    /// Shared: a table redefined by ALTER TABLE keeps its encoded columns
+    /// without copying them.
+    pub(super) encoding: Arc<Encoding>,
     pub(super) validity: Option<NullBuffer>,
     pub(super) zones: Box<[Zone]>,
 }
@@ -42,7 +45,7 @@ impl MainColumn {
         debug_assert_eq!(PhysicalType::of(&data_type), Some(physical));
         debug_assert_eq!(zones.len(), len.div_ceil(BLOCK_SIZE));
         debug_assert!(validity.as_ref().is_none_or(|v| v.len() == len && v.null_count() > 0));
-        Self { data_type, physical, len, encoding, validity, zones }
+        Self { data_type, physical, len, encoding: Arc::new(encoding), validity, zones }
     }
 
     /// The Arrow type decodes produce.

@@ -146,7 +146,7 @@ impl MainColumn {
 
     fn decode(&self, rows: Rows<'_>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
         let n = rows.len();
-        match &self.encoding {
+        match &*self.encoding {
             Encoding::Keys(enc) => with_native!(self.physical,
                 T => {
                     let mut out: Vec<T> = Vec::with_capacity(n);
