@@ -430,3 +430,55 @@ fn defaults_and_views_survive_a_graceful_stop_and_a_kill() {
     });
     server.stop();
 }
+
+/// Schemas, UNIQUE constraints and every ALTER TABLE, through the real
+/// server: they hold after a kill (the log is replayed) and after a
+/// graceful stop (the checkpoint is read).
+#[test]
+fn schemas_constraints_and_alters_survive_a_graceful_stop_and_a_kill() {
+    let dir = data_dir("schemas-and-alters");
+    let rt = runtime();
+    let setup = [
+        "CREATE SCHEMA sales",
+        "CREATE TABLE sales.orders (id BIGINT NOT NULL PRIMARY KEY, code VARCHAR UNIQUE, amount DOUBLE)",
+        "INSERT INTO sales.orders VALUES (1, 'a', 1.5), (2, 'b', 2.5)",
+        "ALTER TABLE sales.orders RENAME COLUMN amount TO total",
+        "ALTER TABLE sales.orders ADD COLUMN region VARCHAR DEFAULT 'eu'",
+        "ALTER TABLE sales.orders DROP COLUMN total",
+        "ALTER TABLE sales.orders RENAME TO bookings",
+        "CREATE SCHEMA scratch",
+        "CREATE TABLE scratch.tmp (a INT)",
+        "DROP SCHEMA scratch CASCADE",
+    ];
+    let server = Server::start(&dir, &[]);
+    rt.block_on(async {
+        let mut c = server.client().await;
+        for sql in setup {
+            c.execute_update(sql.into(), None).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+    });
+    server.kill();
+    let check = |server: &Server, next: i64| {
+        rt.block_on(async {
+            let mut c = server.client().await;
+            c.execute_update(format!("INSERT INTO sales.bookings (id, code) VALUES ({next}, 'c{next}')"), None)
+                .await
+                .unwrap();
+            let all = ids(&mut c, "SELECT id FROM sales.bookings WHERE region = 'eu' ORDER BY id").await;
+            assert_eq!(all, (1..=next).collect::<Vec<_>>(), "every row has the added column's default");
+            let duplicate = c.execute_update("INSERT INTO sales.bookings (id, code) VALUES (99, 'a')".into(), None);
+            let e = duplicate.await.expect_err("a taken code");
+            assert!(e.to_string().contains("duplicate unique key"), "{e}");
+            let gone = c.execute("SELECT * FROM scratch.tmp".into(), None).await.expect_err("a dropped schema");
+            assert!(gone.to_string().contains("scratch"), "{gone}");
+            let old = c.execute("SELECT total FROM sales.bookings".into(), None).await.expect_err("a dropped column");
+            assert!(old.to_string().contains("total"), "{old}");
+        })
+    };
+    let server = Server::start(&dir, &[]);
+    check(&server, 3);
+    server.stop();
+    let server = Server::start(&dir, &[]);
+    check(&server, 4);
+    server.stop();
+}
