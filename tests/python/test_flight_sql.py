@@ -417,6 +417,30 @@ class ResultTypesTest(AdbcTestCase):
         self.assertEqual(result.schema.field("s").type, pa.string())
         self.assertEqual(result.to_pylist(), [{"id": 1, "s": "a"}, {"id": 2, "s": None}, {"id": 3, "s": "a"}])
 
+    def test_nested_columns_round_trip(self):
+        table = pa.table(
+            {
+                "id": pa.array([1, 2, 3], pa.int64()),
+                "tags": pa.array([["a", "b"], None, []], pa.list_(pa.string())),
+                "point": pa.array(
+                    [{"x": 1.5, "y": None}, None, {"x": -2.0, "y": 4}],
+                    pa.struct([("x", pa.float64()), ("y", pa.int32())]),
+                ),
+                "attrs": pa.array([[("k", 1)], [], None], pa.map_(pa.string(), pa.int64())),
+                "big": pa.array([10**40, None, -1], pa.decimal256(45, 0)),
+            }
+        )
+        self.cur.adbc_ingest("nested_ingest", table, mode="create")
+        self.addCleanup(self.cur.execute, "DROP TABLE nested_ingest")
+        self.cur.execute("SELECT id, tags, point, attrs, big FROM nested_ingest ORDER BY id")
+        result = self.cur.fetch_arrow_table()
+        self.assertEqual(result.to_pylist(), table.to_pylist())
+        self.assertEqual(result.schema.field("point").type, table.schema.field("point").type)
+        self.assertEqual(
+            rows(self.cur, "SELECT id FROM nested_ingest WHERE point['x'] > 0 OR cardinality(tags) = 0 ORDER BY id"),
+            [(1,), (3,)],
+        )
+
     def test_execute_schema_describes_a_query_without_running_it(self):
         # ADBC prepares the statement and reads its dataset schema.
         sql = "SELECT a, f, 2 AS x FROM mixed UNION ALL SELECT 1, 0.5, 1.5"

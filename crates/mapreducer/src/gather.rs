@@ -376,6 +376,9 @@ impl ColumnBuilder {
             ColumnBuilder::F64(x, mut v) => f64_array(data_type, x, nulls(&mut v))?,
             ColumnBuilder::I128(x, mut v) => native_array(data_type, x, nulls(&mut v))?,
             ColumnBuilder::Bytes { offsets, bytes, mut valid } => {
+                // Structs, lists and the other row-encoded types are
+                // gathered as their byte strings, then decoded.
+                let stored = quiverdb_storage::row_encoded::stored_type(data_type);
                 let nulls = nulls(&mut valid);
                 let len = offsets.len() - 1;
                 let offsets_buf = if matches!(data_type, DataType::LargeUtf8 | DataType::LargeBinary) {
@@ -390,17 +393,19 @@ impl ColumnBuilder {
                     let narrow: Vec<i32> = offsets.iter().map(|&o| o as i32).collect();
                     OffsetBuffer::new(ScalarBuffer::from(narrow)).into_inner().into_inner()
                 };
-                let data = ArrayDataBuilder::new(data_type.clone())
+                let data = ArrayDataBuilder::new(stored.clone())
                     .len(len)
                     .add_buffer(offsets_buf)
                     .add_buffer(Buffer::from_vec(bytes))
                     .nulls(nulls);
                 // SAFETY: the offsets start at 0 and never decrease, the
                 // last one is the byte length, and every value was copied
-                // whole from a column of this type, whose strings were
-                // validated as UTF-8 when they were ingested; checking
-                // again would cost more than gathering them.
-                arrow_array::make_array(unsafe { data.build_unchecked() })
+                // whole from a column stored as this type (Utf8, Binary or
+                // their large forms), whose strings were validated as UTF-8
+                // when they were ingested; checking again would cost more
+                // than gathering them.
+                let array = arrow_array::make_array(unsafe { data.build_unchecked() });
+                quiverdb_storage::row_encoded::decode(array, data_type)?
             }
             ColumnBuilder::Views { views, own, shared, mut valid } => {
                 let nulls = nulls(&mut valid);

@@ -322,7 +322,7 @@ mod tests {
             ("SELECT CAST(1000 AS TINYINT)", "1000"),
             ("SELECT 1 / 0", "Divide by zero"),
             ("CREATE TABLE t (a INT)", "already exists"),
-            ("CREATE TABLE u (a INTERVAL)", "does not support"),
+            ("CREATE TABLE u (a INTERVAL PRIMARY KEY)", "cannot be in a primary key"),
             ("DROP SCHEMA nowhere", "nowhere"),
         ];
         for (sql, expected) in cases {
@@ -351,7 +351,7 @@ mod tests {
             ("INSERT INTO t VALUES (NULL, 2)", ErrorKind::ConstraintViolation),
             ("INSERT INTO t SELECT NULL, 2", ErrorKind::ConstraintViolation),
             ("CREATE TABLE t (a INT)", ErrorKind::AlreadyExists),
-            ("CREATE TABLE u (a INTERVAL)", ErrorKind::InvalidInput),
+            ("CREATE TABLE u (a INTERVAL PRIMARY KEY)", ErrorKind::InvalidInput),
             ("CREATE SCHEMA public", ErrorKind::AlreadyExists),
         ];
         for (sql, kind) in cases {

@@ -297,6 +297,9 @@ fn push_aggregate_of(
     let Some(keys) = agg.group_expr().expr().iter().map(|(e, _)| t.physical_map(e)).collect::<Option<Vec<_>>>() else {
         return Ok(None);
     };
+    // Values compared or combined: the group keys and the inputs of every
+    // aggregate but COUNT (which only tests for NULL).
+    let mut compared: Vec<MapExpr> = keys.clone();
     let mut aggregates = Vec::with_capacity(agg.aggr_expr().len());
     for a in agg.aggr_expr() {
         if a.is_distinct() || !a.order_bys().is_empty() {
@@ -318,8 +321,14 @@ fn push_aggregate_of(
             Aggregate::count_star()
         } else {
             let Some(input) = t.physical_map(arg) else { return Ok(None) };
+            if func != AggFunc::Count {
+                compared.push(input.clone());
+            }
             Aggregate::new(func, input)
         });
+    }
+    if reads_row_encoded(&compared, folded.schema()) {
+        return Ok(None);
     }
     // A grouped final computed whole (see `push_aggregate`): all shards in
     // one partition, on `threads` threads, its result repartitioned by
@@ -378,6 +387,15 @@ fn push_aggregate_of(
     Ok(Some(exec))
 }
 
+/// True when `exprs` read a column stored in Arrow's row format (structs,
+/// lists, maps, ...): quiverdb's kernels would compare their encoded bytes,
+/// whose order need not be DataFusion's, so such work stays in DataFusion.
+fn reads_row_encoded(exprs: &[MapExpr], table: &TableSchema) -> bool {
+    let mut columns = Vec::new();
+    exprs.iter().for_each(|e| e.columns(&mut columns));
+    columns.iter().any(|&c| quiverdb_storage::row_encoded::is_row_encoded(table.field(c).data_type()))
+}
+
 /// The scan's shards in exactly `partitions` groups (some possibly empty),
 /// so that the aggregate's replacement keeps its partition count.
 fn groups_for(folded: &Folded<'_>, partitions: usize) -> Vec<Vec<usize>> {
@@ -400,6 +418,10 @@ fn push_topk(sort: &SortExec, threads: usize) -> Option<Arc<dyn ExecutionPlan>> 
             return None;
         }
         keys.push(SortKey { expr, descending: e.options.descending, nulls_first: e.options.nulls_first });
+    }
+    let sorted: Vec<MapExpr> = keys.iter().map(|k| k.expr.clone()).collect();
+    if reads_row_encoded(&sorted, table) {
+        return None;
     }
     let schema = sort.schema();
     let exprs = folded

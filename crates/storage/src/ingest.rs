@@ -163,7 +163,11 @@ pub(crate) fn encode_value<'a>(
         }
         PhysicalType::Bytes => match value {
             Value::Str(s) => Cell::Bytes(s.as_bytes()),
-            Value::Bytes(b) if !is_string(field.data_type()) => Cell::Bytes(b),
+            Value::Bytes(b)
+                if !is_string(field.data_type()) && !crate::row_encoded::is_row_encoded(field.data_type()) =>
+            {
+                Cell::Bytes(b)
+            }
             _ => return Err(mismatch()),
         },
     })

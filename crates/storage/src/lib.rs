@@ -80,6 +80,7 @@ mod names;
 mod output;
 mod pk;
 mod rebuild;
+pub mod row_encoded;
 mod shard;
 mod snapshot;
 mod state;

@@ -97,6 +97,9 @@ impl PhysicalType {
             | DataType::Binary
             | DataType::LargeBinary
             | DataType::BinaryView => Self::Bytes,
+            // Structs, lists, maps and the other types stored in Arrow's
+            // row format (see `crate::row_encoded`).
+            other if crate::row_encoded::is_row_encoded(other) => Self::Bytes,
             _ => return None,
         })
     }
@@ -190,6 +193,7 @@ impl TableSchema {
             if key.contains(&idx) {
                 return Err(Error::InvalidSchema(format!("primary key names column '{name}' twice")));
             }
+            no_key_of_row_encoded(schema.field(idx), "a primary key")?;
             key.push(idx);
         }
         // Key columns are NOT NULL, as in SQL.
@@ -223,6 +227,7 @@ impl TableSchema {
                 if columns.contains(&idx) {
                     return Err(Error::InvalidSchema(format!("a UNIQUE constraint names column '{name}' twice")));
                 }
+                no_key_of_row_encoded(self.arrow.field(idx), "a UNIQUE constraint")?;
                 columns.push(idx);
             }
             sets.push(Arc::from(columns));
@@ -270,6 +275,19 @@ impl TableSchema {
     pub fn field(&self, i: usize) -> &Field {
         self.arrow.field(i)
     }
+}
+
+/// Refuses a key (`what`) over `field` when its type is stored in the row
+/// format (structs, lists, maps, ...).
+fn no_key_of_row_encoded(field: &Field, what: &str) -> Result<()> {
+    if crate::row_encoded::is_row_encoded(field.data_type()) {
+        return Err(Error::InvalidSchema(format!(
+            "column '{}' of type {} cannot be in {what}",
+            field.name(),
+            field.data_type()
+        )));
+    }
+    Ok(())
 }
 
 /// A fixed-width native value with an order-preserving `u64` key.
@@ -522,7 +540,15 @@ mod tests {
         assert!(!s.field(0).is_nullable(), "key columns become NOT NULL");
         assert_eq!(s.physical(1), PhysicalType::Bytes);
 
-        let bad = Schema::new(vec![Field::new("d", DataType::Float16, true)]);
+        // Float16 is stored in the row format; a union is not stored.
+        let half = Schema::new(vec![Field::new("d", DataType::Float16, true)]);
+        assert_eq!(TableSchema::try_new(&half, &[]).unwrap().physical(0), PhysicalType::Bytes);
+        assert!(matches!(TableSchema::try_new(&half, &["d"]), Err(Error::InvalidSchema(_))), "no key over it");
+        let union = DataType::Union(
+            arrow_schema::UnionFields::try_new(vec![0], vec![Field::new("i", DataType::Int32, true)]).unwrap(),
+            arrow_schema::UnionMode::Dense,
+        );
+        let bad = Schema::new(vec![Field::new("u", union, true)]);
         assert!(matches!(TableSchema::try_new(&bad, &[]), Err(Error::UnsupportedType { .. })));
         let dup = Schema::new(vec![Field::new("a", DataType::Int64, true), Field::new("a", DataType::Int32, true)]);
         assert!(matches!(TableSchema::try_new(&dup, &[]), Err(Error::InvalidSchema(_))));

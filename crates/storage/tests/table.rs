@@ -354,11 +354,14 @@ fn bad_input_is_rejected_whole() {
 #[test]
 fn unsupported_types_and_bad_options() {
     let db = Database::new();
-    let interval = DataType::Interval(arrow_schema::IntervalUnit::MonthDayNano);
-    let bad = Schema::new(vec![Field::new("t", interval, true)]);
+    let union = DataType::Union(
+        arrow_schema::UnionFields::try_new(vec![0], vec![Field::new("i", DataType::Int32, true)]).expect("fields"),
+        arrow_schema::UnionMode::Dense,
+    );
+    let bad = Schema::new(vec![Field::new("t", union, true)]);
     let err = db.create_table("x", &bad, TableOptions::default()).expect_err("unsupported");
     assert!(matches!(err, Error::UnsupportedType { .. }));
-    assert!(err.to_string().contains("Interval"), "{err}");
+    assert!(err.to_string().contains("Union"), "{err}");
     assert!(matches!(
         db.create_table("x", &schema(), TableOptions::default().with_shard_capacity(0)),
         Err(Error::InvalidOption { .. })

@@ -381,6 +381,10 @@ impl DeltaColumn {
     }
 
     fn write(&self, at: usize, array: &dyn Array, offset: usize, len: usize) -> Result<()> {
+        if crate::row_encoded::is_row_encoded(&self.data_type) && array.data_type() != &DataType::Binary {
+            let rows = crate::row_encoded::encode(array.slice(offset, len).as_ref())?;
+            return self.write(at, rows.as_ref(), 0, len);
+        }
         let nulls = array.nulls().map(|n| n.inner().slice(offset, len));
         let data = array.to_data();
         for (c, r, src, n) in Self::pieces(at, len) {
@@ -507,10 +511,12 @@ impl DeltaColumn {
             )),
             bytes => {
                 let reader = BytesReader::new(self, rows);
-                match rows {
-                    Rows::Range(start, _) => bytes_array(&self.data_type, n, nulls, |i| reader.get(start + i)),
-                    Rows::Ids(ids) => bytes_array(&self.data_type, n, nulls, |i| reader.get(ids[i] as usize)),
-                }
+                let stored = crate::row_encoded::stored_type(&self.data_type);
+                let array = match rows {
+                    Rows::Range(start, _) => bytes_array(stored, n, nulls, |i| reader.get(start + i)),
+                    Rows::Ids(ids) => bytes_array(stored, n, nulls, |i| reader.get(ids[i] as usize)),
+                }?;
+                crate::row_encoded::decode(array, &self.data_type)
             },
         )
     }

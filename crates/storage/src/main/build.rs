@@ -70,6 +70,13 @@ impl MainColumn {
         let physical = PhysicalType::of(&data_type)
             .ok_or_else(|| Error::UnsupportedType { column: String::new(), data_type: data_type.clone() })?;
         let validity = array.logical_nulls().filter(|n| n.null_count() > 0);
+        let rows;
+        let array = if crate::row_encoded::is_row_encoded(&data_type) {
+            rows = crate::row_encoded::encode(array)?;
+            rows.as_ref()
+        } else {
+            array
+        };
         let values = raw_values(array, physical);
         let len = values.len();
         let (encoding, zones) = encode(values, validity.as_ref(), force, zero_key(physical))?;

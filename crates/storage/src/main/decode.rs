@@ -145,13 +145,21 @@ impl MainColumn {
     }
 
     fn decode(&self, rows: Rows<'_>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+        let stored = self.decode_stored(rows, nulls)?;
+        crate::row_encoded::decode(stored, &self.data_type)
+    }
+
+    /// [`Self::decode`], with row-encoded values still as their byte
+    /// strings (Binary).
+    fn decode_stored(&self, rows: Rows<'_>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+        let data_type = crate::row_encoded::stored_type(&self.data_type);
         let n = rows.len();
         match &*self.encoding {
             Encoding::Keys(enc) => with_native!(self.physical,
                 T => {
                     let mut out: Vec<T> = Vec::with_capacity(n);
                     collect(enc, rows, T::from_key, &mut out);
-                    primitive_array(&self.data_type, out, nulls)
+                    primitive_array(data_type, out, nulls)
                 },
                 bool => {
                     let mut out: Vec<u64> = Vec::with_capacity(n);
@@ -165,7 +173,7 @@ impl MainColumn {
                     Rows::Range(start, len) => values[start..start + len].to_vec(),
                     Rows::Ids(ids) => ids.iter().map(|&i| values[i as usize]).collect(),
                 };
-                primitive_array(&self.data_type, out, nulls)
+                primitive_array(data_type, out, nulls)
             }
             Encoding::StrDict(dict) => self.decode_dict(dict, rows, nulls),
             Encoding::StrPlain(plain) => self.decode_plain(plain, rows, nulls),
@@ -173,23 +181,25 @@ impl MainColumn {
     }
 
     fn decode_dict(&self, dict: &StrDict, rows: Rows<'_>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+        let data_type = crate::row_encoded::stored_type(&self.data_type);
         let n = rows.len();
         let mut codes: Vec<u32> = Vec::with_capacity(n);
         collect(dict.codes(), rows, |c| c as u32, &mut codes);
-        if is_view(&self.data_type) && n >= dict.dict_len() {
+        if is_view(data_type) && n >= dict.dict_len() {
             // Views of the dictionary, computed once, then gathered by code:
             // no string is copied.
             let (views, any_ref) = dictionary_views(dict.dict_offsets(), dict.dict_bytes());
             if !any_ref || dict.dict_bytes().len() <= u32::MAX as usize {
                 let out: Vec<u128> = codes.iter().map(|&c| views[c as usize]).collect();
                 let buffers = if any_ref { vec![dict.dict_bytes().clone()] } else { Vec::new() };
-                return view_array(&self.data_type, out, buffers, nulls);
+                return view_array(data_type, out, buffers, nulls);
             }
         }
-        bytes_array(&self.data_type, n, nulls, |i| dict.dict_value(codes[i] as usize))
+        bytes_array(data_type, n, nulls, |i| dict.dict_value(codes[i] as usize))
     }
 
     fn decode_plain(&self, plain: &StrPlain, rows: Rows<'_>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+        let data_type = crate::row_encoded::stored_type(&self.data_type);
         let n = rows.len();
         let bytes = plain.bytes();
         // (start, end) byte range of every requested row.
@@ -201,15 +211,15 @@ impl MainColumn {
             }
             Rows::Ids(ids) => ids.iter().map(|&id| plain.range(id as usize)).collect(),
         };
-        if is_view(&self.data_type) {
+        if is_view(data_type) {
             let needed: usize = ranges.iter().map(|(s, e)| e - s).sum();
             if share_source(needed, bytes.len()) {
                 let views =
                     ranges.iter().map(|&(s, e)| arrow_array::builder::make_view(&bytes[s..e], 0, s as u32)).collect();
-                return view_array(&self.data_type, views, vec![bytes.clone()], nulls);
+                return view_array(data_type, views, vec![bytes.clone()], nulls);
             }
         }
-        bytes_array(&self.data_type, n, nulls, |i| &bytes[ranges[i].0..ranges[i].1])
+        bytes_array(data_type, n, nulls, |i| &bytes[ranges[i].0..ranges[i].1])
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::*;
-use arrow_schema::{DataType, TimeUnit};
+use arrow_schema::{DataType, Field, TimeUnit};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -47,7 +47,20 @@ pub(crate) fn all_types() -> Vec<DataType> {
         DataType::Duration(TimeUnit::Millisecond),
         DataType::Duration(TimeUnit::Microsecond),
         DataType::Duration(TimeUnit::Nanosecond),
+        // Stored in Arrow's row format.
+        DataType::Float16,
+        DataType::Decimal256(40, 2),
+        DataType::FixedSizeBinary(8),
+        DataType::Interval(arrow_schema::IntervalUnit::MonthDayNano),
+        DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true))),
+        DataType::Struct(struct_fields()),
+        DataType::Null,
     ]
+}
+
+/// The fields of the generated struct columns.
+fn struct_fields() -> arrow_schema::Fields {
+    arrow_schema::Fields::from(vec![Field::new("a", DataType::Int64, true), Field::new("b", DataType::Utf8, true)])
 }
 
 /// One value as plain data: fixed-width values as their little-endian
@@ -55,13 +68,34 @@ pub(crate) fn all_types() -> Vec<DataType> {
 /// strings and binary as their bytes. `None` is NULL.
 pub(crate) type Plain = Option<Vec<u8>>;
 
-/// The plain reference of an array.
+/// The plain reference of an array (for types stored in the row format,
+/// each value's display text, which is exact for them).
 pub(crate) fn plain(array: &dyn Array) -> Vec<Plain> {
     let data = array.to_data();
+    let nulls = array.logical_nulls();
+    let row_encoded = (array.data_type().primitive_width().is_none()
+        && !matches!(
+            array.data_type(),
+            DataType::Boolean
+                | DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Utf8View
+                | DataType::Binary
+                | DataType::LargeBinary
+                | DataType::BinaryView
+        ))
+        || matches!(array.data_type(), DataType::Float16 | DataType::Interval(_) | DataType::Decimal256(..));
+    let text = row_encoded.then(|| {
+        arrow_cast::display::ArrayFormatter::try_new(array, &arrow_cast::display::FormatOptions::default())
+            .expect("a formatter")
+    });
     (0..array.len())
         .map(|i| {
-            if array.is_null(i) {
+            if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
                 return None;
+            }
+            if let Some(text) = &text {
+                return Some(text.value(i).to_string().into_bytes());
             }
             Some(match array.data_type() {
                 DataType::Boolean => vec![array.as_boolean().value(i) as u8],
@@ -162,6 +196,45 @@ pub(crate) fn gen_array(data_type: &DataType, shape: Shape, len: usize, null_per
             let values: ArrayRef = Arc::new(Int64Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i]))));
             arrow_cast::cast(&values, data_type).expect("Int64 casts to any timestamp")
         }
+        DataType::Float16 => {
+            let values: ArrayRef =
+                Arc::new(Float32Array::from_iter((0..len).map(|i| opt(i).then(|| float(ints[i], shape) as f32))));
+            arrow_cast::cast(&values, data_type).expect("Float32 casts to Float16")
+        }
+        DataType::Decimal256(..) => {
+            let values: ArrayRef = Arc::new(Int64Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i] / 100))));
+            arrow_cast::cast(&values, data_type).expect("Int64 casts to Decimal256")
+        }
+        DataType::FixedSizeBinary(8) => Arc::new(
+            FixedSizeBinaryArray::try_from_sparse_iter_with_size(
+                (0..len).map(|i| opt(i).then(|| ints[i].to_be_bytes())),
+                8,
+            )
+            .expect("eight bytes each"),
+        ),
+        DataType::Interval(arrow_schema::IntervalUnit::MonthDayNano) => {
+            Arc::new(IntervalMonthDayNanoArray::from_iter((0..len).map(|i| {
+                opt(i).then(|| {
+                    arrow_buffer::IntervalMonthDayNano::new((ints[i] % 100) as i32, (ints[i] % 31) as i32, ints[i])
+                })
+            })))
+        }
+        DataType::List(_) => {
+            Arc::new(ListArray::from_iter_primitive::<arrow_array::types::Int64Type, _, _>((0..len).map(|i| {
+                let v = ints[i];
+                opt(i).then(|| (0..v.rem_euclid(4)).map(move |k| (k != 2).then_some(v.wrapping_add(k))))
+            })))
+        }
+        DataType::Struct(_) => {
+            let a: ArrayRef = Arc::new(Int64Array::from_iter((0..len).map(|i| (ints[i] % 3 != 0).then_some(ints[i]))));
+            let b: ArrayRef = Arc::new(StringArray::from_iter(
+                (0..len).map(|i| Some(STRING_POOL[ints[i].rem_euclid(8) as usize].to_string())),
+            ));
+            let valid = arrow_buffer::NullBuffer::from((0..len).map(opt).collect::<Vec<bool>>());
+            let nulls = (valid.null_count() > 0).then_some(valid);
+            Arc::new(StructArray::try_new(struct_fields(), vec![a, b], nulls).expect("a struct"))
+        }
+        DataType::Null => Arc::new(NullArray::new(len)),
         // The same i32 and i64 values, typed as times, durations and Date64.
         DataType::Time32(_) => {
             let values = Int32Array::from_iter((0..len).map(|i| opt(i).then(|| ints[i] as i32)));
