@@ -10,12 +10,12 @@
 //!
 //! Each is one logged step. Renames keep the rows where they are; ADD and
 //! DROP keep main storage's encoded columns (an added column is stored
-//! constant-encoded, its value the default or NULL) and copy delta rows. Through Flight SQL every client gets them; an embedder runs
-//! them with [`crate::sql`] (a `SessionContext`'s own `sql` refuses ALTER,
-//! as DataFusion does).
+//! constant-encoded, its value the default or NULL) and copy delta rows.
+//! Through Flight SQL every client gets them; an embedder runs them with
+//! [`crate::sql`] (a `SessionContext`'s own `sql` refuses ALTER, as
+//! DataFusion does).
 
 use std::fmt;
-
 use std::sync::Arc;
 
 use arrow_array::ArrayRef;
