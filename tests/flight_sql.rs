@@ -1743,15 +1743,16 @@ async fn set_changes_only_the_clients_own_session() -> TestResult {
     assert_eq!(s.code(), Code::Unimplemented, "{s}");
     assert!(s.message().contains("BEGIN"), "{s}");
 
-    // A client that does not send the cookie back is told, at its next
-    // request, that its SET did not hold; after that it runs with the
-    // server's settings.
-    let mut forgetful = server.client().await;
-    update(&mut forgetful, "SET datafusion.sql_parser.parse_float_as_decimal = true").await?;
-    let s = status_of(query(&mut forgetful, "SELECT 1.5 AS x").await);
-    assert_eq!(s.code(), Code::FailedPrecondition, "{s}");
-    assert!(s.message().contains("did not send the session cookie"), "{s}");
-    assert_eq!(type_of(&query(&mut forgetful, "SELECT 1.5 AS x").await?), DataType::Float64);
+    // A client that does not send cookies back keeps its session by its
+    // connection; other connections are not affected.
+    let mut cookieless = server.client().await;
+    update(&mut cookieless, "SET datafusion.sql_parser.parse_float_as_decimal = true").await?;
+    assert_eq!(type_of(&query(&mut cookieless, "SELECT 1.5 AS x").await?), DataType::Decimal128(2, 1));
+    assert_eq!(show(&mut cookieless, "datafusion.sql_parser.parse_float_as_decimal").await?, "true");
+    assert_eq!(type_of(&query(&mut other, "SELECT 1.5 AS x").await?), DataType::Float64);
+    let close = Action { r#type: "CloseSession".into(), body: Default::default() };
+    cookieless.inner_mut().do_action(tonic::Request::new(close)).await?;
+    assert_eq!(type_of(&query(&mut cookieless, "SELECT 1.5 AS x").await?), DataType::Float64);
 
     // An id the server never issued names no session.
     let mut stranger = server.client().await;

@@ -536,20 +536,21 @@ class SessionTest(unittest.TestCase):
         # RESET touched one setting; the time zone stays.
         self.assertEqual(rows(mine, "SHOW TIME ZONE"), [("datafusion.execution.time_zone", "+08:00")])
 
-    def test_set_without_cookies_fails_visibly(self):
-        # Without the cookie middleware the SET could not hold: the client
-        # is told, and later statements run with the server's settings.
+    def test_set_without_cookies_holds_for_the_connection(self):
+        # Without the cookie middleware the session is kept by the
+        # connection; another connection keeps the server's settings.
         conn = connect()
         self.addCleanup(conn.close)
         cur = conn.cursor()
         self.addCleanup(cur.close)
-        with self.assertRaises(adbc_driver_manager.Error) as raised:
-            cur.execute("SET datafusion.sql_parser.parse_float_as_decimal = true")
-            cur.fetchall()
-            cur.execute("SELECT 1.5 AS x")
-            cur.fetchall()
-        self.assertIn("with_cookie_middleware", str(raised.exception))
-        self.assertEqual(self.type_of_one_and_a_half(cur), (pa.float64(), [1.5]))
+        cur.execute("SET datafusion.sql_parser.parse_float_as_decimal = true")
+        cur.fetchall()
+        self.assertEqual(self.type_of_one_and_a_half(cur)[0], pa.decimal128(2, 1))
+        other = connect()
+        self.addCleanup(other.close)
+        other_cur = other.cursor()
+        self.addCleanup(other_cur.close)
+        self.assertEqual(self.type_of_one_and_a_half(other_cur), (pa.float64(), [1.5]))
 
     def test_settings_of_the_server_are_refused(self):
         cur = self.session_connection().cursor()

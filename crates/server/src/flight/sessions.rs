@@ -14,12 +14,14 @@
 //! the client chose. With authentication, a session belongs to the
 //! credentials that opened it.
 //!
-//! A client that does not send cookies back would run the statements after
-//! its `SET` with the server's settings, as if the `SET` never happened. So
-//! when a request without a cookie comes over the connection that opened a
-//! session whose cookie was never sent back, that request is refused with
-//! the reason and the session is discarded: the client learns that its
-//! settings did not hold instead of getting results made with others.
+//! A client that does not send cookies back keeps its session by its
+//! connection instead: requests without a cookie over the connection that
+//! opened a session (and never named it by its cookie) run in that
+//! session, as in a PostgreSQL connection. Such a session ends with the
+//! idle time or `CloseSession` too, and the first request after it ended
+//! is refused like a cookie's; a client that reconnects starts over in the
+//! shared session. Once a client sends the cookie, only the cookie names
+//! the session.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -50,12 +52,12 @@ pub(crate) struct Sessions {
     idle: Duration,
 }
 
-/// The open sessions, and those not yet named by a cookie, by the
+/// The open sessions, and those not named by a cookie yet, by the
 /// connection that opened them.
 #[derive(Default)]
 struct Open {
     sessions: HashMap<Key, Entry>,
-    unconfirmed: HashMap<SocketAddr, Key>,
+    by_connection: HashMap<SocketAddr, Key>,
 }
 
 /// A session: its id and the credentials that opened it.
@@ -131,9 +133,20 @@ impl RequestSession {
         }
     }
 
+    /// The session the request's cookie (or a session opened while
+    /// serving it) names.
     fn key(&self) -> Option<Key> {
         let id = lock(&self.opened).clone().filter(|id| !id.is_empty()).or_else(|| self.id.clone())?;
         Some(Key { id, owner: self.owner.clone() })
+    }
+
+    /// [`Self::key`], or else the session its connection opened (see the
+    /// module documentation).
+    fn key_in(&self, open: &Open) -> Option<Key> {
+        self.key().or_else(|| {
+            let key = open.by_connection.get(&self.peer?)?;
+            (key.owner == self.owner).then(|| key.clone())
+        })
     }
 }
 
@@ -147,30 +160,27 @@ impl Sessions {
     /// shared session. A request naming a session that ended is refused.
     pub(crate) fn context(&self, request: &RequestSession) -> Result<Option<SessionContext>, Status> {
         let mut open = self.lock_open();
-        let Some(key) = request.key() else {
-            return match request.peer.and_then(|peer| open.unconfirmed.remove(&peer)) {
-                Some(key) => {
-                    open.sessions.remove(&key);
-                    Err(Status::failed_precondition(format!(
-                        "this connection ran SET, which gave it a session, but did not send the session cookie \
-                         ({SESSION_COOKIE}) back, so its settings would not hold; they are discarded. Enable cookies \
-                         in the client (ADBC: adbc.flight.sql.rpc.with_cookie_middleware=true)"
-                    )))
-                }
-                None => Ok(None),
-            };
-        };
+        let by_cookie = request.key().is_some();
+        let Some(key) = request.key_in(&open) else { return Ok(None) };
         match open.sessions.get_mut(&key) {
             Some(entry) if entry.last_used.elapsed() <= self.idle => {
                 entry.last_used = Instant::now();
                 let ctx = entry.ctx.clone();
-                if let Some(opener) = entry.opener.take() {
-                    open.unconfirmed.remove(&opener);
+                // Named by its cookie: the connection no longer names it.
+                if by_cookie && let Some(opener) = entry.opener.take() {
+                    open.by_connection.remove(&opener);
                 }
                 Ok(Some(ctx))
             }
             _ => {
-                open.sessions.remove(&key);
+                if let Some(entry) = open.sessions.remove(&key)
+                    && let Some(opener) = entry.opener
+                {
+                    open.by_connection.remove(&opener);
+                }
+                if !by_cookie && let Some(peer) = request.peer {
+                    open.by_connection.remove(&peer);
+                }
                 Err(self.ended())
             }
         }
@@ -183,7 +193,7 @@ impl Sessions {
         request: &RequestSession,
         shared: &SessionContext,
     ) -> Result<(SessionContext, bool), Status> {
-        if request.key().is_some() {
+        if request.key_in(&self.lock_open()).is_some() {
             return Ok((self.context(request)?.ok_or_else(|| self.ended())?, false));
         }
         let mut open = self.lock_open();
@@ -195,8 +205,8 @@ impl Sessions {
             {
                 open.sessions.remove(&oldest);
             }
-            let Open { sessions, unconfirmed } = &mut *open;
-            unconfirmed.retain(|_, key| sessions.contains_key(key));
+            let Open { sessions, by_connection } = &mut *open;
+            by_connection.retain(|_, key| sessions.contains_key(key));
         }
         let mut bytes = [0u8; 24];
         rand::rng().fill_bytes(&mut bytes);
@@ -204,7 +214,7 @@ impl Sessions {
         let ctx = SessionContext::new_with_state(shared.state());
         let key = Key { id: id.clone(), owner: request.owner.clone() };
         if let Some(peer) = request.peer
-            && let Some(previous) = open.unconfirmed.insert(peer, key.clone())
+            && let Some(previous) = open.by_connection.insert(peer, key.clone())
         {
             open.sessions.remove(&previous);
         }
@@ -224,7 +234,8 @@ impl Sessions {
 
     /// Ends `request`'s session; true if it had one.
     pub(crate) fn close(&self, request: &RequestSession) -> bool {
-        let Some(key) = request.key() else { return false };
+        let key = request.key_in(&self.lock_open());
+        let Some(key) = key else { return false };
         let closed = self.forget(&key);
         // The response tells the client to forget the cookie.
         *lock(&request.opened) = Some(String::new());
@@ -244,7 +255,7 @@ impl Sessions {
         let mut open = self.lock_open();
         let Some(entry) = open.sessions.remove(key) else { return false };
         if let Some(opener) = entry.opener {
-            open.unconfirmed.remove(&opener);
+            open.by_connection.remove(&opener);
         }
         true
     }
@@ -414,35 +425,48 @@ mod tests {
     }
 
     #[test]
-    fn a_connection_that_does_not_send_its_cookie_back_is_told_once() {
+    fn a_connection_without_cookies_keeps_its_session_by_the_connection() {
         let sessions = Sessions::new(Duration::from_secs(60));
         let shared = SessionContext::new();
         let peer: SocketAddr = "127.0.0.1:5000".parse().expect("an address");
         let other: SocketAddr = "127.0.0.1:5001".parse().expect("an address");
         let set = request_from(None, None, Some(peer));
-        sessions.open(&set, &shared).expect("opened");
-        // Another connection without a cookie runs in the shared session.
-        assert!(sessions.context(&request_from(None, None, Some(other))).map(|c| c.is_none()).expect("shared"));
-        // The connection that ran SET, without the cookie: refused, once.
-        let status = sessions.context(&request_from(None, None, Some(peer))).map(|c| c.is_some()).expect_err("told");
-        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
-        assert!(status.message().contains("with_cookie_middleware"), "{status}");
-        assert!(sessions.context(&request_from(None, None, Some(peer))).map(|c| c.is_none()).expect("shared"));
-        // The session is gone.
-        let cookie = format!("{SESSION_COOKIE}={}", cookie_of(&set));
-        let named = request_from(Some(&cookie), None, Some(peer));
-        assert_eq!(
-            sessions.context(&named).map(|c| c.is_some()).expect_err("gone").code(),
-            tonic::Code::FailedPrecondition
-        );
+        let (ctx, opened) = sessions.open(&set, &shared).expect("opened");
+        assert!(opened);
+        // The same connection without a cookie: its session, again and again.
+        for _ in 0..2 {
+            let found = sessions.context(&request_from(None, None, Some(peer))).expect("open").expect("a session");
+            assert_eq!(found.session_id(), ctx.session_id());
+        }
+        // A second SET over it uses the same session.
+        let (again, opened) = sessions.open(&request_from(None, None, Some(peer)), &shared).expect("open");
+        assert!(!opened);
+        assert_eq!(again.session_id(), ctx.session_id());
+        // Another connection, or other credentials: the shared session.
+        assert!(sessions.context(&request_from(None, None, Some(other))).expect("shared").is_none());
+        assert!(sessions.context(&request_from(None, Some("Bearer x"), Some(peer))).expect("shared").is_none());
+        // CloseSession over the connection ends it; the next request there
+        // runs in the shared session.
+        assert!(sessions.close(&request_from(None, None, Some(peer))));
+        assert!(sessions.context(&request_from(None, None, Some(peer))).expect("shared").is_none());
 
-        // A client that sends the cookie back confirms its session: later
-        // requests without it (another client on a shared connection) run
-        // in the shared session.
+        // Once the client names its session by the cookie, only the cookie
+        // does: a request without it over the connection runs shared.
         let set = request_from(None, None, Some(peer));
         sessions.open(&set, &shared).expect("opened");
         let cookie = format!("{SESSION_COOKIE}={}", cookie_of(&set));
         assert!(sessions.context(&request_from(Some(&cookie), None, Some(peer))).expect("open").is_some());
+        assert!(sessions.context(&request_from(None, None, Some(peer))).expect("shared").is_none());
+    }
+
+    #[test]
+    fn a_connections_session_that_ended_is_refused_once() {
+        let sessions = Sessions::new(Duration::ZERO);
+        let peer: SocketAddr = "127.0.0.1:5002".parse().expect("an address");
+        sessions.open(&request_from(None, None, Some(peer)), &SessionContext::new()).expect("opened");
+        std::thread::sleep(Duration::from_millis(2));
+        let status = sessions.context(&request_from(None, None, Some(peer))).map(|c| c.is_some()).expect_err("ended");
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
         assert!(sessions.context(&request_from(None, None, Some(peer))).expect("shared").is_none());
     }
 
