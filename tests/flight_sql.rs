@@ -506,6 +506,13 @@ async fn views_replace_only_views() -> TestResult {
     update(&mut client, "DROP VIEW v").await?;
     let s = status_of(query(&mut other, "SELECT * FROM v").await);
     assert!(s.message().contains("v"), "{s}");
+
+    // The same in another schema: a table there is not replaced by a view.
+    update(&mut client, "CREATE SCHEMA s").await?;
+    update(&mut client, "CREATE TABLE s.w AS SELECT 1 AS a").await?;
+    let s = status_of(update(&mut client, "CREATE OR REPLACE VIEW s.w AS SELECT 2 AS a").await);
+    assert!(s.message().contains("CREATE OR REPLACE cannot make it a view"), "{s}");
+    assert_eq!(query(&mut other, "SELECT a FROM s.w").await?.column(0).as_primitive::<Int64Type>().value(0), 1);
     Ok(())
 }
 

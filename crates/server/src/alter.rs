@@ -22,17 +22,43 @@ use arrow_array::ArrayRef;
 use arrow_schema::Field;
 use datafusion::common::{DFSchema, DFSchemaRef, DataFusionError, Result, ScalarValue, TableReference};
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::{DdlStatement, Expr, LogicalPlan, UserDefinedLogicalNodeCore};
-use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+use datafusion::prelude::{DataFrame, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::planner::{IdentNormalizer, object_name_to_table_reference};
 use datafusion::sql::sqlparser::ast::{AlterTableOperation, RenameTableNameKind, Statement};
 use datafusion::sql::unparser::expr_to_sql;
 use quiverdb_storage::{Alteration, Database};
 
+use crate::catalog::QuiverCatalog;
 use crate::catalog::stored_name;
 use crate::error::Error;
+use crate::session::{DEFAULT_CATALOG, simplifier};
+
+/// Runs `sql` in `ctx` as `SessionContext::sql` does, and also the
+/// statements quiverdb plans itself: `ALTER TABLE … RENAME TO` and
+/// `RENAME COLUMN`, `ADD COLUMN` and `DROP COLUMN` (see this module).
+/// `ctx` is a session over a quiverdb database
+/// ([`crate::session_context`]).
+pub async fn sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
+    let state = ctx.state();
+    let options = state.config().options();
+    let (dialect, normalize) = (options.sql_parser.dialect, options.sql_parser.enable_ident_normalization);
+    let statement = state.sql_to_statement(sql, &dialect)?;
+    let Some(plan) = plan(&statement, normalize) else { return ctx.sql(sql).await };
+    let plan = plan?;
+    let catalog = ctx.catalog(DEFAULT_CATALOG);
+    let db = catalog.as_ref().and_then(|c| c.downcast_ref::<QuiverCatalog>()).map(QuiverCatalog::database);
+    let (Some(alter), Some(db)) = (of(&plan), db) else {
+        return Err(DataFusionError::Plan("ALTER TABLE runs only in a session over a quiverdb database".into()));
+    };
+    run(db, &state, alter).await?;
+    let nothing = LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation {
+        produce_one_row: false,
+        schema: Arc::clone(DFSchema::empty_ref()),
+    });
+    Ok(DataFrame::new(state, nothing))
+}
 
 /// A planned `ALTER TABLE` (a [`LogicalPlan::Extension`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd)]
@@ -152,13 +178,14 @@ pub(crate) fn of(plan: &LogicalPlan) -> Option<&AlterTable> {
 /// Runs `alter` on `db`; `state` plans an added column's definition.
 pub(crate) async fn run(db: &Database, state: &SessionState, alter: &AlterTable) -> Result<()> {
     let schema = alter.schema.as_deref();
-    let Some(stored) = stored_name(db, schema, &alter.table).filter(|s| db.contains_table(s)) else {
+    let found = stored_name(db, schema, &alter.table).and_then(|s| Some((db.table(&s).ok()?, s)));
+    let Some((table, stored)) = found else {
         if alter.if_exists {
             return Ok(());
         }
         return Err(Error::from(quiverdb_storage::Error::TableNotFound(alter.table.clone())).into());
     };
-    let columns = db.table(&stored).map_err(Error::from)?.arrow_schema().clone();
+    let columns = table.arrow_schema();
     match &alter.operation {
         Operation::Rename(Alteration::RenameTo(new)) => {
             let Some(new) = stored_name(db, schema, new) else {
@@ -206,11 +233,7 @@ async fn new_column(state: &SessionState, definition: &str) -> Result<(Field, Ar
             field.name()
         ))
     })?;
-    let context = SimplifyContext::builder()
-        .with_schema(Arc::new(DFSchema::empty()))
-        .with_config_options(Arc::clone(state.config_options()))
-        .build();
-    let simplified = ExprSimplifier::new(context).simplify(default.clone())?;
+    let simplified = simplifier(DFSchema::empty_ref(), state.config_options()).simplify(default.clone())?;
     let Expr::Literal(value, _) = simplified else {
         return Err(DataFusionError::NotImplemented(format!(
             "the default of added column '{}' must be a constant, not {default}",

@@ -147,32 +147,27 @@ impl QuiverSchema {
         schema
     }
 
-    /// The name storage keeps table or view `name` of this schema under.
-    fn stored(&self, name: &str) -> String {
-        match &self.namespace {
-            Some(namespace) => format!("{namespace}.{name}"),
-            None => name.to_string(),
-        }
+    /// The name storage keeps table or view `name` of this schema under
+    /// (see [`stored_name`]): `None` when this schema was dropped, or when
+    /// `name` of the default schema would fall in another schema.
+    fn stored(&self, name: &str) -> Option<String> {
+        stored_name(&self.db, self.namespace.as_deref(), name)
     }
 
-    /// [`Self::stored`] for a new table or view, refusing a name of the
-    /// default schema that storage would place in another schema.
+    /// [`Self::stored`] for a new table or view, with the reason when there
+    /// is none.
     fn stored_new(&self, name: &str) -> Result<String> {
-        if self.namespace.is_none()
-            && let Some(schema) = quiverdb_storage::schema_of(name, &self.db.schemas())
-        {
-            return Err(DataFusionError::Plan(format!(
-                "a table or view of schema '{DEFAULT_SCHEMA}' cannot be named '{name}' while schema '{schema}' exists"
-            )));
-        }
-        Ok(self.stored(name))
+        self.stored(name).ok_or_else(|| match &self.namespace {
+            Some(namespace) => DataFusionError::Plan(format!("schema '{namespace}' was dropped")),
+            None => DataFusionError::Plan(format!(
+                "a table or view of schema '{DEFAULT_SCHEMA}' cannot be named '{name}' while a schema of that \
+                 prefix exists"
+            )),
+        })
     }
 
     async fn provider(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        let stored = &self.stored(name);
-        if self.namespace.is_none() && quiverdb_storage::schema_of(name, &self.db.schemas()).is_some() {
-            return Ok(None);
-        }
+        let Some(stored) = &self.stored(name) else { return Ok(None) };
         if let Ok(table) = self.db.table(stored) {
             let defaults = self.defaults_of(name, &table)?;
             return Ok(Some(Arc::new(QuiverTable::new(table, defaults, self.options.scan.clone()))));
@@ -249,8 +244,9 @@ impl QuiverSchema {
             }
             _ => return Ok(()),
         };
+        let schema = name.schema().or(self.namespace.as_deref());
         let name = name.table();
-        let stored = self.stored(name);
+        let Some(stored) = stored_name(&self.db, schema, name) else { return Ok(()) };
         let replaces = if self.db.contains_table(&stored) {
             "a table"
         } else if self.db.view(&stored).is_some() {
@@ -367,10 +363,7 @@ impl SchemaProvider for QuiverSchema {
             self.foreign_version.fetch_add(1, Ordering::AcqRel);
             return Ok(Some(p));
         }
-        if self.namespace.is_none() && quiverdb_storage::schema_of(name, &self.db.schemas()).is_some() {
-            return Ok(None);
-        }
-        let stored = &self.stored(name);
+        let Some(stored) = &self.stored(name) else { return Ok(None) };
         if self.db.view(stored).is_some() {
             let old = self.views.write().map_err(|_| poisoned())?.remove(name).map(|p| p.value);
             self.db.drop_view(stored).map_err(Error::from)?;
@@ -385,10 +378,7 @@ impl SchemaProvider for QuiverSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        if self.namespace.is_none() && quiverdb_storage::schema_of(name, &self.db.schemas()).is_some() {
-            return false;
-        }
-        let stored = &self.stored(name);
+        let Some(stored) = &self.stored(name) else { return false };
         self.db.contains_table(stored)
             || self.db.view(stored).is_some()
             || self.foreign.read().is_ok_and(|f| f.contains_key(name))

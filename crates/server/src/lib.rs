@@ -9,8 +9,11 @@
 //!
 //! - [`session_context`] turns a quiverdb [`Database`](quiverdb_storage::Database)
 //!   into a ready `SessionContext`: `CREATE TABLE`, `CREATE TABLE ... AS
-//!   SELECT`, `DROP TABLE`, `INSERT`, `DELETE`, `UPDATE`, `TRUNCATE`,
-//!   `SHOW TABLES` and `information_schema` all act on quiverdb tables.
+//!   SELECT`, `DROP TABLE`, `CREATE`/`DROP SCHEMA`, `CREATE`/`DROP VIEW`,
+//!   `INSERT`, `DELETE`, `UPDATE`, `TRUNCATE`, `SHOW TABLES` and
+//!   `information_schema` all act on quiverdb tables. [`sql`] runs SQL in
+//!   such a session and also `ALTER TABLE`, which DataFusion does not
+//!   plan.
 //! - [`QuiverTable`] is the `TableProvider`: scans decode only the
 //!   projected columns, run the filters DataFusion pushes (exactly where
 //!   quiverdb can, or to prune), and report exact statistics from zone
@@ -57,10 +60,11 @@ mod session;
 mod stats;
 mod translate;
 
+pub use alter::sql;
 pub use catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema, SessionMaker};
 pub use error::{Error, ErrorKind, Result, error_message};
 pub use exec::{DmlExec, QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
 pub use options::SessionOptions;
 pub use provider::{QuiverTable, ScanSettings};
 pub use rules::QuiverPushdown;
-pub use session::{DEFAULT_CATALOG, session_context, session_context_with, sql};
+pub use session::{DEFAULT_CATALOG, session_context, session_context_with};

@@ -17,7 +17,7 @@ use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{Expr, LogicalPlan, Values, WriteOp};
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
-use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
+use datafusion::prelude::{SessionConfig, SessionContext};
 use quiverdb_storage::Database;
 
 use crate::catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema};
@@ -33,30 +33,6 @@ pub const DEFAULT_CATALOG: &str = "quiverdb";
 /// optimizer rules push aggregates and TopK into its scans.
 pub fn session_context(db: &Database) -> SessionContext {
     session_context_with(db, SessionOptions::default())
-}
-
-/// Runs `sql` in `ctx` as `SessionContext::sql` does, and also the
-/// statements quiverdb plans itself: `ALTER TABLE … RENAME TO` and
-/// `RENAME COLUMN` (see [`crate::alter`]). `ctx` is a session over a
-/// quiverdb database ([`session_context`]).
-pub async fn sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
-    let state = ctx.state();
-    let options = state.config().options();
-    let (dialect, normalize) = (options.sql_parser.dialect, options.sql_parser.enable_ident_normalization);
-    let statement = state.sql_to_statement(sql, &dialect)?;
-    let Some(plan) = crate::alter::plan(&statement, normalize) else { return ctx.sql(sql).await };
-    let plan = plan?;
-    let catalog = ctx.catalog(DEFAULT_CATALOG);
-    let db = catalog.as_ref().and_then(|c| c.downcast_ref::<QuiverCatalog>()).map(QuiverCatalog::database);
-    let (Some(alter), Some(db)) = (crate::alter::of(&plan), db) else {
-        return Err(DataFusionError::Plan("ALTER TABLE runs only in a session over a quiverdb database".into()));
-    };
-    crate::alter::run(db, &state, alter).await?;
-    let nothing = LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation {
-        produce_one_row: false,
-        schema: Arc::new(DFSchema::empty()),
-    });
-    Ok(DataFrame::new(state, nothing))
 }
 
 /// [`session_context`] with options.
@@ -254,7 +230,7 @@ fn dml_parts(op: &WriteOp, input: &LogicalPlan, config: &Arc<ConfigOptions>) -> 
 /// Constant folding and literal-cast unwrapping (as DataFusion's optimizer
 /// does), so that `name LIKE CAST('a%' AS Utf8View)` reaches the scan as a
 /// literal pattern and `1 = 0` as `false`.
-fn simplifier(schema: &DFSchemaRef, config: &Arc<ConfigOptions>) -> ExprSimplifier {
+pub(crate) fn simplifier(schema: &DFSchemaRef, config: &Arc<ConfigOptions>) -> ExprSimplifier {
     let context =
         SimplifyContext::builder().with_schema(Arc::clone(schema)).with_config_options(Arc::clone(config)).build();
     ExprSimplifier::new(context)

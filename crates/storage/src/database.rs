@@ -423,9 +423,10 @@ impl Database {
     /// was still read their snapshots; writes through them fail with
     /// [`Error::TableNotFound`].
     pub fn alter_table(&self, name: &str, alteration: &Alteration) -> Result<()> {
-        let table = self.table(name)?;
-        let (new_name, schema, options) = altered(name, table.arrow_schema(), table.options(), alteration)?;
-        self.redefine(name, &new_name, schema, options, ColumnChange::None)
+        self.redefine(name, |table| {
+            let (new_name, schema, options) = altered(name, table.arrow_schema(), table.options(), alteration)?;
+            Ok((new_name, schema, options, ColumnChange::None))
+        })
     }
 
     /// Adds column `field` at the end of table `name`: every existing row
@@ -435,11 +436,6 @@ impl Database {
     /// columns and stores the new one constant-encoded; delta rows are
     /// copied. One logged step.
     pub fn add_column(&self, name: &str, field: Field, value: ArrayRef, default: Option<String>) -> Result<()> {
-        let table = self.table(name)?;
-        let old = table.arrow_schema();
-        if old.index_of(field.name()).is_ok() {
-            return Err(Error::InvalidSchema(format!("table '{name}' already has a column '{}'", field.name())));
-        }
         if value.len() != 1 || value.data_type() != field.data_type() {
             return Err(Error::InvalidSchema(format!(
                 "the value of new column '{}' must be one {}, not {} of {}",
@@ -449,18 +445,23 @@ impl Database {
                 value.data_type()
             )));
         }
-        if !field.is_nullable() && value.is_null(0) && table.row_count() > 0 {
-            return Err(Error::NullInNonNullable { table: name.into(), column: field.name().clone() });
-        }
-        let mut options = table.options().clone();
-        if let Some(default) = default {
-            options.column_defaults.push((field.name().clone(), default));
-        }
-        let fields: Vec<Field> = old.fields().iter().map(|f| f.as_ref().clone()).chain([field.clone()]).collect();
-        let schema = Schema::new_with_metadata(fields, old.metadata().clone());
-        let column = Schema::new(vec![field]);
-        let value = RecordBatch::try_new(Arc::new(column), vec![value])?;
-        self.redefine(name, name, schema, options, ColumnChange::Add(value))
+        self.redefine(name, |table| {
+            let old = table.arrow_schema();
+            if old.index_of(field.name()).is_ok() {
+                return Err(Error::InvalidSchema(format!("table '{name}' already has a column '{}'", field.name())));
+            }
+            if !field.is_nullable() && value.is_null(0) && table.row_count() > 0 {
+                return Err(Error::NullInNonNullable { table: name.into(), column: field.name().clone() });
+            }
+            let mut options = table.options().clone();
+            if let Some(default) = default {
+                options.column_defaults.push((field.name().clone(), default));
+            }
+            let fields: Vec<Field> = old.fields().iter().map(|f| f.as_ref().clone()).chain([field.clone()]).collect();
+            let schema = Schema::new_with_metadata(fields, old.metadata().clone());
+            let value = RecordBatch::try_new(Arc::new(Schema::new(vec![field])), vec![value])?;
+            Ok((name.to_string(), schema, options, ColumnChange::Add(value)))
+        })
     }
 
     /// Drops column `column` of table `name` (and its default). A column of
@@ -468,45 +469,46 @@ impl Database {
     /// keeps its other encoded columns; delta rows are copied. One logged
     /// step.
     pub fn drop_column(&self, name: &str, column: &str) -> Result<()> {
-        let table = self.table(name)?;
-        let old = table.arrow_schema();
-        let index =
-            old.index_of(column).map_err(|_| Error::ColumnNotFound { table: name.into(), column: column.into() })?;
-        let mut options = table.options().clone();
-        if options.primary_key.iter().chain(options.unique.iter().flatten()).any(|c| c == column) {
-            return Err(Error::InvalidSchema(format!(
-                "column '{column}' of table '{name}' is in its primary key or a UNIQUE constraint"
-            )));
-        }
-        options.column_defaults.retain(|(c, _)| c != column);
-        let fields: Vec<Field> =
-            old.fields().iter().enumerate().filter(|(i, _)| *i != index).map(|(_, f)| f.as_ref().clone()).collect();
-        let schema = Schema::new_with_metadata(fields, old.metadata().clone());
-        self.redefine(name, name, schema, options, ColumnChange::Drop(index))
+        self.redefine(name, |table| {
+            let old = table.arrow_schema();
+            let index = old
+                .index_of(column)
+                .map_err(|_| Error::ColumnNotFound { table: name.into(), column: column.into() })?;
+            let mut options = table.options().clone();
+            if options.primary_key.iter().chain(options.unique.iter().flatten()).any(|c| c == column) {
+                return Err(Error::InvalidSchema(format!(
+                    "column '{column}' of table '{name}' is in its primary key or a UNIQUE constraint"
+                )));
+            }
+            options.column_defaults.retain(|(c, _)| c != column);
+            let mut fields: Vec<Field> = old.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.remove(index);
+            let schema = Schema::new_with_metadata(fields, old.metadata().clone());
+            Ok((name.to_string(), schema, options, ColumnChange::Drop(index)))
+        })
     }
 
-    /// Replaces table `name` by its redefinition (`new_name`, `schema`,
-    /// `options`, its rows changed by `change`), logged as one record.
+    /// Replaces table `name` by the redefinition `define` makes of it (new
+    /// name, schema, options, and the change to its rows), logged as one
+    /// record. `define` runs with the catalog and the table's writer lock
+    /// held, so it sees the table as the change applies to it.
     fn redefine(
         &self,
         name: &str,
-        new_name: &str,
-        schema: Schema,
-        options: TableOptions,
-        change: ColumnChange,
+        define: impl FnOnce(&Table) -> Result<(String, Schema, TableOptions, ColumnChange)>,
     ) -> Result<()> {
         let mut catalog = self.catalog_mut()?;
         let table = catalog.tables.get(name).cloned().ok_or_else(|| Error::TableNotFound(name.into()))?;
-        let new_name = new_name.to_string();
+        // The writer lock: no transaction is half-way through, and none is
+        // logged after the change.
+        let mut writer = table.core().lock()?;
+        let (new_name, schema, options, change) = define(&table)?;
         if new_name != name && catalog.contains(&new_name) {
             return Err(Error::TableExists(new_name));
         }
         if new_name.is_empty() {
             return Err(Error::InvalidSchema("a table name cannot be empty".into()));
         }
-        // The writer lock: no transaction is half-way through, and none is
-        // logged after the change.
-        let mut writer = table.core().lock()?;
         let next = table.redefined(&mut writer, &new_name, &schema, options.clone(), &change)?;
         let record = LogRecord::AlterTable {
             name: name.into(),

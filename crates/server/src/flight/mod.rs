@@ -19,12 +19,14 @@
 //!   delta, validated against its schema, all or nothing per request.
 //! - Statement handles and tickets carry the SQL (and bound parameters)
 //!   themselves, so the server keeps no state per statement; only bearer
-//!   tokens are remembered, and they expire. The logical plans of recent
-//!   query texts are cached (bounded, dropped whenever a table or view is
-//!   created, replaced or dropped), so a query's `GetFlightInfo`, its
-//!   `DoGet` and its repetitions parse and plan the SQL once. Repetitions
-//!   of a query whose optimization cannot change (no stable or volatile
-//!   functions, variables or parameters) also skip logical optimization.
+//!   tokens and client sessions (the settings of `SET`, named by a cookie
+//!   or by the connection) are remembered, and both expire. The logical
+//!   plans of recent query texts in the shared session are cached
+//!   (bounded, dropped whenever a table, view or schema is created,
+//!   altered or dropped), so a query's `GetFlightInfo`, its `DoGet` and its
+//!   repetitions parse and plan the SQL once. Repetitions of a query whose
+//!   optimization cannot change (no stable or volatile functions,
+//!   variables or parameters) also skip logical optimization.
 //! - Limits: messages in both directions are bounded by
 //!   [`FlightOptions::max_message_bytes`]; the memory DataFusion operators
 //!   hold is bounded by [`SessionOptions::memory_limit`].

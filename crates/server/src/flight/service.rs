@@ -182,27 +182,21 @@ impl QuiverFlightSql {
         let mut errors = std::collections::HashMap::new();
         for (name, value) in options {
             let variable = name.to_ascii_lowercase();
-            let plan = match value.option_value {
-                None => Statement::ResetVariable(ResetVariable { variable }),
-                Some(OptionValue::String(value)) => Statement::SetVariable(SetVariable { variable, value }),
-                Some(OptionValue::Bool(value)) => {
-                    Statement::SetVariable(SetVariable { variable, value: value.to_string() })
-                }
-                Some(OptionValue::Int64(value)) => {
-                    Statement::SetVariable(SetVariable { variable, value: value.to_string() })
-                }
-                Some(OptionValue::Double(value)) => {
-                    Statement::SetVariable(SetVariable { variable, value: value.to_string() })
-                }
+            let value = match value.option_value {
+                None => None,
+                Some(OptionValue::String(value)) => Some(value),
+                Some(OptionValue::Bool(value)) => Some(value.to_string()),
+                Some(OptionValue::Int64(value)) => Some(value.to_string()),
+                Some(OptionValue::Double(value)) => Some(value.to_string()),
                 Some(OptionValue::StringList(_)) => {
                     errors.insert(name, SetSessionOptionsError { value: ErrorValue::InvalidValue as i32 });
                     continue;
                 }
             };
-            let known = match &plan {
-                Statement::SetVariable(set) => known(&set.variable),
-                Statement::ResetVariable(reset) => known(&reset.variable),
-                _ => false,
+            let known = known(&variable);
+            let plan = match value {
+                Some(value) => Statement::SetVariable(SetVariable { variable, value }),
+                None => Statement::ResetVariable(ResetVariable { variable }),
             };
             if let Err(status) = self.apply_settings(vec![LogicalPlan::Statement(plan)]).await {
                 debug!(option = %name, %status, "session option refused");
@@ -237,9 +231,11 @@ impl QuiverFlightSql {
     }
 
     /// Plans `sql` without running it (queries come from the plan cache
-    /// when they can). Statements that would change the shared session
-    /// (`SET`, transactions) are refused, and so is a `CREATE OR REPLACE`
-    /// of a view over a table (or of a table over a view).
+    /// when they can; `ALTER TABLE` gets quiverdb's own plan). `SET` and
+    /// `RESET` are planned to run in the client's session (see
+    /// [`super::sessions`]); transactions and SQL `PREPARE`/`EXECUTE` are
+    /// refused, and so is a `CREATE OR REPLACE` of a view over a table (or
+    /// of a table over a view).
     async fn plan(&self, sql: &str) -> Result<LogicalPlan, Status> {
         Ok(self.plan_versioned(sql).await?.0)
     }
