@@ -10,11 +10,15 @@
 //!
 //! A `Utf8View` or `BinaryView` output of a dictionary-encoded column
 //! points its views into the dictionary's buffer instead of copying strings.
+//! Structs, lists, maps and the other types the delta keeps in Arrow's row
+//! format are gathered as Arrow arrays: main storage decodes the selected
+//! rows (from child columns where it has them), the delta decodes its
+//! rows' byte strings, and the pieces are concatenated once per batch.
 
 use std::sync::Arc;
 
-use arrow_array::builder::make_view;
-use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow_array::builder::{BinaryBuilder, make_view};
+use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, new_empty_array, new_null_array};
 use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_data::ArrayDataBuilder;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -239,11 +243,16 @@ enum ColumnBuilder {
         shared: Vec<Buffer>,
         valid: BooleanBufferBuilder,
     },
+    /// Decoded pieces of a nested or row-encoded column, in row order.
+    Arrays(Vec<ArrayRef>),
 }
 
 impl ColumnBuilder {
     /// A builder with room for `rows` rows.
     fn new(data_type: &DataType, rows: usize) -> Self {
+        if quiverdb_storage::row_encoded::is_row_encoded(data_type) {
+            return ColumnBuilder::Arrays(Vec::new());
+        }
         let valid = BooleanBufferBuilder::new(rows);
         match Domain::of(data_type) {
             Some(Domain::I64) => ColumnBuilder::I64(Vec::with_capacity(rows), valid),
@@ -261,27 +270,48 @@ impl ColumnBuilder {
         }
     }
 
-    fn valid_mut(&mut self) -> &mut BooleanBufferBuilder {
-        match self {
-            ColumnBuilder::I64(_, v)
-            | ColumnBuilder::U64(_, v)
-            | ColumnBuilder::F64(_, v)
-            | ColumnBuilder::I128(_, v)
-            | ColumnBuilder::Bytes { valid: v, .. }
-            | ColumnBuilder::Views { valid: v, .. } => v,
-        }
+    /// Appends `k` NULLs.
+    fn push_nulls(&mut self, k: usize, data_type: &DataType) {
+        let valid = match self {
+            ColumnBuilder::I64(x, v) => {
+                x.resize(x.len() + k, 0);
+                v
+            }
+            ColumnBuilder::U64(x, v) => {
+                x.resize(x.len() + k, 0);
+                v
+            }
+            ColumnBuilder::F64(x, v) => {
+                x.resize(x.len() + k, 0.0);
+                v
+            }
+            ColumnBuilder::I128(x, v) => {
+                x.resize(x.len() + k, 0);
+                v
+            }
+            ColumnBuilder::Bytes { offsets, bytes, valid } => {
+                offsets.extend(std::iter::repeat_n(bytes.len() as i64, k));
+                valid
+            }
+            ColumnBuilder::Views { views, valid, .. } => {
+                views.extend(std::iter::repeat_n(0u128, k));
+                valid
+            }
+            ColumnBuilder::Arrays(parts) => {
+                parts.push(new_null_array(data_type, k));
+                return;
+            }
+        };
+        valid.append_n(k, false);
     }
 
     /// Appends the `lanes` of an evaluated operand.
-    fn push_operand(&mut self, o: Operand<'_>, lanes: &Bits, dense: Option<usize>) -> Result<()> {
+    fn push_operand(&mut self, o: Operand<'_>, lanes: &Bits, dense: Option<usize>, data_type: &DataType) -> Result<()> {
         match o {
             Operand::Scalar(v) => {
                 let k = lanes.count();
                 match (self, v) {
-                    (b, None) => {
-                        b.push_defaults(k);
-                        b.valid_mut().append_n(k, false);
-                    }
+                    (b, None) => b.push_nulls(k, data_type),
                     (ColumnBuilder::I64(x, valid), Some(Num::I64(v))) => {
                         x.extend(std::iter::repeat_n(v, k));
                         valid.append_n(k, true);
@@ -328,19 +358,6 @@ impl ColumnBuilder {
         Ok(())
     }
 
-    fn push_defaults(&mut self, k: usize) {
-        match self {
-            ColumnBuilder::I64(x, _) => x.resize(x.len() + k, 0),
-            ColumnBuilder::U64(x, _) => x.resize(x.len() + k, 0),
-            ColumnBuilder::F64(x, _) => x.resize(x.len() + k, 0.0),
-            ColumnBuilder::I128(x, _) => x.resize(x.len() + k, 0),
-            ColumnBuilder::Bytes { offsets, bytes, .. } => {
-                offsets.extend(std::iter::repeat_n(bytes.len() as i64, k));
-            }
-            ColumnBuilder::Views { views, .. } => views.extend(std::iter::repeat_n(0u128, k)),
-        }
-    }
-
     /// Appends one byte value (or NULL).
     #[inline]
     fn push_bytes(&mut self, v: Option<&[u8]>) {
@@ -376,9 +393,6 @@ impl ColumnBuilder {
             ColumnBuilder::F64(x, mut v) => f64_array(data_type, x, nulls(&mut v))?,
             ColumnBuilder::I128(x, mut v) => native_array(data_type, x, nulls(&mut v))?,
             ColumnBuilder::Bytes { offsets, bytes, mut valid } => {
-                // Structs, lists and the other row-encoded types are
-                // gathered as their byte strings, then decoded.
-                let stored = quiverdb_storage::row_encoded::stored_type(data_type);
                 let nulls = nulls(&mut valid);
                 let len = offsets.len() - 1;
                 let offsets_buf = if matches!(data_type, DataType::LargeUtf8 | DataType::LargeBinary) {
@@ -393,7 +407,7 @@ impl ColumnBuilder {
                     let narrow: Vec<i32> = offsets.iter().map(|&o| o as i32).collect();
                     OffsetBuffer::new(ScalarBuffer::from(narrow)).into_inner().into_inner()
                 };
-                let data = ArrayDataBuilder::new(stored.clone())
+                let data = ArrayDataBuilder::new(data_type.clone())
                     .len(len)
                     .add_buffer(offsets_buf)
                     .add_buffer(Buffer::from_vec(bytes))
@@ -404,9 +418,16 @@ impl ColumnBuilder {
                 // their large forms), whose strings were validated as UTF-8
                 // when they were ingested; checking again would cost more
                 // than gathering them.
-                let array = arrow_array::make_array(unsafe { data.build_unchecked() });
-                quiverdb_storage::row_encoded::decode(array, data_type)?
+                arrow_array::make_array(unsafe { data.build_unchecked() })
             }
+            ColumnBuilder::Arrays(mut parts) => match parts.len() {
+                0 => new_empty_array(data_type),
+                1 => parts.remove(0),
+                _ => {
+                    let parts: Vec<&dyn Array> = parts.iter().map(|p| p.as_ref()).collect();
+                    arrow_select::concat::concat(&parts)?
+                }
+            },
             ColumnBuilder::Views { views, own, shared, mut valid } => {
                 let nulls = nulls(&mut valid);
                 let mut buffers = vec![Buffer::from_vec(own)];
@@ -440,6 +461,8 @@ enum Source {
         column: Option<usize>,
     },
     Bytes(usize),
+    /// A nested or row-encoded column, gathered as Arrow arrays.
+    Arrays(usize),
 }
 
 /// The views of every value of one shard's string dictionary, for the
@@ -469,6 +492,7 @@ impl GatherKernel {
             .map(|e| {
                 let t = e.data_type(&spec.table)?;
                 Ok(match (Domain::of(&t), e.as_column()) {
+                    (None, Some(c)) if quiverdb_storage::row_encoded::is_row_encoded(&t) => Source::Arrays(c),
                     (Some(_), column) => Source::Num { expr: Box::new(CompiledExpr::compile(e, &spec.table)?), column },
                     (None, Some(c)) => Source::Bytes(c),
                     (None, None) => return Err(Error::Unsupported(format!("gather of {e}"))),
@@ -506,7 +530,10 @@ impl GatherKernel {
     ) -> Result<()> {
         let lanes = sel.active();
         let dense = sel.dense().then(|| sel.lanes());
-        for ((source, builder), views) in self.sources.iter_mut().zip(&mut acc.builders).zip(&mut self.dict_views) {
+        let fields = self.spec.schema.fields();
+        for (((source, builder), views), field) in
+            self.sources.iter_mut().zip(&mut acc.builders).zip(&mut self.dict_views).zip(fields)
+        {
             match source {
                 Source::Num { expr, column } => {
                     // A whole range of a plain integer column decodes
@@ -519,7 +546,13 @@ impl GatherKernel {
                         continue;
                     }
                     let o = expr.eval(cols, side, sel, scratch)?;
-                    builder.push_operand(o, &lanes, dense)?;
+                    builder.push_operand(o, &lanes, dense, field.data_type())?;
+                }
+                Source::Arrays(col) => {
+                    let ColumnBuilder::Arrays(parts) = builder else {
+                        return Err(Error::Internal("a nested column gathered into another builder".into()));
+                    };
+                    parts.push(gather_array(cols.column(*col), side, sel, &lanes)?);
                 }
                 Source::Bytes(col) => {
                     let src = cols.column(*col);
@@ -565,6 +598,37 @@ fn append_validity(out: &mut BooleanBufferBuilder, validity: &Bits, lanes: &Bits
             out.append_packed_range(0..n, &bytes);
         }
         None => lanes.for_each_one(|l| out.append(validity.get(l))),
+    }
+}
+
+/// The `lanes` of a nested or row-encoded column as an Arrow array: main
+/// storage reads them (from child columns, or decoding their byte
+/// strings); delta rows are byte strings in Arrow's row format.
+fn gather_array(src: &ColumnSource<'_>, side: Side, sel: Sel<'_>, lanes: &Bits) -> Result<ArrayRef> {
+    let data_type = src.data_type();
+    match side {
+        Side::Main(block) => {
+            let Some(col) = src.main() else {
+                return Err(Error::Internal("main rows of a column without main storage".into()));
+            };
+            let start = block * LANES;
+            let mut ids = Vec::with_capacity(lanes.count());
+            sel_offsets(sel, lanes, |_, o| ids.push((start + o) as u32));
+            Ok(col.gather(&ids).map_err(Arc::new)?)
+        }
+        Side::Delta(chunk) => {
+            let validity = src.delta_validity(chunk, sel);
+            let mut bytes = BinaryBuilder::with_capacity(lanes.count(), 0);
+            sel_offsets(sel, lanes, |l, o| {
+                if validity.as_ref().is_none_or(|v| v.get(l)) {
+                    bytes.append_value(src.delta_bytes(chunk, o));
+                } else {
+                    bytes.append_null();
+                }
+            });
+            let stored: ArrayRef = Arc::new(bytes.finish());
+            Ok(quiverdb_storage::row_encoded::decode(stored, data_type).map_err(Arc::new)?)
+        }
     }
 }
 

@@ -27,7 +27,8 @@ fn column_for(kind: EncodingKind, rng: &mut StdRng) -> ArrayRef {
         EncodingKind::BitPacked => (0..ROWS).map(|_| rng.random_range(0..1_000_000)).collect(),
         EncodingKind::RunEnd => (0..ROWS as i64).map(|i| i / 500).collect(),
         EncodingKind::Dictionary => (0..ROWS).map(|_| rng.random_range(0..100) * 1_000_000_007).collect(),
-        EncodingKind::Plain => (0..ROWS).map(|_| rng.random()).collect(),
+        // (Nested is a layout, not in `EncodingKind::ALL`.)
+        EncodingKind::Plain | EncodingKind::Nested => (0..ROWS).map(|_| rng.random()).collect(),
     };
     Arc::new(Int64Array::from(values))
 }

@@ -17,7 +17,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// A column was declared with an Arrow type quiverdb does not store.
     #[error(
-        "column '{column}' has type {data_type}, which quiverdb does not support (supported: Boolean, Int8-64, UInt8-64, Float32/64, Utf8/LargeUtf8/Utf8View, Binary/LargeBinary/BinaryView, Date32/64, Time32/64, Timestamp, Duration, Decimal128)"
+        "column '{column}' has type {data_type}, which quiverdb does not support (supported: Boolean, Int8-64, UInt8-64, Float16/32/64, Decimal32-256, Utf8/LargeUtf8/Utf8View, Binary/LargeBinary/BinaryView/FixedSizeBinary, Date, Time, Timestamp, Duration, Interval, Struct, List/LargeList/FixedSizeList, Map and Null, as such or dictionary- or run-end-encoded)"
     )]
     UnsupportedType {
         /// Column name.

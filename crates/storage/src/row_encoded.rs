@@ -1,14 +1,16 @@
-//! Columns stored in Arrow's row format: structs, lists, maps, intervals,
-//! Decimal256, FixedSizeBinary, Float16 and Null.
+//! Values stored in Arrow's row format: intervals, Decimal32/64/256,
+//! FixedSizeBinary, Float16 and Null everywhere, and structs, lists and
+//! maps in the delta (main storage keeps those as child columns where it
+//! can, see [`crate::main::nested`]).
 //!
 //! Such a column is stored as byte strings (physical type `Bytes`), one per
 //! row: the value in `arrow-row`'s format, which round-trips every value
 //! exactly and compares bytewise in the value order (so zone maps over the
 //! bytes are sound). Every byte-string encoding, the delta, checkpoints and
 //! the log serve them unchanged; a NULL is a NULL byte string. Writes
-//! encode (in the delta and when main storage is built), reads decode, at
-//! the two places storage turns bytes into Arrow arrays. The scans filter
-//! and aggregate such columns only through DataFusion (and NULL tests).
+//! encode (in the delta and when main storage is built), reads decode. The
+//! scans filter and aggregate such columns only through DataFusion (and
+//! NULL tests).
 
 use std::sync::Arc;
 
@@ -20,7 +22,8 @@ use arrow_schema::DataType;
 
 use crate::error::Result;
 
-/// True for the types stored in the row format.
+/// True for the types stored in the row format (in the delta; in main
+/// storage unless they have child columns).
 pub fn is_row_encoded(data_type: &DataType) -> bool {
     matches!(
         data_type,
@@ -75,6 +78,11 @@ pub fn decode(stored: ArrayRef, data_type: &DataType) -> Result<ArrayRef> {
     let null = null_rows.row(0);
     let bytes = stored.as_binary::<i32>();
     let rows = (0..bytes.len()).map(|i| if bytes.is_null(i) { null } else { parser.parse(bytes.value(i)) });
-    let mut columns = converter.convert_rows(rows)?;
-    Ok(columns.remove(0))
+    let decoded = converter.convert_rows(rows)?.remove(0);
+    // The row format gives dictionaries back as their values (a struct of
+    // dictionaries as a struct of strings): cast them back, losslessly.
+    if decoded.data_type() != data_type {
+        return Ok(arrow_cast::cast(&decoded, data_type)?);
+    }
+    Ok(decoded)
 }

@@ -5,8 +5,8 @@
 //! ```text
 //!   optimized plan's schema ──client_schema──▶ announced schema
 //!     (after type coercion)                      Utf8View → Utf8, BinaryView → Binary,
-//!                                                Dictionary(K, V) → V, inside lists,
-//!                                                structs and maps too
+//!                                                Dictionary(K, V) → V, LargeList → List,
+//!                                                inside lists, structs and maps too
 //!   each result batch ──to_client_batch──▶ the announced types: only the
 //!                                          conversions above, checked (no NULL
 //!                                          for a value that does not fit);
@@ -17,7 +17,10 @@
 //! (JDBC drivers do not all read views), and a slice of a view array would
 //! still carry all of its data buffers, so batches could not be split below
 //! the message size bound. Dictionaries are sent as their values: the
-//! schema of a result must not depend on how one engine encoded it.
+//! schema of a result must not depend on how one engine encoded it. Large
+//! lists are sent as lists because arrow-flight's encoder converts them
+//! (whatever it is given): the schema announced at `GetFlightInfo` must be
+//! the one the stream carries, or clients refuse the result.
 
 use std::sync::Arc;
 
@@ -33,7 +36,9 @@ pub(super) fn client_type(t: &DataType) -> DataType {
         DataType::BinaryView => DataType::Binary,
         DataType::Dictionary(_, values) => client_type(values),
         DataType::List(f) => DataType::List(client_field(f)),
-        DataType::LargeList(f) => DataType::LargeList(client_field(f)),
+        // arrow-flight's encoder sends every large list as a list (casting
+        // it, checked): announce what it sends.
+        DataType::LargeList(f) => DataType::List(client_field(f)),
         DataType::FixedSizeList(f, n) => DataType::FixedSizeList(client_field(f), *n),
         DataType::Struct(fields) => DataType::Struct(client_fields(fields)),
         DataType::Map(f, sorted) => DataType::Map(client_field(f), *sorted),
@@ -141,5 +146,34 @@ mod tests {
         assert!(to_client_batch(&b, &told).is_err());
         let fits = batch(vec![Field::new("x", DataType::Int8, true)], vec![Arc::new(Int8Array::from(vec![100]))]);
         assert_eq!(to_client_batch(&fits, &told).unwrap().column(0).len(), 1);
+    }
+
+    /// The stream arrow-flight's encoder sends carries exactly the schema
+    /// the client was told, for every nesting of the types it rewrites.
+    #[tokio::test]
+    async fn the_stream_carries_the_announced_schema() {
+        use arrow_flight::decode::FlightRecordBatchStream;
+        use arrow_flight::encode::FlightDataEncoderBuilder;
+        use futures::{StreamExt, TryStreamExt};
+
+        let sql = "SELECT arrow_cast([1, 2], 'LargeList(Int64)') AS a, \
+                   named_struct('l', arrow_cast(['x'], 'LargeList(Utf8View)')) AS b, \
+                   arrow_cast([arrow_cast([1], 'LargeList(Int64)')], 'FixedSizeList(1, LargeList(Int64))') AS c, \
+                   MAP {'k': arrow_cast([arrow_cast('v', 'Dictionary(Int32, Utf8)')], 'LargeList(Dictionary(Int32, Utf8))')} AS d, \
+                   [arrow_cast('s', 'Utf8View')] AS e";
+        let ctx = datafusion::prelude::SessionContext::new();
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let schema = client_schema(&batches[0].schema());
+        let client: Vec<RecordBatch> = batches.iter().map(|b| to_client_batch(b, &schema).unwrap()).collect();
+        let data = FlightDataEncoderBuilder::new()
+            .with_schema(Arc::clone(&schema))
+            .build(futures::stream::iter(client.clone().into_iter().map(Ok)));
+        let mut decoded = FlightRecordBatchStream::new_from_flight_data(data.map_err(Into::into));
+        let mut got = Vec::new();
+        while let Some(batch) = decoded.next().await {
+            got.push(batch.unwrap());
+        }
+        assert_eq!(decoded.schema().map(|s| s.as_ref()), Some(schema.as_ref()), "the stream's schema");
+        assert_eq!(got, client);
     }
 }

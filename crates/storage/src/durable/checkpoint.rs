@@ -26,6 +26,11 @@
 //!     6 wide         n u64 · n × i128
 //!     7 str-dict     n u64 · n × offset u32 (entries + 1) · m u64 · m bytes · codes: packed(len)
 //!     8 str-plain    offsets: packed(len + 1) · m u64 · m bytes
+//!     9 struct       n u64 (the fields) · n × body(len)
+//!    10 list         offsets: body(len + 1), Int64 · m u64 · values: body(m)
+//!                    (lists, large lists and maps; a map's values are its entries)
+//!    11 fixed list   size u64 · values: body(len × size)
+//!   body(k)    a column's body, as above, of k rows and its child's type
 //!   packed(k)  k u64 · n u64 = ⌈k/1024⌉ · n × (reference u64 · delta_sum u64 · offset u32 · width u8)
 //!              w u64 · w × word u64
 //! ```
@@ -54,6 +59,10 @@
 //!   arrays are built unchecked in release builds);
 //! * keys within their physical type's key domain; a validity bitmap only
 //!   when there are nulls, no bits past the last row;
+//! * nested columns: children of the schema's child types, as many as it
+//!   has fields; list offsets without nulls, from 0, ascending to the
+//!   values' row count; fixed-size lists of the schema's size; their zones
+//!   null counts only;
 //! * zones: null counts always; keys exact for blocks without nulls (scans
 //!   answer MIN and MAX from them) and, for blocks with nulls, exact or
 //!   holding every slot (scans prune and bound sums with them);
@@ -74,8 +83,10 @@ use arrow_schema::DataType;
 use super::damage::Damage;
 use crate::block::BLOCK_SIZE;
 use crate::main::bitpacked::{BitPacked, Frame, WORDS_PER_BIT};
+use crate::main::column::{Encoding, Nested};
 use crate::main::dict::Dict;
-use crate::main::encoding::{Encoding, KeyEncoding};
+use crate::main::encoding::KeyEncoding;
+use crate::main::nested::has_child_columns;
 use crate::main::run_end::RunEnd;
 use crate::main::sequence::{SeqRun, Sequence};
 use crate::main::strings::{StrDict, StrPlain};
@@ -127,6 +138,9 @@ const TAG_PLAIN: u8 = 5;
 const TAG_WIDE: u8 = 6;
 const TAG_STR_DICT: u8 = 7;
 const TAG_STR_PLAIN: u8 = 8;
+const TAG_STRUCT: u8 = 9;
+const TAG_LIST: u8 = 10;
+const TAG_FIXED_LIST: u8 = 11;
 
 // ---------------------------------------------------------------- encoding
 
@@ -236,6 +250,22 @@ fn put_encoding(out: &mut Vec<u8>, encoding: &Encoding) {
             put_packed(out, p.offsets());
             put_u64(out, p.bytes().len() as u64);
             out.extend_from_slice(p.bytes());
+        }
+        Encoding::Nested(Nested::Struct(children)) => {
+            out.push(TAG_STRUCT);
+            put_u64(out, children.len() as u64);
+            children.iter().for_each(|c| put_column(out, c));
+        }
+        Encoding::Nested(Nested::List { offsets, values }) => {
+            out.push(TAG_LIST);
+            put_column(out, offsets);
+            put_u64(out, values.len() as u64);
+            put_column(out, values);
+        }
+        Encoding::Nested(Nested::FixedSizeList { size, values }) => {
+            out.push(TAG_FIXED_LIST);
+            put_u64(out, *size as u64);
+            put_column(out, values);
         }
     }
 }
@@ -502,7 +532,7 @@ fn read_column(
     let zones = r.array(rows.div_ceil(BLOCK_SIZE), "the zones", zone_from_le)?;
     let expect = Expect { len: rows, validity: validity.as_ref(), zones: &zones, zones_at, at: r.pos };
     let utf8 = is_string(data_type);
-    let encoding = read_encoding(r, rows, physical, utf8)?;
+    let encoding = read_encoding(r, rows, data_type, physical, utf8)?;
     check_values(&encoding, physical, utf8, &expect)?;
     Ok(MainColumn::from_parts(data_type.clone(), physical, rows, encoding, validity, zones))
 }
@@ -530,11 +560,20 @@ fn read_validity(r: &mut Reader<'_>, len: usize) -> Result<Option<NullBuffer>, D
 /// Reads an encoding and checks its structure: counts, bounds and order,
 /// everything its constructor relies on. Its values are checked afterwards
 /// (`check_values`).
-fn read_encoding(r: &mut Reader<'_>, len: usize, physical: PhysicalType, utf8: bool) -> Result<Encoding, Damage> {
+fn read_encoding(
+    r: &mut Reader<'_>,
+    len: usize,
+    data_type: &DataType,
+    physical: PhysicalType,
+    utf8: bool,
+) -> Result<Encoding, Damage> {
     let at = r.pos;
     let tag = r.u8("the encoding tag")?;
     let keys = physical != PhysicalType::Bytes;
     Ok(match tag {
+        TAG_STRUCT..=TAG_FIXED_LIST if has_child_columns(data_type) => {
+            Encoding::Nested(read_nested(r, tag, len, data_type)?)
+        }
         TAG_CONSTANT if keys => {
             let key = r.u64("the constant")?;
             r.expect(0, len, "constant rows")?;
@@ -612,11 +651,74 @@ fn read_encoding(r: &mut Reader<'_>, len: usize, physical: PhysicalType, utf8: b
             let bytes = read_bytes(r)?;
             Encoding::StrPlain(StrPlain::from_parts(offsets, Buffer::from_slice_ref(bytes)))
         }
-        TAG_CONSTANT..=TAG_STR_PLAIN => {
-            return Err(Damage::new(at, format!("encoding tag {tag} does not apply to {physical:?} values")));
+        TAG_CONSTANT..=TAG_FIXED_LIST => {
+            return Err(Damage::new(at, format!("encoding tag {tag} does not apply to {data_type} values")));
         }
         _ => return Err(Damage::new(at, format!("unknown encoding tag {tag}"))),
     })
+}
+
+/// Reads the child columns of a nested column of `len` rows and type
+/// `data_type`, and checks how they fit together.
+fn read_nested(r: &mut Reader<'_>, tag: u8, len: usize, data_type: &DataType) -> Result<Nested, Damage> {
+    let child = |r: &mut Reader<'_>, rows: usize, field: &arrow_schema::FieldRef| {
+        let physical = PhysicalType::of(field.data_type())
+            .ok_or_else(|| Damage::new(r.pos, format!("child type {} is not stored", field.data_type())))?;
+        let in_child = |d: Damage| Damage { what: format!("child '{}': {}", field.name(), d.what), ..d };
+        read_column(r, rows, field.data_type(), physical).map_err(in_child)
+    };
+    match (tag, data_type) {
+        (TAG_STRUCT, DataType::Struct(fields)) => {
+            r.expect(0, fields.len(), "struct fields")?;
+            Ok(Nested::Struct(fields.iter().map(|f| child(r, len, f)).collect::<Result<_, _>>()?))
+        }
+        (TAG_LIST, DataType::List(field) | DataType::LargeList(field) | DataType::Map(field, _)) => {
+            let offsets_at = r.pos;
+            let offsets_field = arrow_schema::Field::new("offsets", DataType::Int64, false);
+            let offsets = child(r, len + 1, &std::sync::Arc::new(offsets_field))?;
+            let count_at = r.pos;
+            let count = r.u64("the list values")?;
+            let values_len = match usize::try_from(count) {
+                Ok(n) if n <= u32::MAX as usize => n,
+                _ => return Err(Damage::new(count_at, format!("{count} list values exceed a column's {}", u32::MAX))),
+            };
+            let stored = offsets
+                .decode_range(0, len + 1)
+                .map_err(|e| Damage::new(offsets_at, format!("the list offsets do not decode: {e}")))?;
+            let stored = stored.as_any().downcast_ref::<arrow_array::Int64Array>();
+            let bad = match stored {
+                None => true,
+                Some(array) => {
+                    let o = array.values();
+                    arrow_array::Array::null_count(array) > 0
+                        || o[0] != 0
+                        || o.windows(2).any(|w| w[0] > w[1])
+                        || o[len] != values_len as i64
+                }
+            };
+            if bad || offsets.null_count() > 0 {
+                return Err(Damage::new(
+                    offsets_at,
+                    format!("the list offsets do not ascend without nulls from 0 to the {values_len} values"),
+                ));
+            }
+            let values = child(r, values_len, field)?;
+            Ok(Nested::List { offsets: Box::new(offsets), values: Box::new(values) })
+        }
+        (TAG_FIXED_LIST, DataType::FixedSizeList(field, width)) => {
+            let size_at = r.pos;
+            let size = r.u64("the list size")?;
+            let rows = (size == *width as u64).then(|| (size as usize).checked_mul(len)).flatten();
+            let Some(rows) = rows.filter(|&n| n <= u32::MAX as usize) else {
+                return Err(Damage::new(
+                    size_at,
+                    format!("fixed-size lists of {size} values, the table declares {width}"),
+                ));
+            };
+            Ok(Nested::FixedSizeList { size: size as usize, values: Box::new(child(r, rows, field)?) })
+        }
+        _ => Err(Damage::new(r.pos, format!("encoding tag {tag} does not apply to {data_type} values"))),
+    }
 }
 
 /// Reads a bit-packed array of `len` values and checks its frames against

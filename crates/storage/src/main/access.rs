@@ -25,9 +25,10 @@ use std::ops::Range;
 use arrow_buffer::Buffer;
 
 use super::bitpacked::BitPacked;
+use super::column::Encoding;
 use super::column::MainColumn;
 use super::decode::GATHER_UNPACK_THRESHOLD;
-use super::encoding::{Encoding, KeyEncoding};
+use super::encoding::KeyEncoding;
 use super::strings::StrDict;
 use crate::block::{Bits, KeyTest, LANES, Sel, kernels};
 

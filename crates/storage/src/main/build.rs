@@ -23,9 +23,10 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::DataType;
 
 use super::bitpacked::{BitPacked, min_max};
+use super::column::Encoding;
 use super::column::MainColumn;
 use super::dict::{Dict, distinct_keys};
-use super::encoding::{Encoding, KeyEncoding};
+use super::encoding::KeyEncoding;
 use super::kind::EncodingKind;
 use super::run_end::RunEnd;
 use super::sequence::Sequence;
@@ -64,12 +65,19 @@ impl MainColumn {
     /// encoding if it applies to the values, or returns
     /// [`Error::InvalidOption`] if it does not: constant for differing
     /// values; anything but dictionary and plain for strings and binary;
-    /// anything but plain for decimals beyond the i64 range.
+    /// anything but plain for decimals beyond the i64 range. A struct, list
+    /// or map applies `force` to each of its child columns it applies to.
     pub fn from_array_with(array: &dyn Array, force: Option<EncodingKind>) -> Result<Self> {
         let data_type = array.data_type().clone();
         let physical = PhysicalType::of(&data_type)
             .ok_or_else(|| Error::UnsupportedType { column: String::new(), data_type: data_type.clone() })?;
         let validity = array.logical_nulls().filter(|n| n.null_count() > 0);
+        if super::nested::has_child_columns(&data_type) {
+            let nested = super::column::Nested::build(array, force)?;
+            let zones = super::nested::zones(array.len(), validity.as_ref());
+            let encoding = std::sync::Arc::new(Encoding::Nested(nested));
+            return Ok(Self { data_type, physical, len: array.len(), encoding, validity, zones: zones.into() });
+        }
         let rows;
         let array = if crate::row_encoded::is_row_encoded(&data_type) {
             rows = crate::row_encoded::encode(array)?;
@@ -262,6 +270,7 @@ fn choose_keys(keys: Vec<u64>, force: Option<EncodingKind>) -> Result<KeyEncodin
             return Ok(KeyEncoding::Dict(Dict::encode(&keys, distinct)));
         }
         Some(EncodingKind::Plain) => return Ok(KeyEncoding::Plain(keys.into())),
+        Some(EncodingKind::Nested) => return Err(not_applicable(force, "values without children")),
         None => {}
     }
     if constant {

@@ -1,6 +1,8 @@
 //! A main column (one encoded column of a shard's main storage, with its
-//! zone maps and validity) and a shard's main storage (one column per table
-//! column).
+//! zone maps and validity), its encoding, and a shard's main storage (one
+//! column per table column). The encoding of a struct, list or map holds
+//! main columns of its own (see [`super::nested`]), so the three types are
+//! defined together.
 
 use std::fmt;
 use std::sync::Arc;
@@ -8,8 +10,9 @@ use std::sync::Arc;
 use arrow_buffer::NullBuffer;
 use arrow_schema::DataType;
 
-use super::encoding::Encoding;
+use super::encoding::KeyEncoding;
 use super::kind::EncodingKind;
+use super::strings::{StrDict, StrPlain};
 use super::zone::Zone;
 use crate::block::BLOCK_SIZE;
 use crate::types::PhysicalType;
@@ -78,8 +81,18 @@ impl MainColumn {
         self.encoding.kind()
     }
 
+    /// The child columns of a struct, list or map stored as columns (for a
+    /// list or map: its Int64 offsets, then its values); empty for other
+    /// columns.
+    pub fn children(&self) -> Vec<&MainColumn> {
+        match &*self.encoding {
+            Encoding::Nested(nested) => nested.children(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Heap bytes of the encoded values, dictionaries included (not the
-    /// zone maps or validity).
+    /// zone maps or validity); for a nested column, all of its children's.
     pub fn value_bytes(&self) -> usize {
         self.encoding.size_bytes()
     }
@@ -142,6 +155,94 @@ impl MainColumn {
 impl fmt::Display for MainColumn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {} rows, {} bytes, {}", self.data_type, self.len, self.size_bytes(), self.encoding.kind())
+    }
+}
+
+/// The encoding of a main column.
+#[derive(Debug, Clone)]
+pub(crate) enum Encoding {
+    /// Fixed-width values as order-preserving keys.
+    Keys(KeyEncoding),
+    /// Decimals that do not fit the i64 key domain, stored plain.
+    Wide(Box<[i128]>),
+    /// Dictionary-encoded strings or binary.
+    StrDict(StrDict),
+    /// Plain strings or binary.
+    StrPlain(StrPlain),
+    /// Child columns of a struct, list or map.
+    Nested(Nested),
+}
+
+impl Encoding {
+    /// Which encoding this is.
+    pub(crate) fn kind(&self) -> EncodingKind {
+        match self {
+            Encoding::Keys(KeyEncoding::Constant { .. }) => EncodingKind::Constant,
+            Encoding::Keys(KeyEncoding::Sequence(_)) => EncodingKind::Sequence,
+            Encoding::Keys(KeyEncoding::BitPacked(_)) => EncodingKind::BitPacked,
+            Encoding::Keys(KeyEncoding::RunEnd(_)) => EncodingKind::RunEnd,
+            Encoding::Keys(KeyEncoding::Dict(_)) | Encoding::StrDict(_) => EncodingKind::Dictionary,
+            Encoding::Keys(KeyEncoding::Plain(_)) | Encoding::Wide(_) | Encoding::StrPlain(_) => EncodingKind::Plain,
+            Encoding::Nested(_) => EncodingKind::Nested,
+        }
+    }
+
+    /// Heap bytes used by the values (not the zone maps or validity).
+    pub(crate) fn size_bytes(&self) -> usize {
+        match self {
+            Encoding::Keys(k) => k.size_bytes(),
+            Encoding::Wide(w) => w.len() * 16,
+            Encoding::StrDict(d) => d.size_bytes(),
+            Encoding::StrPlain(p) => p.size_bytes(),
+            Encoding::Nested(n) => n.size_bytes(),
+        }
+    }
+
+    /// Bytes of dictionary values (0 for non-dictionary encodings).
+    pub(crate) fn dictionary_bytes(&self) -> usize {
+        match self {
+            Encoding::Keys(KeyEncoding::Dict(d)) => d.values().len() * 8,
+            Encoding::StrDict(d) => d.dictionary_bytes(),
+            _ => 0,
+        }
+    }
+}
+
+/// The child columns of a nested main column.
+#[derive(Debug, Clone)]
+pub(crate) enum Nested {
+    /// A struct: one column per field, each as long as the struct.
+    Struct(Box<[MainColumn]>),
+    /// A list, large list or map: the offsets of every row's values (one
+    /// more than the rows, from 0, ascending) and the values.
+    List {
+        /// Int64 offsets.
+        offsets: Box<MainColumn>,
+        /// The values every row's offsets index.
+        values: Box<MainColumn>,
+    },
+    /// A fixed-size list: `size` values per row, row `i`'s from `i × size`.
+    FixedSizeList {
+        /// Values per row.
+        size: usize,
+        /// The values.
+        values: Box<MainColumn>,
+    },
+}
+
+impl Nested {
+    /// Heap bytes of every child column (values, validity, zones).
+    pub(crate) fn size_bytes(&self) -> usize {
+        self.children().into_iter().map(MainColumn::size_bytes).sum()
+    }
+
+    /// The child columns (a list's offsets first).
+    pub(crate) fn children(&self) -> Vec<&MainColumn> {
+        match self {
+            Nested::Struct(children) => children.iter().collect(),
+            Nested::List { offsets, values } => vec![offsets, values],
+            Nested::FixedSizeList { values, .. } => vec![values],
+        }
     }
 }
 

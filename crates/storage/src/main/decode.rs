@@ -13,13 +13,21 @@
 //!
 //! Unsorted ids (as ordered scans produce) work the same way: consecutive
 //! ids that fall in one block are grouped; no sort is needed.
+//!
+//! A nested column reads the same rows of a struct's children; a list
+//! reads its rows' offsets, then the child rows they span.
 
-use arrow_array::ArrayRef;
-use arrow_buffer::{BooleanBuffer, NullBuffer};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{ArrayRef, FixedSizeListArray, GenericListArray, MapArray, StructArray};
+use arrow_buffer::{BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{ArrowError, DataType};
 
 use super::bitpacked::BitPacked;
-use super::column::MainColumn;
-use super::encoding::{Encoding, KeyEncoding};
+use super::column::{Encoding, MainColumn, Nested};
+use super::encoding::KeyEncoding;
 use super::strings::{StrDict, StrPlain};
 use crate::block::BLOCK_SIZE;
 use crate::error::{Error, Result};
@@ -127,8 +135,7 @@ impl MainColumn {
                 self.len
             )));
         }
-        let nulls = normalize_nulls(self.validity.as_ref().map(|v| v.slice(start, len)));
-        self.decode(Rows::Range(start, len), nulls)
+        self.read(Rows::Range(start, len))
     }
 
     /// Gathers the rows `ids` (any order, repeats allowed) to an Arrow array
@@ -137,14 +144,22 @@ impl MainColumn {
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.len) {
             return Err(Error::Internal(format!("gather of row {bad} from a {}-row column", self.len)));
         }
-        let nulls = self.validity.as_ref().and_then(|v| {
-            let bits = BooleanBuffer::collect_bool(ids.len(), |i| v.is_valid(ids[i] as usize));
-            normalize_nulls(Some(NullBuffer::new(bits)))
-        });
-        self.decode(Rows::Ids(ids), nulls)
+        self.read(Rows::Ids(ids))
     }
 
-    fn decode(&self, rows: Rows<'_>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+    /// [`Self::decode_range`] or [`Self::gather`], `rows` already checked
+    /// against the column's length.
+    pub(crate) fn read(&self, rows: Rows<'_>) -> Result<ArrayRef> {
+        let nulls = match rows {
+            Rows::Range(start, len) => normalize_nulls(self.validity.as_ref().map(|v| v.slice(start, len))),
+            Rows::Ids(ids) => self.validity.as_ref().and_then(|v| {
+                let bits = BooleanBuffer::collect_bool(ids.len(), |i| v.is_valid(ids[i] as usize));
+                normalize_nulls(Some(NullBuffer::new(bits)))
+            }),
+        };
+        if let Encoding::Nested(nested) = &*self.encoding {
+            return nested.read(&self.data_type, rows, nulls);
+        }
         let stored = self.decode_stored(rows, nulls)?;
         crate::row_encoded::decode(stored, &self.data_type)
     }
@@ -177,6 +192,7 @@ impl MainColumn {
             }
             Encoding::StrDict(dict) => self.decode_dict(dict, rows, nulls),
             Encoding::StrPlain(plain) => self.decode_plain(plain, rows, nulls),
+            Encoding::Nested(_) => Err(Error::Internal("nested columns read as bytes".into())),
         }
     }
 
@@ -225,4 +241,90 @@ impl MainColumn {
 
 fn is_view(data_type: &arrow_schema::DataType) -> bool {
     matches!(data_type, arrow_schema::DataType::Utf8View | arrow_schema::DataType::BinaryView)
+}
+
+// ------------------------------------------------------------ nested
+
+impl Nested {
+    /// The `rows` of the column (of type `data_type`, with `nulls` for them).
+    fn read(&self, data_type: &DataType, rows: Rows<'_>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+        match (self, data_type) {
+            (Nested::Struct(children), DataType::Struct(fields)) => {
+                let arrays = children.iter().map(|c| c.read(rows)).collect::<Result<Vec<_>>>()?;
+                Ok(Arc::new(StructArray::try_new_with_length(fields.clone(), arrays, nulls, rows.len())?))
+            }
+            (Nested::List { offsets, values }, _) => {
+                let (offsets, values) = list_rows(offsets, values, rows)?;
+                Ok(match data_type {
+                    DataType::List(field) => {
+                        Arc::new(GenericListArray::<i32>::try_new(field.clone(), narrow(&offsets)?, values, nulls)?)
+                    }
+                    DataType::LargeList(field) => Arc::new(GenericListArray::<i64>::try_new(
+                        field.clone(),
+                        OffsetBuffer::new(ScalarBuffer::from(offsets)),
+                        values,
+                        nulls,
+                    )?),
+                    DataType::Map(field, sorted) => Arc::new(MapArray::try_new(
+                        field.clone(),
+                        narrow(&offsets)?,
+                        values.as_struct().clone(),
+                        nulls,
+                        *sorted,
+                    )?),
+                    other => return Err(Error::Internal(format!("list columns read as {other}"))),
+                })
+            }
+            (Nested::FixedSizeList { size, values }, DataType::FixedSizeList(field, width)) => {
+                let size = *size;
+                let values = match rows {
+                    Rows::Range(start, len) => values.read(Rows::Range(start * size, len * size))?,
+                    Rows::Ids(ids) => {
+                        let ids: Vec<u32> =
+                            ids.iter().flat_map(|&id| id * size as u32..(id + 1) * size as u32).collect();
+                        values.read(Rows::Ids(&ids))?
+                    }
+                };
+                Ok(Arc::new(FixedSizeListArray::try_new_with_length(field.clone(), *width, values, nulls, rows.len())?))
+            }
+            (_, other) => Err(Error::Internal(format!("nested columns read as {other}"))),
+        }
+    }
+}
+
+/// The offsets (from 0) and values of a list column's `rows`.
+fn list_rows(offsets: &MainColumn, values: &MainColumn, rows: Rows<'_>) -> Result<(Vec<i64>, ArrayRef)> {
+    match rows {
+        Rows::Range(start, len) => {
+            let read = offsets.read(Rows::Range(start, len + 1))?;
+            let stored = read.as_primitive::<Int64Type>().values();
+            let first = stored[0];
+            let values = values.read(Rows::Range(first as usize, (stored[len] - first) as usize))?;
+            Ok((stored.iter().map(|o| o - first).collect(), values))
+        }
+        Rows::Ids(ids) => {
+            let bounds: Vec<u32> = ids.iter().flat_map(|&id| [id, id + 1]).collect();
+            let read = offsets.read(Rows::Ids(&bounds))?;
+            let stored = read.as_primitive::<Int64Type>().values();
+            let mut out = Vec::with_capacity(ids.len() + 1);
+            out.push(0i64);
+            let mut child_ids = Vec::new();
+            for pair in stored.chunks_exact(2) {
+                child_ids.extend(pair[0] as u32..pair[1] as u32);
+                out.push(child_ids.len() as i64);
+            }
+            Ok((out, values.read(Rows::Ids(&child_ids))?))
+        }
+    }
+}
+
+/// `offsets` as a List's or Map's 32-bit offsets.
+fn narrow(offsets: &[i64]) -> Result<OffsetBuffer<i32>> {
+    let last = offsets.last().copied().unwrap_or(0);
+    if i32::try_from(last).is_err() {
+        return Err(Error::Arrow(ArrowError::ComputeError(format!(
+            "{last} list values in one batch exceed a List's 32-bit offsets; declare the column a LargeList"
+        ))));
+    }
+    Ok(OffsetBuffer::new(ScalarBuffer::from(offsets.iter().map(|&o| o as i32).collect::<Vec<_>>())))
 }

@@ -1,15 +1,13 @@
-//! The encodings of main storage, as one enum per kind of values: keys
-//! (fixed-width values as order-preserving `u64`s), wide decimals, and
-//! strings. Private to storage: the crates above read encoded data through
+//! The encodings of `u64` keys (fixed-width values as order-preserving
+//! `u64`s); [`super::column::Encoding`] holds them beside wide decimals,
+//! strings and child columns. Private to storage: the crates above read encoded data through
 //! [`super::access`] and [`super::MainColumn`]'s methods, so an encoding
 //! can be added or changed here without touching them.
 
 use super::bitpacked::BitPacked;
 use super::dict::Dict;
-use super::kind::EncodingKind;
 use super::run_end::RunEnd;
 use super::sequence::Sequence;
-use super::strings::{StrDict, StrPlain};
 use crate::block::BLOCK_SIZE;
 
 /// An encoding of `u64` keys.
@@ -74,52 +72,6 @@ impl KeyEncoding {
             Self::RunEnd(r) => r.size_bytes(),
             Self::Dict(d) => d.size_bytes(),
             Self::Plain(p) => p.len() * 8,
-        }
-    }
-}
-
-/// The encoding of a main column.
-#[derive(Debug, Clone)]
-pub(crate) enum Encoding {
-    /// Fixed-width values as order-preserving keys.
-    Keys(KeyEncoding),
-    /// Decimals that do not fit the i64 key domain, stored plain.
-    Wide(Box<[i128]>),
-    /// Dictionary-encoded strings or binary.
-    StrDict(StrDict),
-    /// Plain strings or binary.
-    StrPlain(StrPlain),
-}
-
-impl Encoding {
-    /// Which encoding this is.
-    pub(crate) fn kind(&self) -> EncodingKind {
-        match self {
-            Encoding::Keys(KeyEncoding::Constant { .. }) => EncodingKind::Constant,
-            Encoding::Keys(KeyEncoding::Sequence(_)) => EncodingKind::Sequence,
-            Encoding::Keys(KeyEncoding::BitPacked(_)) => EncodingKind::BitPacked,
-            Encoding::Keys(KeyEncoding::RunEnd(_)) => EncodingKind::RunEnd,
-            Encoding::Keys(KeyEncoding::Dict(_)) | Encoding::StrDict(_) => EncodingKind::Dictionary,
-            Encoding::Keys(KeyEncoding::Plain(_)) | Encoding::Wide(_) | Encoding::StrPlain(_) => EncodingKind::Plain,
-        }
-    }
-
-    /// Heap bytes used by the values (not the zone maps or validity).
-    pub(crate) fn size_bytes(&self) -> usize {
-        match self {
-            Encoding::Keys(k) => k.size_bytes(),
-            Encoding::Wide(w) => w.len() * 16,
-            Encoding::StrDict(d) => d.size_bytes(),
-            Encoding::StrPlain(p) => p.size_bytes(),
-        }
-    }
-
-    /// Bytes of dictionary values (0 for non-dictionary encodings).
-    pub(crate) fn dictionary_bytes(&self) -> usize {
-        match self {
-            Encoding::Keys(KeyEncoding::Dict(d)) => d.values().len() * 8,
-            Encoding::StrDict(d) => d.dictionary_bytes(),
-            _ => 0,
         }
     }
 }

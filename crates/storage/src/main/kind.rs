@@ -22,10 +22,15 @@ pub enum EncodingKind {
     Dictionary,
     /// Uncompressed values.
     Plain,
+    /// Child columns of a struct, list or map, each with its own encoding
+    /// (see [`crate::main`]); not an encoding a column can be forced to.
+    Nested,
 }
 
 impl EncodingKind {
-    /// Every encoding.
+    /// Every encoding of values (a column can be forced to each where it
+    /// applies); [`EncodingKind::Nested`] describes a column's layout
+    /// instead.
     pub const ALL: [EncodingKind; 6] =
         [Self::Constant, Self::Sequence, Self::BitPacked, Self::RunEnd, Self::Dictionary, Self::Plain];
 
@@ -38,6 +43,7 @@ impl EncodingKind {
             Self::RunEnd => "run_end",
             Self::Dictionary => "dictionary",
             Self::Plain => "plain",
+            Self::Nested => "nested",
         }
     }
 }

@@ -10,6 +10,8 @@
 //!                                               | RunEnd | Dict | Plain
 //!   decimals beyond i64 ─────────────────────▶ Wide (plain i128)
 //!   strings / binary ────────────────────────▶ StrDict | StrPlain
+//!   structs, lists, maps ────────────────────▶ Nested: child columns, each
+//!                                               encoded as above ([`nested`])
 //! ```
 //!
 //! Nulls are a validity bitmap, present only when the column has nulls;
@@ -20,11 +22,12 @@
 mod access;
 pub(crate) mod bitpacked;
 mod build;
-mod column;
+pub(crate) mod column;
 pub(crate) mod decode;
 pub(crate) mod dict;
 pub(crate) mod encoding;
 mod kind;
+pub(crate) mod nested;
 pub(crate) mod run_end;
 pub(crate) mod sequence;
 pub(crate) mod strings;

@@ -52,10 +52,34 @@ pub(crate) fn all_types() -> Vec<DataType> {
         DataType::Decimal256(40, 2),
         DataType::FixedSizeBinary(8),
         DataType::Interval(arrow_schema::IntervalUnit::MonthDayNano),
+        DataType::Null,
+        // Stored as child columns.
         DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true))),
         DataType::Struct(struct_fields()),
-        DataType::Null,
+        DataType::LargeList(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+        DataType::FixedSizeList(Arc::new(Field::new_list_field(DataType::Float64, true)), 3),
+        DataType::Map(Arc::new(Field::new("entries", DataType::Struct(map_fields()), false)), false),
+        DataType::List(Arc::new(Field::new_list_field(DataType::Struct(struct_fields()), true))),
+        DataType::Struct(arrow_schema::Fields::from(vec![
+            Field::new("l", DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true))), true),
+            Field::new("s", DataType::Struct(struct_fields()), true),
+            Field::new("d", DataType::Decimal128(12, 2), false),
+        ])),
+        // A child quiverdb keeps only in the row format.
+        DataType::Struct(arrow_schema::Fields::from(vec![Field::new(
+            "k",
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            true,
+        )])),
     ]
+}
+
+/// The entries of the generated map columns.
+fn map_fields() -> arrow_schema::Fields {
+    arrow_schema::Fields::from(vec![
+        Field::new("keys", DataType::Utf8, false),
+        Field::new("values", DataType::Int64, true),
+    ])
 }
 
 /// The fields of the generated struct columns.
@@ -219,11 +243,78 @@ pub(crate) fn gen_array(data_type: &DataType, shape: Shape, len: usize, null_per
                 })
             })))
         }
-        DataType::List(_) => {
+        DataType::List(field) if *field.data_type() == DataType::Int64 => {
             Arc::new(ListArray::from_iter_primitive::<arrow_array::types::Int64Type, _, _>((0..len).map(|i| {
                 let v = ints[i];
                 opt(i).then(|| (0..v.rem_euclid(4)).map(move |k| (k != 2).then_some(v.wrapping_add(k))))
             })))
+        }
+        DataType::Struct(fields) if *fields != struct_fields() => {
+            // Each child generated as a column of its own; a non-nullable
+            // child is NULL only where the struct is.
+            let valid = arrow_buffer::NullBuffer::from((0..len).map(opt).collect::<Vec<bool>>());
+            let nulls = (valid.null_count() > 0).then_some(valid);
+            let children = fields
+                .iter()
+                .enumerate()
+                .map(|(k, f)| {
+                    let per_mille = if f.is_nullable() { 100 } else { 0 };
+                    gen_array(f.data_type(), shape, len, per_mille, seed.wrapping_add(k as u64 + 1))
+                })
+                .collect();
+            Arc::new(StructArray::try_new(fields.clone(), children, nulls).expect("a struct"))
+        }
+        DataType::Dictionary(_, values) => {
+            let values = gen_array(values, shape, len, null_per_mille, seed);
+            arrow_cast::cast(&values, data_type).expect("a dictionary")
+        }
+        DataType::List(field) | DataType::LargeList(field) if *field.data_type() != DataType::Int64 => {
+            let lengths: Vec<usize> =
+                (0..len).map(|i| if opt(i) { ints[i].rem_euclid(4) as usize } else { 0 }).collect();
+            let values = gen_array(field.data_type(), shape, lengths.iter().sum(), 100, seed.wrapping_add(1));
+            let valid = arrow_buffer::NullBuffer::from((0..len).map(opt).collect::<Vec<bool>>());
+            let nulls = (valid.null_count() > 0).then_some(valid);
+            match data_type {
+                DataType::List(_) => Arc::new(
+                    ListArray::try_new(field.clone(), arrow_buffer::OffsetBuffer::from_lengths(lengths), values, nulls)
+                        .expect("a list"),
+                ),
+                _ => Arc::new(
+                    LargeListArray::try_new(
+                        field.clone(),
+                        arrow_buffer::OffsetBuffer::from_lengths(lengths),
+                        values,
+                        nulls,
+                    )
+                    .expect("a large list"),
+                ),
+            }
+        }
+        DataType::FixedSizeList(field, size) => {
+            let values = gen_array(field.data_type(), shape, len * *size as usize, 100, seed.wrapping_add(1));
+            let valid = arrow_buffer::NullBuffer::from((0..len).map(opt).collect::<Vec<bool>>());
+            let nulls = (valid.null_count() > 0).then_some(valid);
+            Arc::new(FixedSizeListArray::try_new(field.clone(), *size, values, nulls).expect("a fixed-size list"))
+        }
+        DataType::Map(field, _) => {
+            let lengths: Vec<usize> =
+                (0..len).map(|i| if opt(i) { ints[i].rem_euclid(3) as usize } else { 0 }).collect();
+            let total = lengths.iter().sum();
+            let keys: ArrayRef = Arc::new(StringArray::from_iter_values((0..total).map(|k| format!("key {}", k % 5))));
+            let values = gen_array(&DataType::Int64, shape, total, 100, seed.wrapping_add(1));
+            let entries = StructArray::try_new(map_fields(), vec![keys, values], None).expect("entries");
+            let valid = arrow_buffer::NullBuffer::from((0..len).map(opt).collect::<Vec<bool>>());
+            let nulls = (valid.null_count() > 0).then_some(valid);
+            Arc::new(
+                MapArray::try_new(
+                    field.clone(),
+                    arrow_buffer::OffsetBuffer::from_lengths(lengths),
+                    entries,
+                    nulls,
+                    false,
+                )
+                .expect("a map"),
+            )
         }
         DataType::Struct(_) => {
             let a: ArrayRef = Arc::new(Int64Array::from_iter((0..len).map(|i| (ints[i] % 3 != 0).then_some(ints[i]))));

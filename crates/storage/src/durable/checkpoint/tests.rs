@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
 use arrow_array::{
     Array, ArrayRef, BinaryArray, BooleanArray, Decimal128Array, Float64Array, Int8Array, Int16Array, Int32Array,
     Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
@@ -43,8 +44,13 @@ fn round_trip(main: &Main, schema: &TableSchema) -> (Vec<u8>, Main) {
 /// Reads every value of `main` every way storage can, so that a column a
 /// decoder let through in a bad state panics here rather than in a scan.
 fn exercise(main: &Main) {
+    main.columns().iter().for_each(exercise_column);
+}
+
+/// [`exercise`] of one column and its children.
+fn exercise_column(col: &MainColumn) {
     let mut buf = [0u64; BLOCK_SIZE];
-    for col in main.columns() {
+    {
         let n = col.len();
         assert_eq!(col.decode_range(0, n).expect("decodes").len(), n);
         let ids: Vec<u32> = (0..n as u32).rev().collect();
@@ -74,6 +80,7 @@ fn exercise(main: &Main) {
                 let _: usize = (0..n).map(|r| p.get(r).len()).sum();
             }
             Encoding::Wide(_) => {}
+            Encoding::Nested(_) => col.children().into_iter().for_each(exercise_column),
         }
     }
 }
@@ -566,9 +573,57 @@ fn crafted_structures_are_rejected() {
     );
     assert_reason(
         &rejection(DataType::Utf8, &crafted(P::Bytes, 3, None, &three, &u64s(&[0; 3]))),
-        "tag 5 does not apply to Bytes",
+        "tag 5 does not apply to Utf8",
     );
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &[9])), "unknown encoding tag 9");
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &[9])),
+        "tag 9 does not apply to Int64",
+    );
+    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &[12])), "unknown encoding tag 12");
+
+    // Nested columns: children that disagree with the schema or each other.
+    let ints = |v: Vec<i64>| MainColumn::from_array(&Int64Array::from(v)).unwrap();
+    let list_type = DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true)));
+    let list = |offsets: Vec<i64>, values: Vec<i64>| {
+        encoding(TAG_LIST, |o| {
+            put_column(o, &ints(offsets));
+            put_u64(o, values.len() as u64);
+            put_column(o, &ints(values));
+        })
+    };
+    let nested_zone = [crate::main::nested::zone(2, 0)];
+    let reject_list = |offsets: Vec<i64>, values: Vec<i64>| {
+        rejection(list_type.clone(), &crafted(P::Bytes, 2, None, &nested_zone, &list(offsets, values)))
+    };
+    assert_reason(&reject_list(vec![0, 3, 1], vec![1, 2, 3]), "list offsets do not ascend");
+    assert_reason(&reject_list(vec![1, 2, 3], vec![1, 2, 3]), "list offsets do not ascend");
+    assert_reason(&reject_list(vec![0, 1, 2], vec![1, 2, 3]), "from 0 to the 3 values");
+    assert_reason(&reject_list(vec![0, 1], vec![1]), "child 'offsets': 2 rows, expected 3");
+    let good = list(vec![0, 1, 3], vec![1, 2, 3]);
+    let schema = schema_of(vec![Field::new("c", list_type.clone(), true)]);
+    let read = decode_main(&crafted(P::Bytes, 2, None, &nested_zone, &good), &schema).unwrap();
+    assert_eq!(read.column(0).unwrap().decode_range(0, 2).unwrap().as_list::<i32>().value(1).len(), 2);
+    assert_reason(&rejection(list_type.clone(), &crafted(P::Bytes, 2, None, &[zone(0, 2)], &good)), "zone of block 0");
+    let pair =
+        DataType::Struct(vec![Field::new("a", DataType::Int64, true), Field::new("b", DataType::Int64, true)].into());
+    let one_field = encoding(TAG_STRUCT, |o| {
+        put_u64(o, 1);
+        put_column(o, &ints(vec![1, 2]));
+    });
+    assert_reason(
+        &rejection(pair, &crafted(P::Bytes, 2, None, &nested_zone, &one_field)),
+        "1 struct fields, expected 2",
+    );
+    let triples = encoding(TAG_FIXED_LIST, |o| {
+        put_u64(o, 3);
+        put_column(o, &ints(vec![0; 6]));
+    });
+    let pairs = DataType::FixedSizeList(Arc::new(Field::new_list_field(DataType::Int64, true)), 2);
+    assert_reason(&rejection(pairs, &crafted(P::Bytes, 2, None, &nested_zone, &triples)), "lists of 3 values");
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 2, None, &nested_zone, &one_field)),
+        "tag 9 does not apply to Int64",
+    );
 
     // Bit-packing: frame count, width, words, delta sum, padding, wrap.
     let real = BitPacked::encode(&(0..1024).collect::<Vec<u64>>());
@@ -799,5 +854,60 @@ fn crafted_strings_are_rejected() {
         let binary = schema_of(vec![Field::new("c", DataType::Binary, true)]);
         exercise(&decode_main(&bytes, &binary).unwrap());
         assert_reason(&rejection(DataType::Utf8View, &bytes), expected);
+    }
+}
+
+#[test]
+fn nested_columns_round_trip() {
+    use arrow_array::{FixedSizeListArray, LargeListArray, ListArray, MapArray, StructArray};
+    use arrow_buffer::{NullBuffer, OffsetBuffer};
+    let n = 3000usize;
+    let ints: ArrayRef = Arc::new(Int64Array::from_iter((0..n as i64).map(|i| (i % 7 != 0).then_some(i % 100))));
+    let names: ArrayRef =
+        Arc::new(StringArray::from_iter((0..n).map(|i| (i % 5 != 0).then(|| format!("n{}", i % 13)))));
+    let nulls = NullBuffer::from((0..n).map(|i| i % 11 != 3).collect::<Vec<bool>>());
+    let pair = vec![Field::new("i", DataType::Int64, true), Field::new("s", DataType::Utf8, true)];
+    let structs =
+        StructArray::try_new(pair.clone().into(), vec![ints.clone(), names.clone()], Some(nulls.clone())).unwrap();
+    let lengths = |i: usize| if nulls.is_valid(i) { i % 2 } else { 0 };
+    let offsets = OffsetBuffer::<i32>::from_lengths((0..n).map(lengths));
+    let total = *offsets.last().unwrap() as usize;
+    let item = |t: DataType| Arc::new(Field::new_list_field(t, true));
+    let struct_type = DataType::Struct(pair.clone().into());
+    let lists_of_structs = ListArray::try_new(
+        item(struct_type.clone()),
+        offsets.clone(),
+        Arc::new(structs.slice(0, total)),
+        Some(nulls.clone()),
+    )
+    .unwrap();
+    let large = LargeListArray::try_new(
+        item(DataType::Utf8),
+        OffsetBuffer::<i64>::from_lengths((0..n).map(lengths)),
+        names.slice(0, total),
+        Some(nulls.clone()),
+    )
+    .unwrap();
+    let fixed = FixedSizeListArray::try_new(item(DataType::Int64), 1, ints.clone(), Some(nulls.clone())).unwrap();
+    let entry_fields = vec![Field::new("keys", DataType::Utf8, false), Field::new("values", DataType::Int64, true)];
+    let keys: ArrayRef = Arc::new(StringArray::from_iter_values((0..total).map(|k| format!("k{}", k % 3))));
+    let entries = StructArray::try_new(entry_fields.clone().into(), vec![keys, ints.slice(0, total)], None).unwrap();
+    let map_field = Arc::new(Field::new("entries", DataType::Struct(entry_fields.into()), false));
+    let maps = MapArray::try_new(map_field, offsets, entries, Some(nulls), false).unwrap();
+    let arrays: Vec<ArrayRef> =
+        vec![Arc::new(structs), Arc::new(lists_of_structs), Arc::new(large), Arc::new(fixed), Arc::new(maps)];
+    for array in arrays {
+        for force in [None, Some(EncodingKind::Plain), Some(EncodingKind::Dictionary), Some(EncodingKind::BitPacked)] {
+            for array in [array.clone(), array.slice(1000, 1500), array.slice(0, 0)] {
+                let schema = schema_of(vec![Field::new("c", array.data_type().clone(), true)]);
+                let col = MainColumn::from_array_with(array.as_ref(), force).unwrap();
+                assert_eq!(col.kind(), EncodingKind::Nested);
+                let main = Main::new(array.len(), vec![col]);
+                let (_, back) = round_trip(&main, &schema);
+                let decoded = back.columns()[0].decode_range(0, array.len()).unwrap();
+                assert_eq!(decoded.to_data(), array.to_data(), "{} forced {force:?}", array.data_type());
+                exercise(&back);
+            }
+        }
     }
 }

@@ -29,7 +29,8 @@ use crate::block::BLOCK_SIZE;
 use crate::durable::damage::Damage;
 use crate::main::Zone;
 use crate::main::bitpacked::BitPacked;
-use crate::main::encoding::{Encoding, KeyEncoding};
+use crate::main::column::Encoding;
+use crate::main::encoding::KeyEncoding;
 use crate::main::run_end::RunEnd;
 use crate::main::sequence::Sequence;
 use crate::main::strings::StrPlain;
@@ -292,6 +293,11 @@ pub(super) fn check_values(
             }
         }
         Encoding::StrPlain(p) => check_plain(p, utf8, e),
+        // Children were checked as they were read; the zones count nulls.
+        Encoding::Nested(_) => (0..e.blocks()).try_for_each(|b| {
+            let n = e.rows_in(b);
+            e.same_zone(b, crate::main::nested::zone(n, e.nulls_in(b, n)))
+        }),
     }
 }
 
