@@ -1508,11 +1508,29 @@ async fn a_query_over_the_memory_limit_fails_and_the_server_keeps_serving() -> T
     let server = TestServer::start(FlightOptions { session, ..FlightOptions::default() }).await;
     let mut client = server.client().await;
     update(&mut client, "CREATE TABLE big (id BIGINT NOT NULL, s VARCHAR)").await?;
-    update(
-        &mut client,
-        "INSERT INTO big SELECT value, 'row ' || CAST(value AS VARCHAR) FROM generate_series(1, 200000)",
-    )
-    .await?;
+    // An INSERT holds its rows until it commits: 200,000 rows (~5 MB) are
+    // more than the pool, 20,000 at a time are not.
+    let all = "INSERT INTO big SELECT value, 'row ' || CAST(value AS VARCHAR) FROM generate_series(1, 200000)";
+    let s = status_of(update(&mut client, all).await);
+    assert_eq!(s.code(), Code::ResourceExhausted, "{s}");
+    assert!(s.message().to_lowercase().contains("memory"), "{s}");
+    let n = query(&mut client, "SELECT COUNT(*) FROM big").await?;
+    assert_eq!(n.column(0).as_primitive::<Int64Type>().value(0), 0, "nothing of the failed INSERT");
+    for first in (1..200_000).step_by(20_000) {
+        let sql = format!(
+            "INSERT INTO big SELECT value, 'row ' || CAST(value AS VARCHAR) FROM generate_series({first}, {})",
+            first + 19_999
+        );
+        assert_eq!(update(&mut client, &sql).await?, 20_000);
+    }
+    // CREATE TABLE … AS holds its result until the table is created; a
+    // failed CREATE OR REPLACE leaves the table it would replace.
+    let s = status_of(update(&mut client, "CREATE TABLE copy AS SELECT * FROM big").await);
+    assert_eq!(s.code(), Code::ResourceExhausted, "{s}");
+    let s = status_of(update(&mut client, "CREATE OR REPLACE TABLE big AS SELECT a.* FROM big a, big b").await);
+    assert_eq!(s.code(), Code::ResourceExhausted, "{s}");
+    let tables = query(&mut client, "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'copy'").await?;
+    assert_eq!(tables.column(0).as_primitive::<Int64Type>().value(0), 0, "no half-made table");
     // A full sort of ~5 MB needs more than the 1 MiB pool and may not spill.
     let s = status_of(query(&mut client, "SELECT * FROM big ORDER BY s DESC").await);
     assert_eq!(s.code(), Code::ResourceExhausted, "{s}");

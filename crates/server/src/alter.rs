@@ -37,7 +37,9 @@ use crate::session::{DEFAULT_CATALOG, simplifier};
 
 /// Runs `sql` in `ctx` as `SessionContext::sql` does, and also the
 /// statements quiverdb plans itself: `ALTER TABLE … RENAME TO` and
-/// `RENAME COLUMN`, `ADD COLUMN` and `DROP COLUMN` (see this module).
+/// `RENAME COLUMN`, `ADD COLUMN` and `DROP COLUMN` (see this module); a
+/// `CREATE TABLE … AS` counts its rows against the session's memory
+/// limit and replaces a table in one step ([`crate::execute`]).
 /// `ctx` is a session over a quiverdb database
 /// ([`crate::session_context`]).
 pub async fn sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
@@ -45,7 +47,10 @@ pub async fn sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     let options = state.config().options();
     let (dialect, normalize) = (options.sql_parser.dialect, options.sql_parser.enable_ident_normalization);
     let statement = state.sql_to_statement(sql, &dialect)?;
-    let Some(plan) = plan(&statement, normalize) else { return ctx.sql(sql).await };
+    let Some(plan) = plan(&statement, normalize) else {
+        let plan = state.statement_to_plan(statement).await?;
+        return crate::execute::execute(ctx, plan).await;
+    };
     let plan = plan?;
     let catalog = ctx.catalog(DEFAULT_CATALOG);
     let db = catalog.as_ref().and_then(|c| c.downcast_ref::<QuiverCatalog>()).map(QuiverCatalog::database);

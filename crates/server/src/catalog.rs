@@ -263,8 +263,9 @@ impl QuiverSchema {
     }
 
     /// Creates quiverdb table `name` from a `MemTable`: its schema, primary
-    /// key, defaults and rows, all or nothing.
-    fn create_from(&self, name: &str, mem: &MemTable) -> Result<()> {
+    /// key, defaults and rows, all or nothing; with `replace`, in place of
+    /// the table of that name, in the same step.
+    pub(crate) fn create_from(&self, name: &str, mem: &MemTable, replace: bool) -> Result<()> {
         let schema = mem.schema();
         let mut key = Vec::new();
         let mut unique = Vec::new();
@@ -302,7 +303,7 @@ impl QuiverSchema {
         }
         // Created and filled as one step: a failed fill leaves no table.
         self.db
-            .create_table_with(&self.stored_new(name)?, &schema, options, false, |table| {
+            .create_table_with(&self.stored_new(name)?, &schema, options, replace, |table| {
                 table.transaction(|t| {
                     for batch in partitions.iter().flatten() {
                         t.append(batch)?;
@@ -348,7 +349,7 @@ impl SchemaProvider for QuiverSchema {
             return Err(DataFusionError::External(Box::new(quiverdb_storage::Error::TableExists(name))));
         }
         if let Some(mem) = table.downcast_ref::<MemTable>() {
-            self.create_from(&name, mem)?;
+            self.create_from(&name, mem, false)?;
         } else if let Some(definition) = table.downcast_ref::<ViewTable>().and_then(ViewTable::definition) {
             self.db.create_view(&self.stored_new(&name)?, definition, false).map_err(Error::from)?;
         } else {

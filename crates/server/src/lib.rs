@@ -47,14 +47,17 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod alter;
+mod bounded;
 mod catalog;
 mod convert;
 mod error;
 mod exec;
+mod execute;
 pub mod flight;
 mod many;
 mod options;
 mod provider;
+mod retained;
 mod rules;
 mod session;
 mod stats;

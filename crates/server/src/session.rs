@@ -82,6 +82,8 @@ fn session_over(schema: Arc<QuiverSchema>, options: &SessionOptions) -> SessionC
         .with_analyzer_rule(Arc::new(DmlGuard))
         .with_physical_optimizer_rule(Arc::new(QuiverPushdown))
         .build();
+    let mut state = state;
+    crate::bounded::bound_functions(&mut state, options.memory_limit);
     SessionContext::new_with_state(state)
 }
 

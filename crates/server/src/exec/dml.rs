@@ -33,6 +33,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::compute::{CastOptions, cast_with_options, concat_batches, filter_record_batch, interleave};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::coop::CooperativeExec;
@@ -50,6 +51,7 @@ use quiverdb_storage::{ShardId, Table, TableSnapshot, Transaction};
 use tokio::sync::mpsc;
 
 use crate::error::Error;
+use crate::retained::Retained;
 
 /// Rows per batch gathered by DELETE and UPDATE.
 const DML_BATCH_ROWS: usize = 8192;
@@ -332,9 +334,14 @@ async fn insert(
         });
         appended.map_err(DataFusionError::from)
     });
+    // The rows the transaction holds until it commits count against the
+    // session's memory limit, like any query's.
+    let reservation = MemoryConsumer::new("INSERT").register(context.memory_pool());
+    let mut retained = Retained::default();
     let reader = async move {
         let mut all = futures::stream::select_all(streams);
         while let Some(batch) = all.try_next().await? {
+            reservation.try_grow(retained.add(&batch))?;
             if batch.num_rows() > 0 && tx.send(Insert::Batch(batch)).await.is_err() {
                 // The writer failed; its error is reported below.
                 return Ok(());

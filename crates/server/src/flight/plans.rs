@@ -18,6 +18,13 @@
 //! turned into a physical plan at execution, so a cached plan stays valid
 //! until a table or view is created, replaced or dropped — the catalog
 //! version each entry records.
+//!
+//! The cache is bounded in bytes as well as entries: a plan holds its
+//! statement's literals, and the optimizer folds constant expressions
+//! into literals that can be far larger than the statement
+//! (`repeat('x', 200000000)` is 200 MB). An entry costs its text and the
+//! literals of its plans; one over [`MAX_ENTRY_BYTES`] is not kept, and
+//! the least recently used go until all fit [`MAX_BYTES`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -32,6 +39,13 @@ const CAPACITY: usize = 256;
 /// statements would hold a lot of memory for little gain).
 const MAX_SQL_BYTES: usize = 64 << 10;
 
+/// Bytes of one entry (its text and its plans' literals) beyond which it is
+/// not kept.
+const MAX_ENTRY_BYTES: usize = 1 << 20;
+
+/// Bytes of all entries.
+const MAX_BYTES: usize = 32 << 20;
+
 #[derive(Debug, Default)]
 pub(crate) struct PlanCache {
     inner: Mutex<Entries>,
@@ -42,6 +56,27 @@ struct Entries {
     /// Advances on every use; an entry's `used` is its last tick.
     tick: u64,
     plans: HashMap<String, Cached>,
+    /// Sum of the entries' `bytes`.
+    bytes: usize,
+}
+
+impl Entries {
+    fn remove(&mut self, sql: &str) {
+        if let Some(old) = self.plans.remove(sql) {
+            self.bytes -= old.bytes;
+        }
+    }
+
+    /// Removes the least recently used entries until `more` bytes and one
+    /// more entry fit.
+    fn make_room(&mut self, more: usize) {
+        while !self.plans.is_empty() && (self.plans.len() >= CAPACITY || self.bytes + more > MAX_BYTES) {
+            let oldest = self.plans.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.remove(&oldest);
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -53,6 +88,10 @@ struct Cached {
     /// `plan` optimized, once a run has made it (only when `reusable`).
     optimized: Option<LogicalPlan>,
     used: u64,
+    /// What the entry holds: its text and its plans' literals.
+    bytes: usize,
+    /// `bytes` without the optimized plan's literals.
+    unoptimized_bytes: usize,
 }
 
 impl PlanCache {
@@ -63,7 +102,7 @@ impl PlanCache {
         let tick = entries.tick;
         let cached = entries.plans.get_mut(sql)?;
         if cached.version != version {
-            entries.plans.remove(sql);
+            entries.remove(sql);
             return None;
         }
         cached.used = tick;
@@ -82,10 +121,23 @@ impl PlanCache {
     /// catalog `version`, if that entry is still there and its
     /// optimization is reusable.
     pub(crate) fn set_optimized(&self, sql: &str, version: u64, optimized: &LogicalPlan) {
+        let more = literal_bytes(optimized);
         let Ok(mut entries) = self.inner.lock() else { return };
-        if let Some(cached) = entries.plans.get_mut(sql).filter(|c| c.version == version && c.reusable) {
-            cached.optimized = Some(optimized.clone());
+        let fits = entries
+            .plans
+            .get(sql)
+            .is_some_and(|c| c.version == version && c.reusable && c.unoptimized_bytes + more <= MAX_ENTRY_BYTES);
+        if !fits {
+            return;
         }
+        // Out while older entries make room, then back in.
+        let Some(mut cached) = entries.plans.remove(sql) else { return };
+        entries.bytes -= cached.bytes;
+        cached.optimized = Some(optimized.clone());
+        cached.bytes = cached.unoptimized_bytes + more;
+        entries.make_room(cached.bytes);
+        entries.bytes += cached.bytes;
+        entries.plans.insert(sql.to_string(), cached);
     }
 
     /// Keeps `plan`, the plan of `sql` made at catalog `version` (read
@@ -94,23 +146,49 @@ impl PlanCache {
         if sql.len() > MAX_SQL_BYTES {
             return;
         }
+        let bytes = sql.len() + literal_bytes(plan);
+        if bytes > MAX_ENTRY_BYTES {
+            return;
+        }
         let reusable = optimization_is_reusable(plan);
         let Ok(mut entries) = self.inner.lock() else { return };
         entries.tick += 1;
         let used = entries.tick;
-        if entries.plans.len() >= CAPACITY && !entries.plans.contains_key(sql) {
-            let oldest = entries.plans.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                entries.plans.remove(&oldest);
-            }
-        }
-        entries.plans.insert(sql.to_string(), Cached { version, plan: plan.clone(), reusable, optimized: None, used });
+        entries.remove(sql);
+        entries.make_room(bytes);
+        entries.bytes += bytes;
+        let cached =
+            Cached { version, plan: plan.clone(), reusable, optimized: None, used, bytes, unoptimized_bytes: bytes };
+        entries.plans.insert(sql.to_string(), cached);
+    }
+
+    /// Bytes the entries hold.
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.inner.lock().map_or(0, |e| e.bytes)
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
         self.inner.lock().map_or(0, |e| e.plans.len())
     }
+}
+
+/// Heap bytes of the literals in `plan` (and its subqueries).
+fn literal_bytes(plan: &LogicalPlan) -> usize {
+    let mut bytes = 0;
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                if let Expr::Literal(value, _) = e {
+                    bytes += value.size();
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })?;
+        Ok(TreeNodeRecursion::Continue)
+    });
+    bytes
 }
 
 /// Whether optimizing `plan` gives the same plan every time at one
@@ -240,6 +318,40 @@ mod tests {
             assert!(matches!(plan, LogicalPlan::TableScan(_)), "{view}: not inlined");
             assert_eq!(optimization_is_reusable(&plan), reusable, "scan of {view}");
         }
+    }
+
+    #[test]
+    fn holds_a_bounded_number_of_bytes() {
+        let cache = PlanCache::default();
+        let big = |i: usize| {
+            let text = format!("{i}{}", "x".repeat(MAX_ENTRY_BYTES / 2));
+            LogicalPlanBuilder::empty(true).project(vec![lit(text)]).unwrap().build().unwrap()
+        };
+        for i in 0..3 * MAX_BYTES / MAX_ENTRY_BYTES {
+            cache.insert(&format!("SELECT big {i}"), 0, &big(i));
+            assert!(cache.bytes() <= MAX_BYTES, "{} bytes after {i} entries", cache.bytes());
+        }
+        assert!(cache.len() < 2 * MAX_BYTES / MAX_ENTRY_BYTES + 1);
+        assert!(cache.get(&format!("SELECT big {}", 3 * MAX_BYTES / MAX_ENTRY_BYTES - 1), 0).is_some(), "the newest");
+        assert!(cache.get("SELECT big 0", 0).is_none(), "the oldest went");
+        // An entry whose literals alone pass the bound is not kept; nor is
+        // an optimized plan that would take its entry past it.
+        let huge = LogicalPlanBuilder::empty(true).project(vec![lit("y".repeat(MAX_ENTRY_BYTES))]).unwrap().build();
+        cache.insert("SELECT huge", 0, &huge.unwrap());
+        assert_eq!(cache.get("SELECT huge", 0), None);
+        cache.insert("SELECT small", 0, &plan(1));
+        cache.set_optimized("SELECT small", 0, &big(0));
+        cache.set_optimized("SELECT small", 0, &big(1));
+        assert!(cache.optimized("SELECT small", 0).is_some());
+        let before = cache.bytes();
+        let folded = LogicalPlanBuilder::empty(true).project(vec![lit("z".repeat(MAX_ENTRY_BYTES))]).unwrap();
+        cache.set_optimized("SELECT small", 0, &folded.build().unwrap());
+        assert!(cache.optimized("SELECT small", 0) == Some(big(1)), "kept the one that fits");
+        assert_eq!(cache.bytes(), before);
+        // Removing entries returns their bytes.
+        cache.insert("SELECT small", 1, &plan(1));
+        assert!(cache.get("SELECT small", 2).is_none());
+        assert!(cache.bytes() < before);
     }
 
     #[test]

@@ -340,7 +340,7 @@ impl QuiverFlightSql {
             results.push(collect(update, self.ctx.task_ctx()).await.map_err(df_status)?);
         } else {
             for plan in as_one_statement(plans).map_err(df_status)? {
-                let df = self.ctx.execute_logical_plan(plan).await.map_err(df_status)?;
+                let df = crate::execute::execute(&self.ctx, plan).await.map_err(df_status)?;
                 results.push(df.collect().await.map_err(df_status)?);
             }
         }
@@ -964,7 +964,7 @@ impl FlightSqlService for QuiverFlightSql {
         let plan = self.plan(&command.query).await?;
         let count = if is_query(&plan) {
             // A query run as an update: run it, report its row count.
-            let df = self.ctx.execute_logical_plan(plan).await.map_err(df_status)?;
+            let df = crate::execute::execute(&self.ctx, plan).await.map_err(df_status)?;
             let mut rows = 0u64;
             let mut batches: SendableRecordBatchStream = df.execute_stream().await.map_err(df_status)?;
             while let Some(batch) = batches.next().await {
