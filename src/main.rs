@@ -8,6 +8,25 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 
+/// The server's allocator: jemalloc, with background threads that return
+/// freed pages to the operating system a second after they are freed.
+///
+/// An in-memory database is judged by its resident set. With glibc's
+/// malloc the server kept what loads had freed (each thread's arena holds
+/// its pages): loading the 2M-row seed table and dropping it left RSS 136
+/// MiB above where it started, and ten load/drop cycles 208 MiB; jemalloc
+/// purges them (`examples/memory_bench.rs`, figures in BENCHMARKS.md).
+/// Muzzy decay is off so purged pages leave RSS at once (`MADV_DONTNEED`)
+/// rather than when the kernel needs them (`MADV_FREE`).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read at its first allocation (the C `malloc_conf`
+/// under tikv-jemallocator's symbol prefix).
+#[allow(non_upper_case_globals)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static malloc_conf: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 /// quiverdb: an in-memory columnar database served over Arrow Flight SQL.
 #[derive(Debug, Parser)]
 #[command(name = "quiverdb", version, about)]
@@ -29,7 +48,10 @@ enum Command {
 fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.command {
-        Command::Serve(args) => cli::serve::run(args),
+        Command::Serve(args) => {
+            quiverdb::server::report_allocator(allocator_stats);
+            cli::serve::run(args)
+        }
         Command::Sql(args) => cli::shell::run(args),
         Command::Load(args) => cli::load::run(args),
     };
@@ -40,4 +62,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// jemalloc's statistics for `quiverdb.system.memory`: bytes the program
+/// holds (`allocated`), in pages it uses (`active`), resident in memory,
+/// mapped, retained for reuse (not resident), and jemalloc's metadata.
+fn allocator_stats() -> Vec<(&'static str, u64)> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    // The statistics are a snapshot taken at each epoch advance.
+    if epoch::advance().is_err() {
+        return Vec::new();
+    }
+    let read = |name: &'static str, value: tikv_jemalloc_ctl::Result<usize>| value.ok().map(|v| (name, v as u64));
+    [
+        read("allocator_allocated", stats::allocated::read()),
+        read("allocator_active", stats::active::read()),
+        read("allocator_resident", stats::resident::read()),
+        read("allocator_mapped", stats::mapped::read()),
+        read("allocator_retained", stats::retained::read()),
+        read("allocator_metadata", stats::metadata::read()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }

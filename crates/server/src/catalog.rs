@@ -42,6 +42,7 @@ use quiverdb_storage::{Database, Table, TableOptions};
 use crate::error::Error;
 use crate::options::SessionOptions;
 use crate::provider::QuiverTable;
+use crate::system::{SYSTEM_SCHEMA, SystemSchema};
 
 /// The name of the default schema.
 pub const DEFAULT_SCHEMA: &str = "public";
@@ -417,6 +418,8 @@ impl TableProvider for DroppedView {
 #[derive(Debug)]
 pub struct QuiverCatalog {
     schema: Arc<QuiverSchema>,
+    /// [`SYSTEM_SCHEMA`]'s tables.
+    system: Arc<SystemSchema>,
     /// Providers of the other schemas, made when first asked for (they
     /// keep parsed defaults and planned views).
     others: RwLock<HashMap<String, Arc<QuiverSchema>>>,
@@ -426,7 +429,8 @@ impl QuiverCatalog {
     /// A catalog whose default schema is `schema`; the database's other
     /// schemas are served beside it.
     pub fn new(schema: Arc<QuiverSchema>) -> Self {
-        Self { schema, others: RwLock::default() }
+        let system = Arc::new(SystemSchema::new(schema.db.clone(), DEFAULT_SCHEMA));
+        Self { schema, system, others: RwLock::default() }
     }
 
     /// The database.
@@ -437,14 +441,17 @@ impl QuiverCatalog {
 
 impl CatalogProvider for QuiverCatalog {
     fn schema_names(&self) -> Vec<String> {
-        let mut names = vec![DEFAULT_SCHEMA.to_string()];
-        names.extend(self.schema.db.schema_names());
+        let mut names = vec![DEFAULT_SCHEMA.to_string(), SYSTEM_SCHEMA.to_string()];
+        names.extend(self.schema.db.schema_names().into_iter().filter(|n| n != SYSTEM_SCHEMA));
         names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         if name == DEFAULT_SCHEMA {
             return Some(Arc::clone(&self.schema) as Arc<dyn SchemaProvider>);
+        }
+        if name == SYSTEM_SCHEMA {
+            return Some(Arc::clone(&self.system) as Arc<dyn SchemaProvider>);
         }
         if !self.schema.db.schemas().contains(name) {
             return None;
@@ -458,7 +465,7 @@ impl CatalogProvider for QuiverCatalog {
     }
 
     fn register_schema(&self, name: &str, _schema: Arc<dyn SchemaProvider>) -> Result<Option<Arc<dyn SchemaProvider>>> {
-        if name == DEFAULT_SCHEMA {
+        if name == DEFAULT_SCHEMA || name == SYSTEM_SCHEMA {
             return Err(Error::from(quiverdb_storage::Error::SchemaExists(name.into())).into());
         }
         self.schema.db.create_schema(name).map_err(Error::from)?;
@@ -466,8 +473,8 @@ impl CatalogProvider for QuiverCatalog {
     }
 
     fn deregister_schema(&self, name: &str, cascade: bool) -> Result<Option<Arc<dyn SchemaProvider>>> {
-        if name == DEFAULT_SCHEMA {
-            return Err(DataFusionError::Plan(format!("schema '{DEFAULT_SCHEMA}' cannot be dropped")));
+        if name == DEFAULT_SCHEMA || name == SYSTEM_SCHEMA {
+            return Err(DataFusionError::Plan(format!("schema '{name}' cannot be dropped")));
         }
         let Some(provider) = self.schema(name) else { return Ok(None) };
         self.schema.db.drop_schema(name, cascade).map_err(Error::from)?;

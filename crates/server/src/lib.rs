@@ -61,6 +61,7 @@ mod retained;
 mod rules;
 mod session;
 mod stats;
+mod system;
 mod translate;
 
 pub use alter::sql;
@@ -71,3 +72,4 @@ pub use options::SessionOptions;
 pub use provider::{QuiverTable, ScanSettings};
 pub use rules::QuiverPushdown;
 pub use session::{DEFAULT_CATALOG, session_context, session_context_with};
+pub use system::{SYSTEM_SCHEMA, report_allocator};

@@ -58,9 +58,23 @@ struct Entries {
     plans: HashMap<String, Cached>,
     /// Sum of the entries' `bytes`.
     bytes: usize,
+    /// The newest catalog version seen.
+    version: u64,
 }
 
 impl Entries {
+    /// Drops every entry made before catalog `version`, once a newer
+    /// version is seen: a plan holds its tables (their rows, through the
+    /// table providers it names), so a stale entry would keep a dropped
+    /// table's memory alive.
+    fn at_version(&mut self, version: u64) {
+        if version > self.version {
+            self.version = version;
+            self.plans.retain(|_, c| c.version >= version);
+            self.bytes = self.plans.values().map(|c| c.bytes).sum();
+        }
+    }
+
     fn remove(&mut self, sql: &str) {
         if let Some(old) = self.plans.remove(sql) {
             self.bytes -= old.bytes;
@@ -98,6 +112,7 @@ impl PlanCache {
     /// The plan of `sql` made at catalog `version`, if there is one.
     pub(crate) fn get(&self, sql: &str, version: u64) -> Option<LogicalPlan> {
         let mut entries = self.inner.lock().ok()?;
+        entries.at_version(version);
         entries.tick += 1;
         let tick = entries.tick;
         let cached = entries.plans.get_mut(sql)?;
@@ -107,6 +122,13 @@ impl PlanCache {
         }
         cached.used = tick;
         Some(cached.plan.clone())
+    }
+
+    /// Forgets every entry made before catalog `version`.
+    pub(crate) fn forget_before(&self, version: u64) {
+        if let Ok(mut entries) = self.inner.lock() {
+            entries.at_version(version);
+        }
     }
 
     /// The optimized plan of `sql` made at catalog `version`, if a run has
@@ -152,6 +174,11 @@ impl PlanCache {
         }
         let reusable = optimization_is_reusable(plan);
         let Ok(mut entries) = self.inner.lock() else { return };
+        entries.at_version(version);
+        if version < entries.version {
+            // Planned before the catalog changed: already stale.
+            return;
+        }
         entries.tick += 1;
         let used = entries.tick;
         entries.remove(sql);
@@ -253,6 +280,23 @@ mod tests {
         // The catalog changed: the entry is gone for good.
         assert_eq!(cache.get("SELECT 1", 8), None);
         assert_eq!(cache.get("SELECT 1", 7), None);
+    }
+
+    #[test]
+    fn a_catalog_change_drops_every_older_entry() {
+        let cache = PlanCache::default();
+        cache.insert("SELECT 1", 3, &plan(1));
+        cache.insert("SELECT 2", 3, &plan(2));
+        assert_eq!(cache.len(), 2);
+        // Another text, at a newer version: the old entries (and the
+        // tables their plans hold) go at once, not when next asked for.
+        assert_eq!(cache.get("SELECT 3", 4), None);
+        assert_eq!(cache.len(), 0);
+        assert_eq!(cache.bytes(), 0);
+        cache.insert("SELECT 1", 3, &plan(1));
+        assert_eq!(cache.len(), 0, "a plan made before the change is not kept");
+        cache.insert("SELECT 1", 4, &plan(1));
+        assert_eq!(cache.get("SELECT 1", 4), Some(plan(1)));
     }
 
     #[test]

@@ -323,6 +323,21 @@ impl QuiverFlightSql {
     /// Runs statements that change data or the catalog, returning the
     /// total affected-row count (`None` for DDL).
     async fn run_mutations(&self, plans: Vec<LogicalPlan>) -> Result<Option<u64>, Status> {
+        let result = self.apply_mutations(plans).await;
+        self.forget_stale_plans();
+        result
+    }
+
+    /// A dropped or replaced table's cached plans (which hold its rows) go
+    /// as soon as the catalog changes, not at the next query.
+    fn forget_stale_plans(&self) {
+        if let Some(cache) = self.cache() {
+            cache.forget_before(self.schema.catalog_version());
+        }
+    }
+
+    /// [`Self::run_mutations`], before the plan cache is brought up to date.
+    async fn apply_mutations(&self, plans: Vec<LogicalPlan>) -> Result<Option<u64>, Status> {
         if plans.iter().all(is_setting) {
             self.apply_settings(plans).await?;
             return Ok(None);
@@ -1043,6 +1058,7 @@ impl FlightSqlService for QuiverFlightSql {
                 )));
             }
         }
+        self.forget_stale_plans();
         Ok(i64::try_from(rows).unwrap_or(i64::MAX))
     }
 
