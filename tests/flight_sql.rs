@@ -1799,3 +1799,48 @@ async fn set_changes_only_the_clients_own_session() -> TestResult {
     assert!(s.message().contains("session ended"), "{s}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_past_the_table_memory_limit_are_refused_and_apply_nothing() -> TestResult {
+    let session = quiverdb::SessionOptions { max_table_memory: Some(4 << 20), ..quiverdb::SessionOptions::default() };
+    let server = TestServer::start(FlightOptions { session, ..FlightOptions::default() }).await;
+    let mut client = server.client().await;
+    let reader = server.client().await;
+    let count = |sql: &'static str| {
+        let mut c = reader.clone();
+        async move {
+            let n = query(&mut c, sql).await?.column(0).as_primitive::<Int64Type>().value(0);
+            Ok::<i64, Box<dyn std::error::Error + Send + Sync>>(n)
+        }
+    };
+    update(&mut client, "CREATE TABLE t (id BIGINT NOT NULL, s VARCHAR)").await?;
+    let small = "INSERT INTO t SELECT value, 'row ' || CAST(value AS VARCHAR) FROM generate_series(1, 10000)";
+    assert_eq!(update(&mut client, small).await?, 10_000);
+    // ~8 MB of rows: past the 4 MiB bound, refused as a whole.
+    let big = "INSERT INTO t SELECT value, 'a longer row ' || CAST(value AS VARCHAR) FROM generate_series(1, 300000)";
+    let s = status_of(update(&mut client, big).await);
+    assert_eq!(s.code(), Code::ResourceExhausted, "{s}");
+    assert!(s.message().contains("--max-table-memory"), "{s}");
+    assert_eq!(count("SELECT COUNT(*) FROM t").await?, 10_000, "nothing of the refused INSERT");
+    let s = status_of(
+        update(&mut client, "CREATE TABLE u AS SELECT * FROM t, (SELECT 1 FROM generate_series(1, 50))").await,
+    );
+    assert_eq!(s.code(), Code::ResourceExhausted, "{s}");
+    assert_eq!(count("SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'u'").await?, 0);
+    // A bulk ingest past the bound: refused before any row is stored.
+    let rows = 300_000;
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)])),
+        vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+    )?;
+    let command = ingest_command("v", TableNotExistOption::Create, TableExistsOption::Fail);
+    let s = status_of(ingest(&mut client, command, vec![batch.clone()]).await);
+    assert_eq!(s.code(), Code::ResourceExhausted, "{s}");
+    assert_eq!(count("SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'v'").await?, 0);
+    // Reads, deletes and drops keep working; room made is room to write.
+    assert_eq!(count("SELECT COUNT(*) FROM t WHERE id > 5000").await?, 5_000);
+    update(&mut client, "DROP TABLE t").await?;
+    let command = ingest_command("v", TableNotExistOption::Create, TableExistsOption::Fail);
+    assert_eq!(ingest(&mut client, command, vec![batch.slice(0, 100_000)]).await?, 100_000);
+    Ok(())
+}

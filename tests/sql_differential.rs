@@ -1329,6 +1329,7 @@ fn quiver_context(settings: Settings) -> (Database, SessionContext) {
                 .with_background_rebuild(false),
             scan: ScanSettings { id_buffer: settings.id_buffer },
             memory_limit: None,
+            max_table_memory: None,
         },
     );
     (db, ctx)

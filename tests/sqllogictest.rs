@@ -65,6 +65,7 @@ impl Quiver {
                 table_options: TableOptions::default().with_shard_capacity(7).with_background_rebuild(false),
                 scan: ScanSettings { id_buffer: 3 },
                 memory_limit: None,
+                max_table_memory: None,
             },
         };
         let ctx = quiverdb::session_context_with(&db, options);

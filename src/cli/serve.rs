@@ -41,6 +41,10 @@ pub(crate) struct ServeArgs {
     /// joins, hash aggregates), in bytes (suffixes K, M, G); no limit if absent.
     #[arg(long, value_parser = parse_bytes)]
     memory_limit: Option<usize>,
+    /// Bytes all tables together may hold (suffixes K, M, G): writes that
+    /// would pass it are refused, reads keep working; no limit if absent.
+    #[arg(long, value_parser = parse_bytes)]
+    max_table_memory: Option<usize>,
     /// DataFusion partitions per query (0: one per core).
     #[arg(long, default_value_t = 0)]
     partitions: usize,
@@ -124,6 +128,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         session: SessionOptions {
             target_partitions: args.partitions,
             memory_limit: args.memory_limit,
+            max_table_memory: args.max_table_memory,
             ..SessionOptions::default()
         },
         ..FlightOptions::default()

@@ -32,6 +32,7 @@ use datafusion::prelude::{DataFrame, SessionContext};
 use futures::TryStreamExt;
 
 use crate::catalog::{QuiverCatalog, QuiverSchema};
+use crate::limits::TableMemoryLimit;
 use crate::retained::Retained;
 use crate::session::DEFAULT_CATALOG;
 
@@ -98,8 +99,13 @@ async fn create_table_as(ctx: &SessionContext, schema: &QuiverSchema, create: Cr
     let mut rows = futures::stream::select_all(execute_stream_partitioned(physical, task)?);
     let mut batches = Vec::new();
     let mut retained = Retained::default();
+    let mut budget = TableMemoryLimit::of(state.config()).map(|l| l.budget());
     while let Some(batch) = rows.try_next().await? {
-        reservation.try_grow(retained.add(&batch))?;
+        let bytes = retained.add(&batch);
+        reservation.try_grow(bytes)?;
+        if let Some(budget) = &mut budget {
+            budget.add(bytes)?;
+        }
         batches.push(batch);
     }
     let table = MemTable::try_new(Arc::clone(input.schema().inner()), vec![batches])?

@@ -54,6 +54,7 @@ mod error;
 mod exec;
 mod execute;
 pub mod flight;
+mod limits;
 mod many;
 mod options;
 mod provider;

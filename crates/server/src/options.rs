@@ -22,6 +22,11 @@ pub struct SessionOptions {
     /// needs more fails with a resources-exhausted error. `None`: no limit.
     /// Nothing spills to disk either way.
     pub memory_limit: Option<usize>,
+    /// Bytes all tables together may hold (main storage, deltas, deletion
+    /// bitmaps): an ingest, `INSERT` or `CREATE TABLE … AS` that would take
+    /// them past it is refused with a resources-exhausted error and
+    /// applies nothing; reads keep working. `None`: no limit.
+    pub max_table_memory: Option<usize>,
 }
 
 impl Default for SessionOptions {
@@ -32,6 +37,7 @@ impl Default for SessionOptions {
             table_options: TableOptions::default(),
             scan: ScanSettings::default(),
             memory_limit: None,
+            max_table_memory: None,
         }
     }
 }

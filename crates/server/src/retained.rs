@@ -3,15 +3,20 @@
 //!
 //! `RecordBatch::get_array_memory_size` counts a buffer once per array
 //! that refers to it, so batches of views into one dictionary, or slices
-//! of one large batch, would be counted many times over; what statements
-//! that keep their input (`CREATE TABLE … AS`, `INSERT`) reserve from the
-//! memory pool is what they really hold.
+//! of one large batch, would be counted many times over; what a statement
+//! that keeps its input batches (`CREATE TABLE … AS`) reserves from the
+//! memory pool is what they really hold. (Buffers are told apart by
+//! address, so the batches counted must stay alive while counting goes on:
+//! a freed buffer's address can come back.) A statement that copies its
+//! rows and lets the batches go (`INSERT`, bulk ingest) counts
+//! [`row_bytes`]: what the copies take.
 
 use std::collections::HashSet;
 
 use arrow_array::{Array, RecordBatch};
 use arrow_buffer::Buffer;
 use arrow_data::ArrayData;
+use arrow_schema::DataType;
 
 /// Buffers seen so far.
 #[derive(Debug, Default)]
@@ -43,6 +48,25 @@ impl Retained {
     }
 }
 
+/// Bytes the rows of `batch` take once copied, as a table's delta holds
+/// them: fixed-width values, offsets and the bytes of each string (a
+/// view's own bytes, not the buffers it points into), validity.
+pub(crate) fn row_bytes(batch: &RecordBatch) -> usize {
+    batch.columns().iter().map(|c| array_row_bytes(c.as_ref())).sum()
+}
+
+fn array_row_bytes(array: &dyn Array) -> usize {
+    let data = array.to_data();
+    match array.data_type() {
+        DataType::Utf8View | DataType::BinaryView => {
+            let views = &data.buffer::<u128>(0)[..array.len()];
+            let long: usize = views.iter().map(|&v| v as u32 as usize).filter(|&len| len > 12).sum();
+            views.len() * 16 + long + data.nulls().map_or(0, |n| n.len().div_ceil(8))
+        }
+        _ => data.get_slice_memory_size().unwrap_or_else(|_| array.get_array_memory_size()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -65,5 +89,10 @@ mod tests {
         let first = retained.add(&batch.slice(0, 10));
         assert!(first > 0);
         assert_eq!(retained.add(&batch.slice(10, 10)), 0, "views into the same data buffer");
+        // Copied rows: each slice its own views and strings.
+        let strings: usize = long[..10].iter().map(String::len).sum();
+        assert_eq!(row_bytes(&batch.slice(0, 10)), 10 * 16 + strings);
+        let ints: ArrayRef = Arc::new(Int64Array::from_iter_values(0..10_000));
+        assert_eq!(row_bytes(&RecordBatch::try_from_iter([("v", ints)]).unwrap().slice(100, 50)), 50 * 8);
     }
 }

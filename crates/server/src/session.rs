@@ -21,6 +21,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use quiverdb_storage::Database;
 
 use crate::catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema};
+use crate::limits::TableMemoryLimit;
 use crate::options::SessionOptions;
 use crate::provider::{DmlStatementParts, QuiverTable};
 use crate::rules::QuiverPushdown;
@@ -56,6 +57,9 @@ fn session_over(schema: Arc<QuiverSchema>, options: &SessionOptions) -> SessionC
         .with_batch_size(options.batch_size.max(1));
     if options.target_partitions > 0 {
         config = config.with_target_partitions(options.target_partitions);
+    }
+    if let Some(limit) = options.max_table_memory {
+        config = config.with_extension(Arc::new(TableMemoryLimit::new(schema.database().clone(), limit)));
     }
     let catalogs = Arc::new(MemoryCatalogProviderList::new());
     catalogs.register_catalog(DEFAULT_CATALOG.to_string(), Arc::new(QuiverCatalog::new(schema)));

@@ -51,7 +51,8 @@ use quiverdb_storage::{ShardId, Table, TableSnapshot, Transaction};
 use tokio::sync::mpsc;
 
 use crate::error::Error;
-use crate::retained::Retained;
+use crate::limits::TableMemoryLimit;
+use crate::retained::row_bytes;
 
 /// Rows per batch gathered by DELETE and UPDATE.
 const DML_BATCH_ROWS: usize = 8192;
@@ -337,11 +338,15 @@ async fn insert(
     // The rows the transaction holds until it commits count against the
     // session's memory limit, like any query's.
     let reservation = MemoryConsumer::new("INSERT").register(context.memory_pool());
-    let mut retained = Retained::default();
+    let mut budget = TableMemoryLimit::of(context.session_config()).map(|l| l.budget());
     let reader = async move {
         let mut all = futures::stream::select_all(streams);
         while let Some(batch) = all.try_next().await? {
-            reservation.try_grow(retained.add(&batch))?;
+            let bytes = row_bytes(&batch);
+            reservation.try_grow(bytes)?;
+            if let Some(budget) = &mut budget {
+                budget.add(bytes)?;
+            }
             if batch.num_rows() > 0 && tx.send(Insert::Batch(batch)).await.is_err() {
                 // The writer failed; its error is reported below.
                 return Ok(());

@@ -53,7 +53,9 @@ use super::sessions::proto::{
 use super::sessions::{RequestSession, Sessions};
 use super::status::{arrow_status, df_status, flight_status, storage_status};
 use crate::catalog::{DEFAULT_SCHEMA, QuiverSchema, stored_name};
+use crate::limits::TableMemoryLimit;
 use crate::many::{as_one_statement, as_one_update};
+use crate::retained::row_bytes;
 use crate::session::DEFAULT_CATALOG;
 
 type FlightStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
@@ -1030,6 +1032,9 @@ impl FlightSqlService for QuiverFlightSql {
         let (schema, batches) = Self::read_batches(request).await?;
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
         debug!(table = %name, rows, batches = batches.len(), "ingest");
+        if let Some(limit) = TableMemoryLimit::of(self.ctx.state().config()) {
+            limit.budget().add(batches.iter().map(row_bytes).sum()).map_err(df_status)?;
+        }
         let fill = |table: &quiverdb_storage::Table| {
             table.transaction(|t| batches.iter().try_for_each(|b| t.append(b).map(drop)))
         };
