@@ -300,6 +300,9 @@ fn shard_file(uid: u64, shard: ShardId, version: u64) -> String {
 /// loads the checkpoint and replays the log after it, with `background`
 /// paused (the log holds every rebuild that happened). The tables come
 /// back logging to the directory's log.
+/// How often recovery reports how far it has replayed the log.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(crate) fn recover(
     io: Arc<dyn StorageIo>,
     dir: &Path,
@@ -314,7 +317,17 @@ pub(crate) fn recover(
 
     let catalog_path = dir.join(CATALOG);
     let catalog = match io.read(&catalog_path) {
-        Ok(bytes) => decode_catalog(&bytes).map_err(|d| d.in_file(&catalog_path))?,
+        Ok(bytes) => {
+            let catalog = decode_catalog(&bytes).map_err(|d| d.in_file(&catalog_path))?;
+            tracing::info!(
+                "recovery: checkpoint of log record {} read from {} ({} bytes): {} tables to load",
+                catalog.lsn,
+                catalog_path.display(),
+                bytes.len(),
+                catalog.tables.len()
+            );
+            catalog
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => CatalogFile::default(),
         Err(e) => return Err(Error::io(&catalog_path, e)),
     };
@@ -323,8 +336,17 @@ pub(crate) fn recover(
     let mut replay = Replay { tables: BTreeMap::new(), views, schemas, background };
     let mut files = BTreeSet::new();
     let checkpoint_tables = catalog.tables.len();
-    for entry in catalog.tables {
+    for (i, entry) in catalog.tables.into_iter().enumerate() {
+        let loading = Instant::now();
         let table = load_table(io.as_ref(), &shards_dir, entry, background, &mut files)?;
+        tracing::info!(
+            "recovery: table {}/{checkpoint_tables} '{}' loaded: {} rows in {} shards ({:.2} s)",
+            i + 1,
+            table.name(),
+            table.row_count(),
+            table.snapshot().num_shards(),
+            loading.elapsed().as_secs_f64()
+        );
         if replay.tables.insert(table.name().to_string(), table).is_some() {
             return Err(Damage::new(0, "the catalog names a table twice").in_file(&catalog_path));
         }
@@ -349,7 +371,16 @@ pub(crate) fn recover(
         return Err(Damage::new(0, what).in_file(&wal_dir));
     }
     let mut replayed = 0;
+    let to_replay = contents.records.iter().filter(|r| r.lsn > catalog.lsn).count();
+    if to_replay > 0 {
+        tracing::info!("recovery: replaying {to_replay} log records after record {}", catalog.lsn);
+    }
+    let mut reported = Instant::now();
     for record in contents.records.iter().filter(|r| r.lsn > catalog.lsn) {
+        if reported.elapsed() >= PROGRESS_EVERY {
+            tracing::info!("recovery: {replayed} of {to_replay} log records replayed");
+            reported = Instant::now();
+        }
         let payload_at = record.offset + FRAME_HEADER as u64;
         let decoded = LogRecord::decode(record.kind, &record.payload)
             .map_err(|d| d.shifted(payload_at).in_file(&record.segment))?;
@@ -360,6 +391,12 @@ pub(crate) fn recover(
         replayed += 1;
     }
 
+    tracing::info!(
+        "recovery: done in {:.2} s ({} tables from the checkpoint, {replayed} log records replayed{})",
+        started.elapsed().as_secs_f64(),
+        checkpoint_tables,
+        if contents.torn.is_some() { ", a torn last record dropped" } else { "" }
+    );
     let report = RecoveryReport {
         checkpoint_lsn: catalog.lsn,
         checkpoint_tables,
