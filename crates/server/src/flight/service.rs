@@ -612,19 +612,10 @@ impl QuiverFlightSql {
 
     /// Reads a DoPut stream's batches (as one batch) and its schema.
     async fn read_batches(request: Request<PeekableFlightDataStream>) -> Result<(SchemaRef, Vec<RecordBatch>), Status> {
-        // A DoPut's first message may carry only the command (no Arrow
-        // data): the arrow-rs client sends a prepared update that way.
-        let input = request
-            .into_inner()
-            .try_filter(|data| futures::future::ready(!data.data_header.is_empty()))
-            .map_err(|s| FlightError::Tonic(Box::new(s)));
-        let mut stream = FlightRecordBatchStream::new_from_flight_data(input);
+        let mut stream = Self::batch_stream(request);
         let mut batches = Vec::new();
-        while let Some(batch) = stream.next().await {
-            batches.push(batch.map_err(|e| match e {
-                FlightError::Tonic(status) => *status,
-                other => Status::invalid_argument(format!("malformed Arrow data: {other}")),
-            })?);
+        while let Some(batch) = Self::next_batch(&mut stream).await? {
+            batches.push(batch);
         }
         let schema = match (stream.schema(), batches.first()) {
             (Some(schema), _) => Arc::clone(schema),
@@ -632,6 +623,25 @@ impl QuiverFlightSql {
             (None, None) => Arc::new(Schema::empty()),
         };
         Ok((schema, batches))
+    }
+
+    /// The record batches of a DoPut, decoded as they arrive.
+    fn batch_stream(request: Request<PeekableFlightDataStream>) -> FlightRecordBatchStream {
+        // A DoPut's first message may carry only the command (no Arrow
+        // data): the arrow-rs client sends a prepared update that way.
+        let input = request
+            .into_inner()
+            .try_filter(|data| futures::future::ready(!data.data_header.is_empty()))
+            .map_err(|s| FlightError::Tonic(Box::new(s)));
+        FlightRecordBatchStream::new_from_flight_data(input)
+    }
+
+    /// The next batch of `stream`; a malformed one is an error.
+    async fn next_batch(stream: &mut FlightRecordBatchStream) -> Result<Option<RecordBatch>, Status> {
+        stream.next().await.transpose().map_err(|e| match e {
+            FlightError::Tonic(status) => *status,
+            other => Status::invalid_argument(format!("malformed Arrow data: {other}")),
+        })
     }
 
     /// Parameters sent in a DoPut, as one batch (`None` if none were sent).
@@ -1029,40 +1039,75 @@ impl FlightSqlService for QuiverFlightSql {
         let if_not_exist =
             TableNotExistOption::try_from(options.if_not_exist).unwrap_or(TableNotExistOption::Unspecified);
         let if_exists = TableExistsOption::try_from(options.if_exists).unwrap_or(TableExistsOption::Unspecified);
-        let (schema, batches) = Self::read_batches(request).await?;
-        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-        debug!(table = %name, rows, batches = batches.len(), "ingest");
-        if let Some(limit) = TableMemoryLimit::of(self.ctx.state().config()) {
-            limit.budget().add(batches.iter().map(row_bytes).sum()).map_err(df_status)?;
-        }
-        let fill = |table: &quiverdb_storage::Table| {
-            table.transaction(|t| batches.iter().try_for_each(|b| t.append(b).map(drop)))
+        // The batches stream into the table's transaction as they arrive
+        // (the request is never held whole); the table appears, or the
+        // rows commit, only once the last one is in.
+        let mut stream = Self::batch_stream(request);
+        let first = Self::next_batch(&mut stream).await?;
+        let schema = match (stream.schema(), &first) {
+            (Some(schema), _) => Arc::clone(schema),
+            (None, Some(batch)) => batch.schema(),
+            (None, None) => Arc::new(Schema::empty()),
         };
         let exists = self.db.contains_table(&name);
-        match (exists, if_exists, if_not_exist) {
-            (true, TableExistsOption::Append, _) => {
-                let table = self.db.table(&name).map_err(storage_status)?;
-                fill(&table).map_err(storage_status)?;
-            }
-            (true, TableExistsOption::Replace, _) => {
-                self.db
-                    .create_table_with(&name, &schema, self.table_options.clone(), true, fill)
-                    .map_err(storage_status)?;
-            }
+        let target = match (exists, if_exists, if_not_exist) {
+            (true, TableExistsOption::Append, _) => IngestInto::Append(self.db.table(&name).map_err(storage_status)?),
+            (true, TableExistsOption::Replace, _) => IngestInto::Create { replace: true },
             (true, _, _) => {
                 return Err(Status::already_exists(format!("table '{name}' already exists")));
             }
-            (false, _, TableNotExistOption::Create) => {
-                self.db
-                    .create_table_with(&name, &schema, self.table_options.clone(), false, fill)
-                    .map_err(storage_status)?;
-            }
+            (false, _, TableNotExistOption::Create) => IngestInto::Create { replace: false },
             (false, _, _) => {
                 return Err(Status::not_found(format!(
                     "table '{name}' does not exist (ingest with mode create to create it)"
                 )));
             }
-        }
+        };
+        let mut budget = TableMemoryLimit::of(self.ctx.state().config()).map(|l| l.budget());
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<RecordBatch>>(2);
+        let (db, options, table_name) = (self.db.clone(), self.table_options.clone(), name.clone());
+        let writer = tokio::task::spawn_blocking(move || {
+            let fill = move |table: &quiverdb_storage::Table| {
+                table.try_transaction(move |t| {
+                    let mut rows = 0;
+                    loop {
+                        match rx.blocking_recv() {
+                            Some(Some(batch)) => rows += t.append(&batch)?,
+                            Some(None) => return Ok(rows),
+                            // The reading side failed: roll back.
+                            None => return Err(IngestError::InputFailed),
+                        }
+                    }
+                })
+            };
+            match target {
+                IngestInto::Append(table) => fill(&table),
+                IngestInto::Create { replace } => db.create_table_with(&table_name, &schema, options, replace, fill),
+            }
+        });
+        let reader = async move {
+            let mut next = first;
+            while let Some(batch) = next {
+                if let Some(budget) = &mut budget {
+                    budget.add(row_bytes(&batch)).map_err(df_status)?;
+                }
+                if tx.send(Some(batch)).await.is_err() {
+                    // The writer failed; its error is reported below.
+                    return Ok(());
+                }
+                next = Self::next_batch(&mut stream).await?;
+            }
+            let _ = tx.send(None).await;
+            Ok::<(), Status>(())
+        };
+        let (read, written) = futures::join!(reader, writer);
+        read?;
+        let rows = match written.map_err(|e| Status::internal(format!("an ingest panicked: {e}")))? {
+            Ok(rows) => rows,
+            Err(IngestError::Storage(e)) => return Err(storage_status(e)),
+            Err(IngestError::InputFailed) => return Err(Status::aborted("the ingest's input failed")),
+        };
+        debug!(table = %name, rows, "ingest");
         self.forget_stale_plans();
         Ok(i64::try_from(rows).unwrap_or(i64::MAX))
     }
@@ -1162,4 +1207,25 @@ impl FlightSqlService for QuiverFlightSql {
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+/// Where an ingest's rows go.
+enum IngestInto {
+    /// Into this existing table.
+    Append(quiverdb_storage::Table),
+    /// Into a new table, in place of one of the same name if `replace`.
+    Create { replace: bool },
+}
+
+/// Why an ingest's transaction rolled back.
+enum IngestError {
+    Storage(quiverdb_storage::Error),
+    /// The request's data stopped with an error (reported on its own).
+    InputFailed,
+}
+
+impl From<quiverdb_storage::Error> for IngestError {
+    fn from(e: quiverdb_storage::Error) -> Self {
+        Self::Storage(e)
+    }
 }
