@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{BinaryBuilder, make_view};
-use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, new_empty_array, new_null_array};
+use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, new_empty_array};
 use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_data::ArrayDataBuilder;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -270,8 +270,8 @@ impl ColumnBuilder {
         }
     }
 
-    /// Appends `k` NULLs.
-    fn push_nulls(&mut self, k: usize, data_type: &DataType) {
+    /// Appends `k` NULLs of an operand (numeric columns only).
+    fn push_nulls(&mut self, k: usize) -> Result<()> {
         let valid = match self {
             ColumnBuilder::I64(x, v) => {
                 x.resize(x.len() + k, 0);
@@ -297,21 +297,19 @@ impl ColumnBuilder {
                 views.extend(std::iter::repeat_n(0u128, k));
                 valid
             }
-            ColumnBuilder::Arrays(parts) => {
-                parts.push(new_null_array(data_type, k));
-                return;
-            }
+            ColumnBuilder::Arrays(_) => return Err(Error::Internal("an operand gathered into a nested column".into())),
         };
         valid.append_n(k, false);
+        Ok(())
     }
 
     /// Appends the `lanes` of an evaluated operand.
-    fn push_operand(&mut self, o: Operand<'_>, lanes: &Bits, dense: Option<usize>, data_type: &DataType) -> Result<()> {
+    fn push_operand(&mut self, o: Operand<'_>, lanes: &Bits, dense: Option<usize>) -> Result<()> {
         match o {
             Operand::Scalar(v) => {
                 let k = lanes.count();
                 match (self, v) {
-                    (b, None) => b.push_nulls(k, data_type),
+                    (b, None) => b.push_nulls(k)?,
                     (ColumnBuilder::I64(x, valid), Some(Num::I64(v))) => {
                         x.extend(std::iter::repeat_n(v, k));
                         valid.append_n(k, true);
@@ -530,10 +528,7 @@ impl GatherKernel {
     ) -> Result<()> {
         let lanes = sel.active();
         let dense = sel.dense().then(|| sel.lanes());
-        let fields = self.spec.schema.fields();
-        for (((source, builder), views), field) in
-            self.sources.iter_mut().zip(&mut acc.builders).zip(&mut self.dict_views).zip(fields)
-        {
+        for ((source, builder), views) in self.sources.iter_mut().zip(&mut acc.builders).zip(&mut self.dict_views) {
             match source {
                 Source::Num { expr, column } => {
                     // A whole range of a plain integer column decodes
@@ -546,7 +541,7 @@ impl GatherKernel {
                         continue;
                     }
                     let o = expr.eval(cols, side, sel, scratch)?;
-                    builder.push_operand(o, &lanes, dense, field.data_type())?;
+                    builder.push_operand(o, &lanes, dense)?;
                 }
                 Source::Arrays(col) => {
                     let ColumnBuilder::Arrays(parts) = builder else {

@@ -30,7 +30,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use arrow_schema::Schema;
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, MemTable, SchemaProvider, TableProvider};
-use datafusion::common::{Constraint, DFSchema};
+use datafusion::common::{Constraint, DFSchema, TableReference};
 use datafusion::datasource::ViewTable;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
@@ -238,13 +238,20 @@ impl QuiverSchema {
     /// view or a view with a table. DataFusion replaces by dropping the old
     /// one first, and a table's rows would go with it.
     pub(crate) fn check_replace(&self, plan: &LogicalPlan) -> Result<()> {
-        let (name, creates) = match plan {
-            LogicalPlan::Ddl(DdlStatement::CreateView(CreateView { name, or_replace: true, .. })) => (name, "a view"),
-            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(CreateMemoryTable { name, or_replace: true, .. })) => {
-                (name, "a table")
+        match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateView(CreateView { name, or_replace: true, .. })) => {
+                self.check_replace_by(name, "a view")
             }
-            _ => return Ok(()),
-        };
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(CreateMemoryTable { name, or_replace: true, .. })) => {
+                self.check_replace_by(name, "a table")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Self::check_replace`] of a `CREATE OR REPLACE` that makes `name`
+    /// `creates` ("a table" or "a view").
+    pub(crate) fn check_replace_by(&self, name: &TableReference, creates: &str) -> Result<()> {
         let schema = name.schema().or(self.namespace.as_deref());
         let name = name.table();
         let Some(stored) = stored_name(&self.db, schema, name) else { return Ok(()) };

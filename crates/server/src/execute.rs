@@ -75,15 +75,9 @@ async fn create_table_as(ctx: &SessionContext, schema: &QuiverSchema, create: Cr
     if if_not_exists && or_replace {
         return exec_err!("'IF NOT EXISTS' cannot coexist with 'REPLACE'");
     }
-    schema.check_replace(&LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(CreateMemoryTable {
-        name: name.clone(),
-        input: Arc::clone(&input),
-        if_not_exists,
-        or_replace,
-        constraints: constraints.clone(),
-        column_defaults: column_defaults.clone(),
-        temporary,
-    })))?;
+    if or_replace {
+        schema.check_replace_by(&name, "a table")?;
+    }
     let exists = schema.table_exist(name.table());
     match (exists, if_not_exists, or_replace) {
         (true, true, _) => return Ok(empty(ctx)),

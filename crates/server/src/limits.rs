@@ -35,14 +35,7 @@ impl TableMemoryLimit {
 
     /// A budget for one write, starting from what the tables hold now.
     pub(crate) fn budget(&self) -> WriteBudget {
-        let used = self
-            .db
-            .table_names()
-            .iter()
-            .filter_map(|t| self.db.table(t).ok())
-            .map(|t| t.memory_usage().total_bytes())
-            .sum();
-        WriteBudget { used, limit: self.limit }
+        WriteBudget { used: self.db.table_bytes(), limit: self.limit }
     }
 }
 

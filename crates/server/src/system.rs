@@ -163,12 +163,6 @@ impl Kind {
                 }
             }
             Kind::Memory => {
-                let tables: usize = db
-                    .table_names()
-                    .iter()
-                    .filter_map(|t| db.table(t).ok())
-                    .map(|t| t.memory_usage().total_bytes())
-                    .sum();
                 let mut row = |name: &str, bytes: Option<u64>, description: &str| {
                     push(
                         vec![name.to_string(), description.to_string()],
@@ -176,7 +170,11 @@ impl Kind {
                     )
                 };
                 row("process_rss", resident_bytes(), "resident set of the server process (VmRSS)");
-                row("tables", Some(tables as u64), "main storage, deltas and deletion bitmaps of every table");
+                row(
+                    "tables",
+                    Some(db.table_bytes() as u64),
+                    "main storage, deltas and deletion bitmaps of every table",
+                );
                 let pool = &state.runtime_env().memory_pool;
                 row("query_reserved", Some(pool.reserved() as u64), "memory queries hold in the pool now");
                 if let Some(limit) = pool_limit(pool.memory_limit()) {
@@ -201,11 +199,6 @@ impl Kind {
                 }
             })
             .collect();
-        // A table with no rows has no columns pushed: empty ones, then.
-        let rows = columns.iter().map(|c| c.len()).max().unwrap_or(0);
-        if columns.iter().any(|c| c.len() != rows) {
-            return Ok(RecordBatch::new_empty(schema));
-        }
         Ok(RecordBatch::try_new(schema, columns)?)
     }
 }

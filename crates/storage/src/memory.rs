@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::database::Database;
 use crate::main::EncodingKind;
 use crate::shard::DeleteSet;
 use crate::table::Table;
@@ -108,6 +109,14 @@ impl fmt::Display for MemoryUsage {
             self.delta_rows,
             self.delete_bytes
         )
+    }
+}
+
+impl Database {
+    /// Bytes every table holds together: main storage, deltas and
+    /// deletion bitmaps ([`MemoryUsage::total_bytes`] summed).
+    pub fn table_bytes(&self) -> usize {
+        self.table_names().iter().filter_map(|t| self.table(t).ok()).map(|t| t.memory_usage().total_bytes()).sum()
     }
 }
 

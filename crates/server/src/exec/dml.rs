@@ -298,10 +298,12 @@ async fn run_blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 
     }
 }
 
-/// What the reading side of an INSERT hands the writing side.
-enum Insert {
+/// What the reading side of a streaming write (an INSERT, a bulk ingest)
+/// hands the transaction that writes it. A channel that closes without
+/// [`Incoming::End`] means the input failed: the transaction rolls back.
+pub(crate) enum Incoming {
     Batch(RecordBatch),
-    /// Every input partition ended without error: commit.
+    /// The input ended without error: commit.
     End,
 }
 
@@ -316,7 +318,7 @@ async fn insert(
 ) -> Result<usize> {
     let partitions = input.properties().partitioning.partition_count();
     let streams = (0..partitions).map(|p| input.execute(p, Arc::clone(&context))).collect::<Result<Vec<_>>>()?;
-    let (tx, mut rx) = mpsc::channel::<Insert>(2);
+    let (tx, mut rx) = mpsc::channel::<Incoming>(2);
     let schema = Arc::clone(table.arrow_schema());
     let writer = run_blocking(move || {
         let appended = table.try_transaction(|t: &mut Transaction<'_>| -> Result<usize, Error> {
@@ -326,8 +328,8 @@ async fn insert(
             let mut rows = 0;
             loop {
                 match rx.blocking_recv() {
-                    Some(Insert::Batch(batch)) => rows += t.append(&relabel(&batch, &schema)?)?,
-                    Some(Insert::End) => return Ok(rows),
+                    Some(Incoming::Batch(batch)) => rows += t.append(&relabel(&batch, &schema)?)?,
+                    Some(Incoming::End) => return Ok(rows),
                     // The input failed: roll back.
                     None => return Err(Error::Aborted("the INSERT's input failed".into())),
                 }
@@ -347,12 +349,12 @@ async fn insert(
             if let Some(budget) = &mut budget {
                 budget.add(bytes)?;
             }
-            if batch.num_rows() > 0 && tx.send(Insert::Batch(batch)).await.is_err() {
+            if batch.num_rows() > 0 && tx.send(Incoming::Batch(batch)).await.is_err() {
                 // The writer failed; its error is reported below.
                 return Ok(());
             }
         }
-        let _ = tx.send(Insert::End).await;
+        let _ = tx.send(Incoming::End).await;
         Ok::<(), DataFusionError>(())
     };
     let (read, written) = futures::join!(reader, writer);

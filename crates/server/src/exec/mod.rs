@@ -24,7 +24,7 @@ use quiverdb_storage::TableSnapshot;
 pub(crate) use aggregate::AggregateOutputMode;
 pub use aggregate::QuiverAggregateExec;
 pub use dml::DmlExec;
-pub(crate) use dml::{DmlFilter, DmlOp, UpdateStep};
+pub(crate) use dml::{DmlFilter, DmlOp, Incoming, UpdateStep};
 pub use scan::QuiverScanExec;
 pub(crate) use scan::Residual;
 pub use topk::QuiverTopKExec;

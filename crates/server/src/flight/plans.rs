@@ -297,6 +297,10 @@ mod tests {
         assert_eq!(cache.len(), 0, "a plan made before the change is not kept");
         cache.insert("SELECT 1", 4, &plan(1));
         assert_eq!(cache.get("SELECT 1", 4), Some(plan(1)));
+        // A catalog change the service reports (a DROP TABLE) clears them
+        // without waiting for another query.
+        cache.forget_before(5);
+        assert_eq!((cache.len(), cache.bytes()), (0, 0));
     }
 
     #[test]

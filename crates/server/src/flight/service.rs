@@ -53,6 +53,7 @@ use super::sessions::proto::{
 use super::sessions::{RequestSession, Sessions};
 use super::status::{arrow_status, df_status, flight_status, storage_status};
 use crate::catalog::{DEFAULT_SCHEMA, QuiverSchema, stored_name};
+use crate::exec::Incoming;
 use crate::limits::TableMemoryLimit;
 use crate::many::{as_one_statement, as_one_update};
 use crate::retained::row_bytes;
@@ -1064,7 +1065,7 @@ impl FlightSqlService for QuiverFlightSql {
             }
         };
         let mut budget = TableMemoryLimit::of(self.ctx.state().config()).map(|l| l.budget());
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<RecordBatch>>(2);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Incoming>(2);
         let (db, options, table_name) = (self.db.clone(), self.table_options.clone(), name.clone());
         let writer = tokio::task::spawn_blocking(move || {
             let fill = move |table: &quiverdb_storage::Table| {
@@ -1072,8 +1073,8 @@ impl FlightSqlService for QuiverFlightSql {
                     let mut rows = 0;
                     loop {
                         match rx.blocking_recv() {
-                            Some(Some(batch)) => rows += t.append(&batch)?,
-                            Some(None) => return Ok(rows),
+                            Some(Incoming::Batch(batch)) => rows += t.append(&batch)?,
+                            Some(Incoming::End) => return Ok(rows),
                             // The reading side failed: roll back.
                             None => return Err(IngestError::InputFailed),
                         }
@@ -1091,13 +1092,13 @@ impl FlightSqlService for QuiverFlightSql {
                 if let Some(budget) = &mut budget {
                     budget.add(row_bytes(&batch)).map_err(df_status)?;
                 }
-                if tx.send(Some(batch)).await.is_err() {
+                if tx.send(Incoming::Batch(batch)).await.is_err() {
                     // The writer failed; its error is reported below.
                     return Ok(());
                 }
                 next = Self::next_batch(&mut stream).await?;
             }
-            let _ = tx.send(None).await;
+            let _ = tx.send(Incoming::End).await;
             Ok::<(), Status>(())
         };
         let (read, written) = futures::join!(reader, writer);
