@@ -166,10 +166,15 @@ impl<'a> ColumnSource<'a> {
         &self.delta
     }
 
-    /// Bytes of main row `row` (string and binary columns).
+    /// Bytes of main row `row` (string and binary columns): borrowed
+    /// from the column, or decompressed into `buf`, which the caller
+    /// reuses across the rows of a block.
     #[inline]
-    pub fn main_bytes(&self, row: usize) -> &'a [u8] {
-        self.main.map_or(&[], |m| m.bytes(row))
+    pub fn main_bytes<'b>(&'b self, row: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
+        match self.main {
+            Some(m) => m.bytes(row, buf),
+            None => &[],
+        }
     }
 
     /// Bytes of row `i` of delta chunk `c` (string and binary columns).

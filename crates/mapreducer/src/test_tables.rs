@@ -116,6 +116,7 @@ pub(crate) fn cell(array: &dyn Array, i: usize) -> Cell {
         DataType::Float32 => Cell::Float((array.as_primitive::<Float32Type>().value(i) as f64).to_bits()),
         DataType::Float64 => Cell::Float(array.as_primitive::<Float64Type>().value(i).to_bits()),
         DataType::Utf8 => Cell::Bytes(array.as_string::<i32>().value(i).as_bytes().to_vec()),
+        DataType::Utf8View => Cell::Bytes(array.as_string_view().value(i).as_bytes().to_vec()),
         DataType::Binary => Cell::Bytes(array.as_binary::<i32>().value(i).to_vec()),
         other => panic!("cell of {other}"),
     }

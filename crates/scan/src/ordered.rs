@@ -542,13 +542,14 @@ fn sorted_candidates(
                         Side::Main(b) => b * LANES + o,
                         Side::Delta(_) => o,
                     };
+                    let mut buf = Vec::new();
                     let mut push = |l: usize, o: usize| {
                         if validity.as_ref().is_some_and(|v| !v.get(l)) {
                             spans.push(None);
                             return;
                         }
                         let v = match side {
-                            Side::Main(_) => src.main_bytes(base_row(o)),
+                            Side::Main(_) => src.main_bytes(base_row(o), &mut buf),
                             Side::Delta(ch) => src.delta_bytes(ch, o),
                         };
                         spans.push(Some((arena.len(), v.len())));

@@ -35,7 +35,7 @@ use quiverdb_mapreducer::{
 use quiverdb_scan::{
     CmpOp, OrderBy, Predicate, ScanOptions, SortKey, candidate_shards, delete_where, scan, scan_order, update_where,
 };
-use quiverdb_storage::{Database, RecId, Table, TableOptions, TableSnapshot, Value};
+use quiverdb_storage::{Database, EncodingKind, RecId, Table, TableOptions, TableSnapshot, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -1359,11 +1359,17 @@ fn random_predicates_and_reducers_match_the_reference() {
     let mut expected_errors = 0;
     let mut pruned = 0; // filters that let planning leave shards out
     let mut cases = 0;
+    let mut string_encodings = HashSet::new(); // of the main storage of `s` and `t`
     for t in 0..24u64 {
         let seed = 2000 + t;
         let mut size_rng = StdRng::seed_from_u64(seed ^ 0x5eed);
         let (fx, mut rng) = Fixture::new(seed, CAPACITIES[t as usize % 4], gen_size(&mut size_rng));
         let snapshot = fx.table.snapshot();
+        for shard in snapshot.shards() {
+            for c in [S, T] {
+                string_encodings.extend(shard.main().column(c).map(|col| col.kind()));
+            }
+        }
         for q in 0..20 {
             cases += 1;
             let filter = gen_filter(&mut rng, &fx.rows);
@@ -1514,6 +1520,9 @@ fn random_predicates_and_reducers_match_the_reference() {
     assert!(cases >= 400, "{cases} cases");
     assert!(expected_errors > 0, "no case expected a SUM overflow");
     assert!(pruned > 0, "no filter let planning leave a shard out");
+    for kind in [EncodingKind::Dictionary, EncodingKind::Plain, EncodingKind::Fsst] {
+        assert!(string_encodings.contains(&kind), "no string column was {kind}: {string_encodings:?}");
+    }
 }
 
 /// GROUP BY a dictionary string column without nulls, or by an integer

@@ -27,8 +27,9 @@ fn column_for(kind: EncodingKind, rng: &mut StdRng) -> ArrayRef {
         EncodingKind::BitPacked => (0..ROWS).map(|_| rng.random_range(0..1_000_000)).collect(),
         EncodingKind::RunEnd => (0..ROWS as i64).map(|i| i / 500).collect(),
         EncodingKind::Dictionary => (0..ROWS).map(|_| rng.random_range(0..100) * 1_000_000_007).collect(),
-        // (Nested is a layout, not in `EncodingKind::ALL`.)
-        EncodingKind::Plain | EncodingKind::Nested => (0..ROWS).map(|_| rng.random()).collect(),
+        // (Nested is a layout, not in `EncodingKind::ALL`; FSST compresses
+        // bytes only and is skipped.)
+        EncodingKind::Plain | EncodingKind::Nested | EncodingKind::Fsst => (0..ROWS).map(|_| rng.random()).collect(),
     };
     Arc::new(Int64Array::from(values))
 }
@@ -63,7 +64,7 @@ fn bench_main(c: &mut Criterion) {
     let pats = patterns(&mut rng);
     let mut group = c.benchmark_group("main i64");
     group.sample_size(20);
-    for kind in EncodingKind::ALL {
+    for kind in EncodingKind::ALL.into_iter().filter(|&k| k != EncodingKind::Fsst) {
         let col = MainColumn::from_array_with(column_for(kind, &mut rng).as_ref(), Some(kind)).expect("encode");
         bench_column(&mut group, kind, &col, &pats);
     }
@@ -75,6 +76,23 @@ fn bench_main(c: &mut Criterion) {
     group.sample_size(20);
     for kind in [EncodingKind::Dictionary, EncodingKind::Plain] {
         let col = MainColumn::from_array_with(&strings, Some(kind)).expect("encode");
+        bench_column(&mut group, kind, &col, &pats);
+    }
+    group.finish();
+
+    // Free text (a TPC-H-like comment of 3 to 10 words) plain and FSST.
+    let words = ["furiously", "regular", "packages", "sleep", "carefully", "final", "ideas", "the", "deposits"];
+    let comments: Vec<String> = (0..ROWS)
+        .map(|_| {
+            let n = rng.random_range(3..=10);
+            (0..n).map(|_| words[rng.random_range(0..words.len())]).collect::<Vec<_>>().join(" ")
+        })
+        .collect();
+    let text = StringArray::from(comments);
+    let mut group = c.benchmark_group("main text");
+    group.sample_size(20);
+    for kind in [EncodingKind::Plain, EncodingKind::Fsst] {
+        let col = MainColumn::from_array_with(&text, Some(kind)).expect("encode");
         bench_column(&mut group, kind, &col, &pats);
     }
     group.finish();

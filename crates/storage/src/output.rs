@@ -120,6 +120,30 @@ fn offsets_array<O: ArrowNativeType>(
     Ok(make_array(build_trusted(builder)?))
 }
 
+/// A string or binary array of `data_type` whose value `i` is
+/// `bytes[offsets[i]..offsets[i + 1]]` (offsets ascending from 0): views
+/// into `bytes`, or offsets over it, without copying the bytes.
+pub(crate) fn contiguous_bytes_array(
+    data_type: &DataType,
+    bytes: Vec<u8>,
+    offsets: &[usize],
+    nulls: Option<NullBuffer>,
+) -> Result<ArrayRef> {
+    let total = offsets.last().copied().unwrap_or(0);
+    if is_view(data_type) {
+        view_offset(total)?;
+        let views = offsets.windows(2).map(|w| make_view(&bytes[w[0]..w[1]], 0, w[0] as u32)).collect();
+        return view_array(data_type, views, vec![Buffer::from_vec(bytes)], nulls);
+    }
+    if matches!(data_type, DataType::LargeUtf8 | DataType::LargeBinary) {
+        return offsets_array(data_type, offsets.iter().map(|&o| o as i64).collect(), bytes, nulls);
+    }
+    if i32::try_from(total).is_err() {
+        return Err(Error::Arrow(arrow_schema::ArrowError::OffsetOverflowError(total)));
+    }
+    offsets_array(data_type, offsets.iter().map(|&o| o as i32).collect(), bytes, nulls)
+}
+
 /// A view array from views and data buffers.
 pub(crate) fn view_array(
     data_type: &DataType,

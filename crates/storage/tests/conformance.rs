@@ -79,10 +79,12 @@ fn check_main(array: &ArrayRef, seed: u64) {
                     });
                 let ok = match force {
                     _ if physical == PhysicalType::Bytes => {
-                        !matches!(force, Some(EncodingKind::Dictionary | EncodingKind::Plain))
+                        !matches!(force, Some(EncodingKind::Dictionary | EncodingKind::Plain | EncodingKind::Fsst))
                     }
                     _ if wide => force != Some(EncodingKind::Plain),
                     Some(EncodingKind::Constant) => distinct.len() > 1,
+                    // FSST compresses bytes only.
+                    Some(EncodingKind::Fsst) => true,
                     _ => false,
                 };
                 assert!(ok, "{label}: refused an applicable encoding");

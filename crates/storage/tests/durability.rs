@@ -467,6 +467,47 @@ fn a_flipped_bit_in_the_log_catalog_or_a_shard_file_refuses_to_open() {
 }
 
 #[test]
+fn delta_rows_checkpoint_to_their_own_files_and_the_catalog_stays_small() {
+    let io = SimulatedIo::default();
+    let open = |io: &SimulatedIo| open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always));
+    let db = open(&io).unwrap();
+    let options = TableOptions::default().with_shard_capacity(4000).with_background_rebuild(false);
+    let t = db.create_table("t", &schema(), options).unwrap();
+    let (mut rng, mut next_id) = (StdRng::seed_from_u64(5), 0);
+    t.append(&batch(&random_rows(&mut rng, &mut next_id, 10_000))).unwrap();
+    db.checkpoint().unwrap();
+    let delta_files = |io: &SimulatedIo| -> Vec<PathBuf> {
+        files_under(io, "/data/shards").into_iter().filter(|p| p.extension().is_some_and(|e| e == "delta")).collect()
+    };
+    let first = delta_files(&io);
+    assert_eq!(first.len(), 3, "10,000 delta rows in shards of 4,000: {first:?}");
+    let catalog = io.read(Path::new("/data/CATALOG")).unwrap().len();
+    assert!(catalog < 4096, "the catalog holds {catalog} bytes");
+
+    // A second checkpoint rewrites only the shard whose delta grew, and
+    // removes the file it replaces.
+    t.append(&batch(&random_rows(&mut rng, &mut next_id, 100))).unwrap();
+    db.checkpoint().unwrap();
+    let second = delta_files(&io);
+    assert_eq!(second.len(), 3);
+    assert_eq!(first.iter().filter(|f| second.contains(f)).count(), 2, "{first:?} then {second:?}");
+    let expected = rows(&t);
+    drop((t, db));
+    // No log records after the checkpoint: the rows come from the files.
+    let db = open(&io).unwrap();
+    assert_eq!(rows(&db.table("t").unwrap()), expected);
+    drop(db);
+
+    // A damaged delta file is refused by name.
+    let victim = second.iter().find(|f| !first.contains(f)).unwrap().clone();
+    io.flip_bit(&victim, 100, 2).unwrap();
+    match open(&io) {
+        Err(Error::Corrupt { file, .. }) => assert_eq!(file, victim),
+        other => panic!("a flipped bit in a delta file gave {other:?}"),
+    }
+}
+
+#[test]
 fn every_type_round_trips_through_checkpoints_and_the_log() {
     let types = all_types();
     let fields: Vec<Field> =

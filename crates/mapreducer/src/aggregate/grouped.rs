@@ -40,9 +40,9 @@ pub(super) fn fold(
             let valid = column_validity(src, side, sel).map_or(active, |v| v.and(&active));
             match side {
                 Side::Main(block) => {
-                    let start = block * LANES;
+                    let (start, mut buf) = (block * LANES, Vec::new());
                     sel_offsets(sel, &valid, |l, o| {
-                        state.offer_bytes(gids[l] as usize, src.main_bytes(start + o), *max)
+                        state.offer_bytes(gids[l] as usize, src.main_bytes(start + o, &mut buf), *max)
                     });
                 }
                 Side::Delta(chunk) => {

@@ -308,8 +308,8 @@ pub(super) fn bytes_key_ids(
                     }
                 }
                 None => {
-                    let start = block * LANES;
-                    sel_offsets(sel, &valid, |l, o| ids[l] = map.id(src.main_bytes(start + o)));
+                    let (start, mut buf) = (block * LANES, Vec::new());
+                    sel_offsets(sel, &valid, |l, o| ids[l] = map.id(src.main_bytes(start + o, &mut buf)));
                 }
             }
         }

@@ -89,9 +89,7 @@ pub(super) fn fold(
         (StateKind::MinMax { max, .. }, Input::Bytes(col)) => {
             let src = cols.column(*col);
             let valid = column_validity(src, side, sel).map_or_else(active, |v| v.and(&active()));
-            if let Some(best) = best_bytes(src, side, sel, &valid, *max, scratch) {
-                state.offer_bytes(0, best, *max);
-            }
+            best_bytes(src, side, sel, &valid, *max, scratch, |best| state.offer_bytes(0, best, *max));
         }
         (StateKind::Count, Input::Expr(e)) => {
             let n = match e.eval(cols, side, sel, scratch)? {
@@ -260,34 +258,55 @@ fn minmax_operand(state: &mut StateColumn, o: Operand<'_>, active: &Bits, max: b
     }
 }
 
-/// The smallest (or largest) byte string among `lanes`, without copying.
-fn best_bytes<'s>(
-    src: &'s ColumnSource<'_>,
+/// Hands `take` the smallest (or largest) byte string among `lanes`, if
+/// any: a dictionary's or the delta's without copying, a main block's
+/// other values (which may be decompressed one by one) through a copy of
+/// the best so far.
+fn best_bytes(
+    src: &ColumnSource<'_>,
     side: Side,
     sel: Sel<'_>,
     lanes: &Bits,
     max: bool,
     scratch: &mut Scratch,
-) -> Option<&'s [u8]> {
-    let mut best: Option<&'s [u8]> = None;
-    let mut offer = |v: &'s [u8]| {
-        if best.is_none_or(|b| better(v, b, max)) {
-            best = Some(v);
-        }
-    };
+    take: impl FnOnce(&[u8]),
+) {
     match side {
         Side::Main(block) => {
-            let col = src.main()?;
+            let Some(col) = src.main() else { return };
             if let Some(dict) = col.string_dictionary() {
                 // Code order is value order: find the best code, then one lookup.
                 gather_keys(&dict.codes(), block, sel, scratch);
-                let code = best_key(&scratch.keys, lanes, max)?;
-                return Some(dict.value(code as usize));
+                if let Some(code) = best_key(&scratch.keys, lanes, max) {
+                    take(dict.value(code as usize));
+                }
+                return;
             }
-            let start = block * LANES;
-            sel_offsets(sel, lanes, |_, o| offer(src.main_bytes(start + o)));
+            let (start, mut buf) = (block * LANES, Vec::new());
+            let mut best: Option<Vec<u8>> = None;
+            sel_offsets(sel, lanes, |_, o| {
+                let v = src.main_bytes(start + o, &mut buf);
+                if best.as_deref().is_none_or(|b| better(v, b, max)) {
+                    let b = best.get_or_insert_with(Vec::new);
+                    b.clear();
+                    b.extend_from_slice(v);
+                }
+            });
+            if let Some(b) = best {
+                take(&b);
+            }
         }
-        Side::Delta(chunk) => sel_offsets(sel, lanes, |_, o| offer(src.delta_bytes(chunk, o))),
+        Side::Delta(chunk) => {
+            let mut best: Option<&[u8]> = None;
+            sel_offsets(sel, lanes, |_, o| {
+                let v = src.delta_bytes(chunk, o);
+                if best.is_none_or(|b| better(v, b, max)) {
+                    best = Some(v);
+                }
+            });
+            if let Some(b) = best {
+                take(b);
+            }
+        }
     }
-    best
 }

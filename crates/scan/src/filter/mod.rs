@@ -477,10 +477,10 @@ fn leaf_cond(
                     match (main.string_dictionary(), codes) {
                         (Some(d), Some(c)) => d.codes().filter_block(block, len, c, scratch.keys_mut(), cond),
                         _ => {
-                            let start = block * LANES;
+                            let (start, mut buf) = (block * LANES, Vec::new());
                             *cond = Bits::EMPTY;
                             for i in 0..len {
-                                if test.test(src.main_bytes(start + i)) {
+                                if test.test(src.main_bytes(start + i, &mut buf)) {
                                     cond.set(i);
                                 }
                             }

@@ -17,7 +17,7 @@ const CATALOG_MAGIC: &[u8; 8] = b"QVCATLG\0";
 /// The format this build writes: version 2 records column defaults and
 /// views, version 3 schemas and UNIQUE constraints; versions 1 (no
 /// defaults, no views) and 2 are still read.
-const CATALOG_VERSION: u32 = 3;
+const CATALOG_VERSION: u32 = 4;
 /// Magic, version, body length, body CRC32C.
 const CATALOG_HEADER: usize = 8 + 4 + 8 + 4;
 
@@ -49,8 +49,14 @@ pub(super) struct ShardEntry {
     pub(super) capacity: u64,
     /// Main rows, in the file [`shard_file`] names (none when 0).
     pub(super) main_rows: u64,
-    /// The delta rows as one Arrow IPC stream; empty when there are none.
-    pub(super) delta: Vec<u8>,
+    /// Delta rows, in the file [`delta_file`] names (none when 0; catalog
+    /// version 4 on).
+    ///
+    /// [`delta_file`]: super::store
+    pub(super) delta_rows: u64,
+    /// The delta rows as one Arrow IPC stream, as versions 1 to 3 kept them
+    /// in the catalog itself; empty when there are none.
+    pub(super) inline_delta: Vec<u8>,
     pub(super) deleted: Vec<u32>,
 }
 
@@ -58,8 +64,10 @@ pub(super) struct ShardEntry {
 ///   "QVCATLG\0" | version u32 | body length u64 | body CRC32C u32 | body
 ///   body: lsn u64, tables u64, per table:
 ///         name, uid u64, schema (IPC), options, next shard id u64, shards u64,
-///         per shard: id, version, capacity, main rows (u64 each),
-///                    delta rows (IPC), deleted ids
+///         per shard: id, version, capacity, main rows, delta rows (u64 each),
+///                    deleted ids
+///         (versions 1 to 3: the delta rows themselves, an IPC stream, in
+///         place of their count; version 4 writes them to their own file)
 ///         views u64, per view: name, definition          (version 2)
 ///         schemas u64, per schema: name                   (version 3)
 ///   options: shard capacity, dead fraction, background flag, key columns,
@@ -77,10 +85,10 @@ pub(super) fn encode_catalog(catalog: &CatalogFile) -> Result<Vec<u8>> {
         put_u64(&mut body, t.next_shard_id);
         put_u64(&mut body, t.shards.len() as u64);
         for s in &t.shards {
-            for v in [s.id, s.version, s.capacity, s.main_rows] {
+            debug_assert!(s.inline_delta.is_empty(), "version 4 keeps delta rows in their own files");
+            for v in [s.id, s.version, s.capacity, s.main_rows, s.delta_rows] {
                 put_u64(&mut body, v);
             }
-            put_bytes(&mut body, &s.delta);
             put_ids(&mut body, &s.deleted);
         }
     }
@@ -145,10 +153,19 @@ fn read_catalog(bytes: &[u8]) -> std::result::Result<CatalogFile, (u64, String)>
             let n = r.count(40)?;
             let mut shards = Vec::with_capacity(n);
             for _ in 0..n {
-                let (id, version, capacity, main_rows) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-                let delta = r.bytes()?.to_vec();
+                let (id, shard_version, capacity, main_rows) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+                let (delta_rows, inline_delta) =
+                    if version >= 4 { (r.u64()?, Vec::new()) } else { (0, r.bytes()?.to_vec()) };
                 let deleted = r.ids()?;
-                shards.push(ShardEntry { id, version, capacity, main_rows, delta, deleted });
+                shards.push(ShardEntry {
+                    id,
+                    version: shard_version,
+                    capacity,
+                    main_rows,
+                    delta_rows,
+                    inline_delta,
+                    deleted,
+                });
             }
             Ok::<_, String>(TableEntry { name, uid, schema, options, next_shard_id, shards })
         })()
@@ -205,6 +222,43 @@ mod tests {
             let old = decode_catalog(&file(version, &v3[CATALOG_HEADER..v3.len() - trailing])).unwrap();
             assert_eq!((old.lsn, old.tables.len(), old.views.len(), old.schemas.len()), (9, 0, 0, 0));
         }
+    }
+
+    #[test]
+    fn version_3_delta_rows_inside_the_catalog_still_read() {
+        let schema = std::sync::Arc::new(arrow_schema::Schema::empty());
+        let shard = ShardEntry {
+            id: 0,
+            version: 1,
+            capacity: 10,
+            main_rows: 0,
+            delta_rows: 0,
+            inline_delta: Vec::new(),
+            deleted: Vec::new(),
+        };
+        let table = TableEntry {
+            name: "t".into(),
+            uid: 1,
+            schema: schema.clone(),
+            options: TableOptions::default(),
+            next_shard_id: 1,
+            shards: vec![shard],
+        };
+        let v4 = encode_catalog(&CatalogFile { lsn: 3, tables: vec![table], ..CatalogFile::default() }).unwrap();
+        // Version 3 kept an IPC stream where version 4 keeps the row count
+        // (the last shard's, before its deleted ids, the view count and the
+        // schema count).
+        let body = &v4[CATALOG_HEADER..];
+        let at = body.len() - 4 * 8;
+        let inline = ipc(&schema, &[]).unwrap();
+        let mut v3 = body[..at].to_vec();
+        put_bytes(&mut v3, &inline);
+        v3.extend_from_slice(&body[at + 8..]);
+        let old = decode_catalog(&file(3, &v3)).unwrap();
+        let shard = &old.tables[0].shards[0];
+        assert_eq!((shard.delta_rows, &shard.inline_delta, shard.capacity), (0, &inline, 10));
+        let new = decode_catalog(&v4).unwrap();
+        assert!(new.tables[0].shards[0].inline_delta.is_empty());
     }
 
     #[test]

@@ -30,6 +30,8 @@
 //!    10 list         offsets: body(len + 1), Int64 · m u64 · values: body(m)
 //!                    (lists, large lists and maps; a map's values are its entries)
 //!    11 fixed list   size u64 · values: body(len × size)
+//!    12 str-fsst     n u64 (≤ 255) · n × symbol u64 · n × length u8 (1 to 8)
+//!                    · offsets: packed(len + 1) · m u64 · m bytes (the codes)
 //!   body(k)    a column's body, as above, of k rows and its child's type
 //!   packed(k)  k u64 · n u64 = ⌈k/1024⌉ · n × (reference u64 · delta_sum u64 · offset u32 · width u8)
 //!              w u64 · w × word u64
@@ -56,7 +58,9 @@
 //!   runs ending ascending at the row count, sequences starting at row 0
 //!   and ascending; string offsets ascending from 0 to the byte length,
 //!   on character boundaries of valid UTF-8 for string columns (string
-//!   arrays are built unchecked in release builds);
+//!   arrays are built unchecked in release builds); FSST symbols of 1 to
+//!   8 bytes, every value's codes symbols or whole escapes, and every
+//!   value UTF-8 once decompressed for string columns;
 //! * keys within their physical type's key domain; a validity bitmap only
 //!   when there are nulls, no bits past the last row;
 //! * nested columns: children of the schema's child types, as many as it
@@ -86,6 +90,7 @@ use crate::main::bitpacked::{BitPacked, Frame, WORDS_PER_BIT};
 use crate::main::column::{Encoding, Nested};
 use crate::main::dict::Dict;
 use crate::main::encoding::KeyEncoding;
+use crate::main::fsst::StrFsst;
 use crate::main::nested::has_child_columns;
 use crate::main::run_end::RunEnd;
 use crate::main::sequence::{SeqRun, Sequence};
@@ -141,6 +146,7 @@ const TAG_STR_PLAIN: u8 = 8;
 const TAG_STRUCT: u8 = 9;
 const TAG_LIST: u8 = 10;
 const TAG_FIXED_LIST: u8 = 11;
+const TAG_STR_FSST: u8 = 12;
 
 // ---------------------------------------------------------------- encoding
 
@@ -250,6 +256,16 @@ fn put_encoding(out: &mut Vec<u8>, encoding: &Encoding) {
             put_packed(out, p.offsets());
             put_u64(out, p.bytes().len() as u64);
             out.extend_from_slice(p.bytes());
+        }
+        Encoding::StrFsst(f) => {
+            out.push(TAG_STR_FSST);
+            let (symbols, lengths) = f.symbols();
+            put_u64(out, symbols.len() as u64);
+            put_array(out, &symbols, u64::to_le_bytes);
+            out.extend_from_slice(lengths);
+            put_packed(out, f.offsets());
+            put_u64(out, f.bytes().len() as u64);
+            out.extend_from_slice(f.bytes());
         }
         Encoding::Nested(Nested::Struct(children)) => {
             out.push(TAG_STRUCT);
@@ -651,7 +667,25 @@ fn read_encoding(
             let bytes = read_bytes(r)?;
             Encoding::StrPlain(StrPlain::from_parts(offsets, Buffer::from_slice_ref(bytes)))
         }
-        TAG_CONSTANT..=TAG_FIXED_LIST => {
+        TAG_STR_FSST if !keys => {
+            let n = r.count(9, "symbols")?;
+            if n > 255 {
+                return Err(Damage::new(at, format!("{n} symbols, more than FSST's 255")));
+            }
+            let symbols = r.array(n, "the symbols", |b: &[u8; 8]| u64::from_le_bytes(*b))?;
+            let lengths_at = r.pos;
+            let lengths = r.array(n, "the symbol lengths", |b: &[u8; 1]| b[0])?;
+            if let Some(i) = lengths.iter().position(|l| !(1..=8).contains(l)) {
+                return Err(Damage::new(
+                    lengths_at + i,
+                    format!("symbol {i} is {} bytes long, not 1 to 8", lengths[i]),
+                ));
+            }
+            let offsets = read_packed(r, len + 1, "string offsets")?;
+            let bytes = read_bytes(r)?;
+            Encoding::StrFsst(StrFsst::from_parts(&symbols, &lengths, offsets, Buffer::from_slice_ref(bytes)))
+        }
+        TAG_CONSTANT..=TAG_STR_FSST => {
             return Err(Damage::new(at, format!("encoding tag {tag} does not apply to {data_type} values")));
         }
         _ => return Err(Damage::new(at, format!("unknown encoding tag {tag}"))),

@@ -4,8 +4,10 @@
 //! ```text
 //!   <dir>/LOCK                                one process at a time
 //!   <dir>/CATALOG                             the last checkpoint: tables, shards,
-//!                                             delta rows, deleted ids, and its LSN
+//!                                             their row counts, deleted ids, and its LSN
 //!   <dir>/shards/t<uid>-s<shard>-v<version>.main   main storage of one shard version
+//!   <dir>/shards/t<uid>-s<shard>-v<version>-d<rows>.delta
+//!                                             its first <rows> delta rows (Arrow IPC)
 //!   <dir>/wal/wal-<first lsn>.log             the write-ahead log
 //! ```
 //!
@@ -13,7 +15,9 @@
 //! A **checkpoint** takes a consistent cut of every table at one LSN
 //! (holding the catalog lock and each table's writer lock for the moment
 //! it takes to copy pointers), syncs the log through that LSN, writes the
-//! main storage of shard versions not written yet to their own files,
+//! main storage of shard versions, and their delta rows, not written yet
+//! to their own files (the catalog stays kilobytes; a delta only grows
+//! within a version, so a file named by its row count never changes),
 //! writes the catalog (temp file, sync, rename, sync directory), and only
 //! then removes the shard files and log segments the new catalog no
 //! longer needs. A crash at any point leaves the previous catalog and
@@ -232,24 +236,29 @@ impl Durable {
                     }
                     files.insert(name);
                 }
-                let delta = if shard.delta_len == 0 {
-                    Vec::new()
-                } else {
-                    let columns = (0..table.schema.fields().len())
-                        .map(|c| data.delta.column(c).decode(shard.delta_len, Rows::Range(0, shard.delta_len)))
-                        .collect::<Result<Vec<_>>>()?;
-                    // The row count too: a table may have no columns.
-                    let options = RecordBatchOptions::new().with_row_count(Some(shard.delta_len));
-                    let rows = RecordBatch::try_new_with_options(Arc::clone(&table.schema), columns, &options)?;
-                    ipc(&table.schema, &[rows])?
-                };
+                if shard.delta_len > 0 {
+                    let name = delta_file(table.uid, data.id, data.version, shard.delta_len);
+                    if !done.files.contains(&name) && !files.contains(&name) {
+                        let columns = (0..table.schema.fields().len())
+                            .map(|c| data.delta.column(c).decode(shard.delta_len, Rows::Range(0, shard.delta_len)))
+                            .collect::<Result<Vec<_>>>()?;
+                        // The row count too: a table may have no columns.
+                        let options = RecordBatchOptions::new().with_row_count(Some(shard.delta_len));
+                        let rows = RecordBatch::try_new_with_options(Arc::clone(&table.schema), columns, &options)?;
+                        let bytes = encode_delta_file(&ipc(&table.schema, &[rows])?);
+                        write_file(io, &shards_dir.join(&name), &bytes)?;
+                        wrote = true;
+                    }
+                    files.insert(name);
+                }
                 let deleted = shard.deletes.as_ref().map_or_else(Vec::new, |d| d.ids(shard.rows()));
                 shards.push(ShardEntry {
                     id: data.id.0,
                     version: data.version,
                     capacity: data.capacity as u64,
                     main_rows: main_rows as u64,
-                    delta,
+                    delta_rows: shard.delta_len as u64,
+                    inline_delta: Vec::new(),
                     deleted,
                 });
             }
@@ -290,6 +299,47 @@ fn lock_error<T>(_: T) -> Error {
 /// whose creation was logged at `uid`.
 fn shard_file(uid: u64, shard: ShardId, version: u64) -> String {
     format!("t{uid}-s{shard}-v{version}.main")
+}
+
+/// The first bytes of a delta file.
+const DELTA_MAGIC: &[u8; 8] = b"QVDELTA\0";
+/// Bytes of a delta file's header: magic, body length, body CRC32C.
+const DELTA_HEADER: usize = 8 + 8 + 4;
+
+/// A delta file: `"QVDELTA\0" | body length u64 | body CRC32C u32 | body`,
+/// the body an Arrow IPC stream of the rows.
+fn encode_delta_file(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(DELTA_HEADER + body.len());
+    out.extend_from_slice(DELTA_MAGIC);
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// The IPC body of a delta file, checked against its length and checksum.
+fn decode_delta_file(bytes: &[u8]) -> std::result::Result<&[u8], Damage> {
+    if bytes.len() < DELTA_HEADER || &bytes[..8] != DELTA_MAGIC {
+        return Err(Damage::new(0, "not a quiverdb delta file"));
+    }
+    let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    let crc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    if (bytes.len() - DELTA_HEADER) as u64 != len {
+        return Err(Damage::new(
+            8,
+            format!("the body should be {len} bytes, the file holds {}", bytes.len() - DELTA_HEADER),
+        ));
+    }
+    if crc32c::crc32c(&bytes[DELTA_HEADER..]) != crc {
+        return Err(Damage::new(DELTA_HEADER, "checksum mismatch"));
+    }
+    Ok(&bytes[DELTA_HEADER..])
+}
+
+/// The name of the file holding the first `rows` delta rows of shard
+/// `shard` at `version` of the table whose creation was logged at `uid`.
+fn delta_file(uid: u64, shard: ShardId, version: u64, rows: usize) -> String {
+    format!("t{uid}-s{shard}-v{version}-d{rows}.delta")
 }
 
 // ---------------------------------------------------------------------------
@@ -461,8 +511,18 @@ fn load_table(
         };
         let delta = Delta::new(&schema, capacity - main_rows);
         let mut delta_len = 0;
-        if !s.delta.is_empty() {
-            let (_, batches) = from_ipc(&s.delta).map_err(|e| bad(format!("shard {} delta: {e}", s.id)))?;
+        let file;
+        let delta_ipc: &[u8] = if s.delta_rows > 0 {
+            let name = delta_file(entry.uid, ShardId(s.id), s.version, s.delta_rows as usize);
+            let path = shards_dir.join(&name);
+            file = io.read(&path).map_err(|e| Error::io(&path, e))?;
+            files.insert(name);
+            decode_delta_file(&file).map_err(|d| d.in_file(&path))?
+        } else {
+            &s.inline_delta
+        };
+        if !delta_ipc.is_empty() {
+            let (_, batches) = from_ipc(delta_ipc).map_err(|e| bad(format!("shard {} delta: {e}", s.id)))?;
             for batch in &batches {
                 validate_batch(&entry.name, &schema, batch)?;
                 if delta_len + batch.num_rows() > delta.capacity() {
@@ -471,6 +531,9 @@ fn load_table(
                 delta.write_batch(delta_len, batch.columns(), 0, batch.num_rows())?;
                 delta_len += batch.num_rows();
             }
+        }
+        if s.delta_rows > 0 && delta_len as u64 != s.delta_rows {
+            return Err(bad(format!("shard {} has {delta_len} delta rows in its file, not {}", s.id, s.delta_rows)));
         }
         delta.commit(delta_len);
         let rows = main_rows + delta_len;

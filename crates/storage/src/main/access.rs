@@ -14,7 +14,8 @@
 //!       fetch_i64 / extend_i64                      integers unpacked straight into
 //!                                                   the caller's vector
 //!   MainColumn::string_dictionary() StrDictionary  sorted values + bit-packed Codes
-//!   MainColumn::bytes(row) · wide_values()         strings, wide decimals
+//!   MainColumn::bytes(row, buf) · wide_values()    strings (FSST decompressed into
+//!                                                   buf), wide decimals
 //! ```
 //!
 //! The dispatch on the encoding happens once per call (a block), never per
@@ -127,12 +128,15 @@ impl MainColumn {
     }
 
     /// The bytes of row `row` of a string or binary column (empty for
-    /// other columns).
+    /// other columns): borrowed from the column, or for a compressed
+    /// column decompressed into `buf` (which a caller reuses across rows,
+    /// so that reading rows allocates only while `buf` grows).
     #[inline]
-    pub fn bytes(&self, row: usize) -> &[u8] {
+    pub fn bytes<'b>(&'b self, row: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
         match self.encoding() {
             Encoding::StrDict(d) => d.get(row),
             Encoding::StrPlain(p) => p.get(row),
+            Encoding::StrFsst(f) => f.get(row, buf),
             _ => &[],
         }
     }

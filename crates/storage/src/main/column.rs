@@ -11,6 +11,7 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::DataType;
 
 use super::encoding::KeyEncoding;
+use super::fsst::StrFsst;
 use super::kind::EncodingKind;
 use super::strings::{StrDict, StrPlain};
 use super::zone::Zone;
@@ -169,6 +170,8 @@ pub(crate) enum Encoding {
     StrDict(StrDict),
     /// Plain strings or binary.
     StrPlain(StrPlain),
+    /// FSST-compressed strings or binary.
+    StrFsst(StrFsst),
     /// Child columns of a struct, list or map.
     Nested(Nested),
 }
@@ -183,6 +186,7 @@ impl Encoding {
             Encoding::Keys(KeyEncoding::RunEnd(_)) => EncodingKind::RunEnd,
             Encoding::Keys(KeyEncoding::Dict(_)) | Encoding::StrDict(_) => EncodingKind::Dictionary,
             Encoding::Keys(KeyEncoding::Plain(_)) | Encoding::Wide(_) | Encoding::StrPlain(_) => EncodingKind::Plain,
+            Encoding::StrFsst(_) => EncodingKind::Fsst,
             Encoding::Nested(_) => EncodingKind::Nested,
         }
     }
@@ -194,6 +198,7 @@ impl Encoding {
             Encoding::Wide(w) => w.len() * 16,
             Encoding::StrDict(d) => d.size_bytes(),
             Encoding::StrPlain(p) => p.size_bytes(),
+            Encoding::StrFsst(f) => f.size_bytes(),
             Encoding::Nested(n) => n.size_bytes(),
         }
     }
@@ -203,6 +208,7 @@ impl Encoding {
         match self {
             Encoding::Keys(KeyEncoding::Dict(d)) => d.values().len() * 8,
             Encoding::StrDict(d) => d.dictionary_bytes(),
+            Encoding::StrFsst(_) => StrFsst::table_bytes(),
             _ => 0,
         }
     }

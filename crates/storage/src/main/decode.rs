@@ -28,11 +28,13 @@ use arrow_schema::{ArrowError, DataType};
 use super::bitpacked::BitPacked;
 use super::column::{Encoding, MainColumn, Nested};
 use super::encoding::KeyEncoding;
+use super::fsst::StrFsst;
 use super::strings::{StrDict, StrPlain};
 use crate::block::BLOCK_SIZE;
 use crate::error::{Error, Result};
 use crate::output::{
-    boolean_array, bytes_array, dictionary_views, normalize_nulls, primitive_array, share_source, view_array,
+    boolean_array, bytes_array, contiguous_bytes_array, dictionary_views, normalize_nulls, primitive_array,
+    share_source, view_array,
 };
 use crate::types::{KeyNative, with_native};
 
@@ -192,6 +194,7 @@ impl MainColumn {
             }
             Encoding::StrDict(dict) => self.decode_dict(dict, rows, nulls),
             Encoding::StrPlain(plain) => self.decode_plain(plain, rows, nulls),
+            Encoding::StrFsst(fsst) => self.decode_fsst(fsst, rows, nulls),
             Encoding::Nested(_) => Err(Error::Internal("nested columns read as bytes".into())),
         }
     }
@@ -236,6 +239,44 @@ impl MainColumn {
             }
         }
         bytes_array(data_type, n, nulls, |i| &bytes[ranges[i].0..ranges[i].1])
+    }
+}
+
+impl MainColumn {
+    /// Decompresses the rows into one buffer, sized exactly beforehand.
+    fn decode_fsst(&self, fsst: &StrFsst, rows: Rows<'_>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
+        let data_type = crate::row_encoded::stored_type(&self.data_type);
+        let codes = fsst.bytes();
+        let mut offsets = Vec::with_capacity(rows.len() + 1);
+        offsets.push(0usize);
+        let bytes = match rows {
+            Rows::Range(start, len) => {
+                let mut code_offsets = Vec::with_capacity(len + 1);
+                collect(fsst.offsets(), Rows::Range(start, len + 1), |o| o as usize, &mut code_offsets);
+                let mut total = 0;
+                for w in code_offsets.windows(2) {
+                    total += fsst.decoded_len(&codes[w[0]..w[1]]);
+                    offsets.push(total);
+                }
+                // Codes never span two values: the range decompresses at once.
+                let mut bytes = Vec::with_capacity(total);
+                fsst.decompress_into(&codes[code_offsets[0]..code_offsets[len]], total, &mut bytes);
+                bytes
+            }
+            Rows::Ids(ids) => {
+                let mut total = 0;
+                for &id in ids {
+                    total += fsst.decoded_len(fsst.codes(id as usize));
+                    offsets.push(total);
+                }
+                let mut bytes = Vec::with_capacity(total);
+                for (i, &id) in ids.iter().enumerate() {
+                    fsst.decompress_into(fsst.codes(id as usize), offsets[i + 1] - offsets[i], &mut bytes);
+                }
+                bytes
+            }
+        };
+        contiguous_bytes_array(data_type, bytes, &offsets, nulls)
     }
 }
 

@@ -22,6 +22,8 @@ pub enum EncodingKind {
     Dictionary,
     /// Uncompressed values.
     Plain,
+    /// Strings compressed with a symbol table (FSST).
+    Fsst,
     /// Child columns of a struct, list or map, each with its own encoding
     /// (see [`crate::main`]); not an encoding a column can be forced to.
     Nested,
@@ -31,8 +33,8 @@ impl EncodingKind {
     /// Every encoding of values (a column can be forced to each where it
     /// applies); [`EncodingKind::Nested`] describes a column's layout
     /// instead.
-    pub const ALL: [EncodingKind; 6] =
-        [Self::Constant, Self::Sequence, Self::BitPacked, Self::RunEnd, Self::Dictionary, Self::Plain];
+    pub const ALL: [EncodingKind; 7] =
+        [Self::Constant, Self::Sequence, Self::BitPacked, Self::RunEnd, Self::Dictionary, Self::Plain, Self::Fsst];
 
     /// The encoding's name, as printed in statistics.
     pub fn name(self) -> &'static str {
@@ -43,6 +45,7 @@ impl EncodingKind {
             Self::RunEnd => "run_end",
             Self::Dictionary => "dictionary",
             Self::Plain => "plain",
+            Self::Fsst => "fsst",
             Self::Nested => "nested",
         }
     }

@@ -9,7 +9,7 @@
 //!   fixed-width values ──to_key──▶ u64 keys ──▶ Constant | Sequence | BitPacked
 //!                                               | RunEnd | Dict | Plain
 //!   decimals beyond i64 ─────────────────────▶ Wide (plain i128)
-//!   strings / binary ────────────────────────▶ StrDict | StrPlain
+//!   strings / binary ────────────────────────▶ StrDict | StrFsst | StrPlain
 //!   structs, lists, maps ────────────────────▶ Nested: child columns, each
 //!                                               encoded as above ([`nested`])
 //! ```
@@ -26,6 +26,7 @@ pub(crate) mod column;
 pub(crate) mod decode;
 pub(crate) mod dict;
 pub(crate) mod encoding;
+pub(crate) mod fsst;
 mod kind;
 pub(crate) mod nested;
 pub(crate) mod run_end;

@@ -79,6 +79,13 @@ fn exercise_column(col: &MainColumn) {
                 }
                 let _: usize = (0..n).map(|r| p.get(r).len()).sum();
             }
+            Encoding::StrFsst(f) => {
+                for b in 0..col.num_blocks() {
+                    f.offsets().decode_block(b, &mut buf);
+                }
+                let mut value = Vec::new();
+                let _: usize = (0..n).map(|r| f.get(r, &mut value).len()).sum();
+            }
             Encoding::Wide(_) => {}
             Encoding::Nested(_) => col.children().into_iter().for_each(exercise_column),
         }
@@ -174,11 +181,13 @@ fn every_encoding_of_every_type_round_trips() {
     }
     round_trip_encodings(&wide_decimals(), &mut seen);
     let physical: HashSet<PhysicalType> = all_types().iter().filter_map(PhysicalType::of).collect();
+    // Every encoding but FSST applies to fixed-width values.
+    let fixed: Vec<EncodingKind> = EncodingKind::ALL.into_iter().filter(|&k| k != EncodingKind::Fsst).collect();
     for p in physical {
         let kinds: &[EncodingKind] = if p == PhysicalType::Bytes {
-            &[EncodingKind::Dictionary, EncodingKind::Plain]
+            &[EncodingKind::Dictionary, EncodingKind::Plain, EncodingKind::Fsst]
         } else {
-            &EncodingKind::ALL
+            &fixed
         };
         for &kind in kinds {
             assert!(seen.contains(&(p, kind)), "{p:?} never took {kind}");
@@ -203,6 +212,7 @@ fn long_strings_round_trip() {
     }
     assert!(seen.contains(&(PhysicalType::Bytes, EncodingKind::Dictionary)));
     assert!(seen.contains(&(PhysicalType::Bytes, EncodingKind::Plain)));
+    assert!(seen.contains(&(PhysicalType::Bytes, EncodingKind::Fsst)));
 }
 
 #[test]
@@ -241,7 +251,19 @@ fn tables_rebuilt_by_the_database_round_trip() {
         )),
         Arc::new(Float64Array::from_iter((0..n).map(|i| (i % 3 != 0).then_some((i as f64 * 0.37).sin())))),
         Arc::new(Int16Array::from_iter_values((0..n).map(|i| [3i16, -9, 27, 1000][i % 4]))),
-        Arc::new(BinaryArray::from_iter((0..n).map(|i| (i % 5 != 0).then(|| vec![i as u8; i % 40])))),
+        // Bytes that do not compress: they stay plain.
+        Arc::new(BinaryArray::from_iter((0..n).map(|i| {
+            (i % 5 != 0).then(|| {
+                (0..i % 40)
+                    .map(|j| {
+                        let (i, j) = (i as u64, j as u64);
+                        ((i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ j.wrapping_mul(0xBF58_476D_1CE4_E5B9))
+                            .wrapping_mul(0x94D0_49BB_1331_11EB)
+                            >> 56) as u8
+                    })
+                    .collect::<Vec<u8>>()
+            })
+        }))),
     ];
     let batch = RecordBatch::try_new(arrow.clone(), columns).unwrap();
     let db = Database::new();
@@ -579,7 +601,11 @@ fn crafted_structures_are_rejected() {
         &rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &[9])),
         "tag 9 does not apply to Int64",
     );
-    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &[12])), "unknown encoding tag 12");
+    assert_reason(
+        &rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &[12])),
+        "tag 12 does not apply to Int64",
+    );
+    assert_reason(&rejection(int64.clone(), &crafted(P::Int64, 3, None, &three, &[13])), "unknown encoding tag 13");
 
     // Nested columns: children that disagree with the schema or each other.
     let ints = |v: Vec<i64>| MainColumn::from_array(&Int64Array::from(v)).unwrap();
@@ -843,11 +869,36 @@ fn crafted_strings_are_rejected() {
     assert_reason(&counted(Zone { null_count: 1, ..zone(0, 1) }), "has 0 nulls in 2 rows");
     assert_reason(&counted(zone(1, 0)), "has 0 nulls in 2 rows");
 
+    // FSST: symbols of 1 to 8 bytes, every value's codes symbols or whole
+    // escapes (a dangling escape would make decompression fail).
+    let str_fsst = |symbols: &[(u64, u8)], offsets: &[u64], codes: &[u8]| {
+        encoding(TAG_STR_FSST, |o| {
+            put_u64(o, symbols.len() as u64);
+            symbols.iter().for_each(|(s, _)| put_u64(o, *s));
+            o.extend(symbols.iter().map(|(_, l)| *l));
+            put_packed(o, &BitPacked::encode(offsets));
+            put_u64(o, codes.len() as u64);
+            o.extend_from_slice(codes);
+        })
+    };
+    let ab = u64::from_le_bytes(*b"ab\0\0\0\0\0\0");
+    let fsst = str_fsst(&[(ab, 2)], &[0, 1, 3], &[0, 255, b'c']);
+    assert!(decode_main(&crafted(P::Bytes, 2, None, &zones, &fsst), &utf8).is_ok());
+    let fsst_of = |bytes: &[u8]| rejection(DataType::Utf8, &crafted(P::Bytes, 2, None, &zones, bytes));
+    assert_reason(&fsst_of(&str_fsst(&[(ab, 0)], &[0, 1, 3], &[0, 255, b'c'])), "symbol 0 is 0 bytes long");
+    assert_reason(&fsst_of(&str_fsst(&[(ab, 9)], &[0, 1, 3], &[0, 255, b'c'])), "symbol 0 is 9 bytes long");
+    assert_reason(&fsst_of(&str_fsst(&[(ab, 2)], &[0, 2, 3], &[0, 255, b'c'])), "codes of row 0 are neither");
+    assert_reason(&fsst_of(&str_fsst(&[(ab, 2)], &[0, 1, 3], &[1, 255, b'c'])), "codes of row 0 are neither");
+    assert_reason(&fsst_of(&str_fsst(&[(ab, 2)], &[0, 1, 4], &[0, 255, b'c'])), "within the 3 bytes");
+    assert_reason(&fsst_of(&str_fsst(&[(ab, 2)], &[0, 1, 3], &[0, 255, 0xC3])), "row 1 is not UTF-8");
+
     // Bytes that are fine as binary but not as text: the same file is read
     // for a Binary column and refused for a Utf8 one.
-    for (force, expected) in
-        [(EncodingKind::Dictionary, "dictionary is not UTF-8"), (EncodingKind::Plain, "splits a UTF-8 character")]
-    {
+    for (force, expected) in [
+        (EncodingKind::Dictionary, "dictionary is not UTF-8"),
+        (EncodingKind::Plain, "splits a UTF-8 character"),
+        (EncodingKind::Fsst, "is not UTF-8"),
+    ] {
         let halves = BinaryArray::from_iter_values([&[0xC3u8][..], &[0xA9][..], &[0xC3, 0xA9]]);
         let col = MainColumn::from_array_with(&halves, Some(force)).unwrap();
         let bytes = encode_main(&Main::new(3, vec![col]));

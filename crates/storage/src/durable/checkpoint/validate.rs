@@ -31,6 +31,7 @@ use crate::main::Zone;
 use crate::main::bitpacked::BitPacked;
 use crate::main::column::Encoding;
 use crate::main::encoding::KeyEncoding;
+use crate::main::fsst::StrFsst;
 use crate::main::run_end::RunEnd;
 use crate::main::sequence::Sequence;
 use crate::main::strings::StrPlain;
@@ -293,6 +294,7 @@ pub(super) fn check_values(
             }
         }
         Encoding::StrPlain(p) => check_plain(p, utf8, e),
+        Encoding::StrFsst(f) => check_fsst(f, utf8, e),
         // Children were checked as they were read; the zones count nulls.
         Encoding::Nested(_) => (0..e.blocks()).try_for_each(|b| {
             let n = e.rows_in(b);
@@ -358,9 +360,32 @@ fn check_plain(p: &StrPlain, utf8: bool, e: &Expect<'_>) -> Result<(), Damage> {
         ),
         false => None,
     };
-    let total = bytes.len() as u64;
+    check_offsets(p.offsets(), bytes.len() as u64, text, e)?;
+    (0..e.blocks()).try_for_each(|b| e.zone_counts(b))
+}
+
+/// Checks FSST strings: offsets as plain strings' over the codes, every
+/// value's codes symbols or complete escapes, every value UTF-8 once
+/// decompressed when `utf8`, and zones with the right null counts.
+fn check_fsst(f: &StrFsst, utf8: bool, e: &Expect<'_>) -> Result<(), Damage> {
+    check_offsets(f.offsets(), f.bytes().len() as u64, None, e)?;
+    f.check().map_err(|row| e.fault(format!("the codes of row {row} are neither symbols nor escapes")))?;
+    if utf8 {
+        let mut buf = Vec::new();
+        for row in 0..f.len() {
+            if std::str::from_utf8(f.get(row, &mut buf)).is_err() {
+                return Err(e.fault(format!("row {row} is not UTF-8")));
+            }
+        }
+    }
+    (0..e.blocks()).try_for_each(|b| e.zone_counts(b))
+}
+
+/// Checks value offsets into `total` bytes: from 0, never descending,
+/// ending at `total`, and on character boundaries of `text` when given.
+fn check_offsets(offsets: &BitPacked, total: u64, text: Option<&str>, e: &Expect<'_>) -> Result<(), Damage> {
     let mut prev = 0;
-    walk_packed(p.offsets(), e, |b, deltas, reference, (_, max)| {
+    walk_packed(offsets, e, |b, deltas, reference, (_, max)| {
         let first = reference + deltas[0];
         let from = if b == 0 { first == 0 } else { first >= prev };
         if !from || !ascending(deltas) || reference + max > total {
@@ -377,7 +402,7 @@ fn check_plain(p: &StrPlain, utf8: bool, e: &Expect<'_>) -> Result<(), Damage> {
     if prev != total {
         return Err(e.fault(format!("the string offsets end at byte {prev}, not {total}")));
     }
-    (0..e.blocks()).try_for_each(|b| e.zone_counts(b))
+    Ok(())
 }
 
 /// Unpacks each block of `packed` once, checks its deltas against its frame

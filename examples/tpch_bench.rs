@@ -1,0 +1,523 @@
+//! TPC-H on quiverdb against DataFusion's `MemTable`, side by side in one
+//! process.
+//!
+//! ```text
+//! cargo run --release --example tpch_bench -- --sf 1 --partitions 2
+//! ```
+//!
+//! Generates the eight TPC-H tables in-process (`tpchgen-arrow`, the same
+//! rows as `dbgen`, in 8,192-row batches), loads each into quiverdb
+//! (appended, then rebuilt into compressed main storage) and into a
+//! `MemTable` (the same batches, round-robin over `--partitions`
+//! partitions), and runs the 22 queries of `tpchgen::q_and_a` on both with
+//! the same session settings: parameters substituted with the
+//! specification's validation values, and the row limits qgen adds (Q2,
+//! Q3, Q10, Q18, Q21) appended. Q15's `CREATE VIEW` and `DROP VIEW` run
+//! around its `SELECT`, untimed. Planning (SQL → physical plan, with the
+//! task context it runs in) and execution (running the plan to completion)
+//! are timed separately; each figure is the median of `--runs` (default 3)
+//! runs after a warm-up run. The two sides' answers are compared as
+//! multisets of formatted rows and, at `--sf 1`, their row counts against
+//! the answer set `tpchgen` ships.
+//!
+//! Prints a markdown table (each side's plan and exec ms, `exec ratio =
+//! MemTable exec / quiverdb exec`, rows, same answer, rows against the
+//! answer set, errors), a sum row over the queries both sides ran, the
+//! load times and, as its last line, a JSON object `{"sf", "partitions",
+//! "runs", "quiverdb_load_s", "memtable_load_s", "quiverdb_exec_sum_ms",
+//! "memtable_exec_sum_ms", "exec_ratio_of_sums", "queries": [{"query",
+//! "quiverdb_plan_ms", "quiverdb_exec_ms", "memtable_plan_ms",
+//! "memtable_exec_ms", "exec_ratio", "rows", "same_answer", "answer_rows",
+//! "error"}]}`. A query that fails on a side is reported in its row and the
+//! run goes on; the exit code is non-zero when an answer differs, misses
+//! the answer set's row count or failed. `--query q06` runs one query;
+//! `--explain 1` prints each query's physical plan on both sides first.
+
+#[path = "common/seed.rs"]
+mod seed;
+#[path = "common/tpch.rs"]
+mod tpch;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::catalog::MemTable;
+use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use quiverdb::{Database, SessionOptions, TableOptions};
+use tpchgen::q_and_a::{answers_sf1, queries};
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// Runs of each query before the measured ones: one, not `seed_bench`'s
+/// three, as these queries run for milliseconds to seconds rather than
+/// microseconds, and each more adds minutes to a run at SF 1.
+const WARM_UP: usize = 1;
+
+/// Characters of an error shown in the table (stderr gets all of it).
+const ERROR_CHARS: usize = 120;
+
+/// One TPC-H query, ready to run.
+struct TpchQuery {
+    /// `q01` … `q22`.
+    name: String,
+    /// Statements run before the timed one (Q15's `CREATE VIEW`).
+    setup: Vec<String>,
+    /// The timed `SELECT`.
+    select: String,
+    /// Statements run after it (Q15's `DROP VIEW`).
+    teardown: Vec<String>,
+    /// Rows of the answer set (at scale factor 1 only).
+    answer_rows: Option<usize>,
+}
+
+/// The values of query `number`'s parameters `:1`, `:2`, …: the
+/// validation values of the TPC-H specification (section 2.4), with which
+/// the SF 1 answer set was made. Q11's fraction is 0.0001 / SF.
+fn parameters(number: i32, sf: f64) -> Vec<String> {
+    let values: &[&str] = match number {
+        1 => &["90"],
+        2 => &["15", "BRASS", "EUROPE"],
+        3 => &["BUILDING", "1995-03-15"],
+        4 => &["1993-07-01"],
+        5 => &["ASIA", "1994-01-01"],
+        6 => &["1994-01-01", "0.06", "24"],
+        7 => &["FRANCE", "GERMANY"],
+        8 => &["BRAZIL", "AMERICA", "ECONOMY ANODIZED STEEL"],
+        9 => &["green"],
+        10 => &["1993-10-01"],
+        11 => return vec!["GERMANY".to_string(), (0.0001 / sf).to_string()],
+        12 => &["MAIL", "SHIP", "1994-01-01"],
+        13 => &["special", "requests"],
+        14 => &["1995-09-01"],
+        15 => &["1996-01-01"],
+        16 => &["Brand#45", "MEDIUM POLISHED", "49", "14", "23", "45", "19", "3", "36", "9"],
+        17 => &["Brand#23", "MED BOX"],
+        18 => &["300"],
+        19 => &["Brand#12", "Brand#23", "Brand#34", "1", "10", "20"],
+        20 => &["forest", "1994-01-01", "CANADA"],
+        21 => &["SAUDI ARABIA"],
+        22 => &["13", "31", "23", "29", "30", "18", "17"],
+        _ => &[],
+    };
+    values.iter().map(|&v| v.to_string()).collect()
+}
+
+/// The rows qgen keeps of query `number` (its `:n` directive, which the
+/// query texts leave out).
+fn row_limit(number: i32) -> Option<usize> {
+    match number {
+        2 | 18 | 21 => Some(100),
+        3 => Some(10),
+        10 => Some(20),
+        _ => None,
+    }
+}
+
+/// Rows of an answer-set text: its non-blank lines but the header.
+fn answer_set_rows(text: &str) -> usize {
+    text.lines().filter(|l| !l.trim().is_empty()).count().saturating_sub(1)
+}
+
+/// Query `number` at scale factor `sf`, from `tpchgen`'s template.
+fn tpch_query(number: i32, sf: f64) -> Result<TpchQuery, BoxError> {
+    let name = format!("q{number:02}");
+    let template = queries::query(number).ok_or_else(|| format!("no TPC-H query {number}"))?;
+    // Q15's view is named after the query stream (`revenue:s`); there is one.
+    let mut sql = template.replace(":s", "0");
+    // Highest first, so that `:1` does not take the start of `:10`.
+    for (i, value) in parameters(number, sf).iter().enumerate().rev() {
+        sql = sql.replace(&format!(":{}", i + 1), value);
+    }
+    if sql.contains(':') {
+        return Err(format!("{name}: a parameter is left unsubstituted").into());
+    }
+    // Q1's `interval '90' day (3)`: DataFusion refuses a leading precision.
+    let sql = sql.replace(" day (3)", " day");
+    let statements: Vec<&str> = sql.split(';').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let main = statements
+        .iter()
+        .position(|s| s.to_ascii_lowercase().starts_with("select"))
+        .ok_or_else(|| format!("{name} has no SELECT"))?;
+    let mut select = statements[main].to_string();
+    if let Some(n) = row_limit(number) {
+        select = format!("{select}\nlimit {n}");
+    }
+    let owned = |texts: &[&str]| texts.iter().map(|&t| t.to_string()).collect::<Vec<_>>();
+    let at_sf_1 = (sf - 1.0).abs() < f64::EPSILON;
+    Ok(TpchQuery {
+        name,
+        setup: owned(&statements[..main]),
+        select,
+        teardown: owned(&statements[main + 1..]),
+        answer_rows: if at_sf_1 { answers_sf1::answer(number).map(answer_set_rows) } else { None },
+    })
+}
+
+/// The number of `--query` (`q06`, `Q6` or `6`).
+fn query_number(text: &str) -> Result<i32, String> {
+    text.trim_start_matches(['q', 'Q'])
+        .parse::<i32>()
+        .ok()
+        .filter(|n| (1..=22).contains(n))
+        .ok_or_else(|| format!("--query {text}: expected q01 … q22"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn ms(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+/// Plans `sql` (SQL → optimized physical plan).
+async fn plan(ctx: &SessionContext, sql: &str) -> Result<Arc<dyn ExecutionPlan>, BoxError> {
+    Ok(ctx.sql(sql).await?.create_physical_plan().await?)
+}
+
+/// Median planning and execution times over `runs` runs after a warm-up,
+/// and the last run's answer.
+async fn measure(ctx: &SessionContext, sql: &str, runs: usize) -> Result<(f64, f64, Vec<RecordBatch>), BoxError> {
+    for _ in 0..WARM_UP {
+        let warm = plan(ctx, sql).await?;
+        collect(warm, ctx.task_ctx()).await?;
+    }
+    let (mut plans, mut execs) = (Vec::new(), Vec::new());
+    let mut answer = Vec::new();
+    for _ in 0..runs {
+        // The task context is made with the plan, as `DataFrame::collect`
+        // does, so that execution times the plan's run alone.
+        let start = Instant::now();
+        let task = ctx.task_ctx();
+        let physical = plan(ctx, sql).await?;
+        plans.push(ms(start));
+        let start = Instant::now();
+        answer = collect(physical, task).await?;
+        execs.push(ms(start));
+    }
+    Ok((median(plans), median(execs), answer))
+}
+
+/// The rows of `batches` as text, one string per row.
+fn rows(batches: &[RecordBatch]) -> Result<Vec<String>, BoxError> {
+    let options = FormatOptions::default().with_null("NULL");
+    let mut out = Vec::new();
+    for b in batches {
+        let formatters =
+            b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<Vec<_>, _>>()?;
+        for r in 0..b.num_rows() {
+            out.push(formatters.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
+        }
+    }
+    Ok(out)
+}
+
+/// One side's figures for a query, and its answer as sorted rows.
+struct Answer {
+    plan_ms: f64,
+    exec_ms: f64,
+    rows: Vec<String>,
+}
+
+/// Runs a statement that is not timed (Q15's view).
+async fn statement(ctx: &SessionContext, sql: &str) -> Result<(), BoxError> {
+    ctx.sql(sql).await?.collect().await?;
+    Ok(())
+}
+
+/// Runs `query` on `ctx` (the `side`): its setup, the timed `SELECT`
+/// (its plan printed first when `explain`), and its teardown, which runs
+/// even when the `SELECT` failed so that the next query starts clean.
+async fn run_query(
+    ctx: &SessionContext,
+    side: &str,
+    query: &TpchQuery,
+    runs: usize,
+    explain: bool,
+) -> Result<Answer, BoxError> {
+    for sql in &query.setup {
+        statement(ctx, sql).await?;
+    }
+    let measured = explain_and_measure(ctx, side, query, runs, explain).await;
+    let mut teardown = Ok(());
+    for sql in &query.teardown {
+        if let Err(e) = statement(ctx, sql).await {
+            teardown = Err(e);
+        }
+    }
+    let answer = measured?;
+    teardown?;
+    Ok(answer)
+}
+
+async fn explain_and_measure(
+    ctx: &SessionContext,
+    side: &str,
+    query: &TpchQuery,
+    runs: usize,
+    explain: bool,
+) -> Result<Answer, BoxError> {
+    if explain {
+        let physical = plan(ctx, &query.select).await?;
+        println!("{} on {side}:\n{}", query.name, displayable(physical.as_ref()).indent(false));
+    }
+    let (plan_ms, exec_ms, batches) = measure(ctx, &query.select, runs).await?;
+    let mut rows = rows(&batches)?;
+    rows.sort_unstable();
+    Ok(Answer { plan_ms, exec_ms, rows })
+}
+
+/// A query's result on both sides.
+struct Outcome {
+    query: TpchQuery,
+    quiverdb: Result<Answer, String>,
+    memtable: Result<Answer, String>,
+}
+
+impl Outcome {
+    fn both(&self) -> Option<(&Answer, &Answer)> {
+        Some((self.quiverdb.as_ref().ok()?, self.memtable.as_ref().ok()?))
+    }
+
+    /// Whether both sides returned the same rows (`None`: one failed).
+    fn same_answer(&self) -> Option<bool> {
+        self.both().map(|(q, m)| q.rows == m.rows)
+    }
+
+    fn exec_ratio(&self) -> Option<f64> {
+        self.both().map(|(q, m)| m.exec_ms / q.exec_ms)
+    }
+
+    /// Rows returned: quiverdb's, else MemTable's.
+    fn row_count(&self) -> Option<usize> {
+        self.quiverdb.as_ref().or(self.memtable.as_ref()).ok().map(|a| a.rows.len())
+    }
+
+    /// `ok` when every side that ran returned the answer set's row count,
+    /// `mismatch` when one did not, `n/a` without an answer set (or a side
+    /// that ran).
+    fn answer_check(&self) -> &'static str {
+        let Some(expected) = self.query.answer_rows else { return "n/a" };
+        let counts: Vec<usize> = [&self.quiverdb, &self.memtable]
+            .into_iter()
+            .filter_map(|a| a.as_ref().ok())
+            .map(|a| a.rows.len())
+            .collect();
+        if counts.is_empty() {
+            "n/a"
+        } else if counts.iter().all(|&n| n == expected) {
+            "ok"
+        } else {
+            "mismatch"
+        }
+    }
+
+    /// Each failed side's error, in one line.
+    fn error(&self) -> Option<String> {
+        let errors: Vec<String> = [("quiverdb", &self.quiverdb), ("MemTable", &self.memtable)]
+            .into_iter()
+            .filter_map(|(side, result)| result.as_ref().err().map(|e| format!("{side}: {}", e.replace('\n', " "))))
+            .collect();
+        (!errors.is_empty()).then(|| errors.join("; "))
+    }
+
+    fn failed(&self) -> bool {
+        self.same_answer() != Some(true) || self.answer_check() == "mismatch"
+    }
+}
+
+/// A side's (plan ms, exec ms), if it ran.
+fn figures(side: &Result<Answer, String>) -> (Option<f64>, Option<f64>) {
+    side.as_ref().map_or((None, None), |a| (Some(a.plan_ms), Some(a.exec_ms)))
+}
+
+fn cell(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".to_string(), |v| format!("{v:.2}"))
+}
+
+fn json_number(v: Option<f64>) -> String {
+    v.filter(|v| v.is_finite()).map_or_else(|| "null".to_string(), |v| format!("{v:.4}"))
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Creates `table` in `db` with its batches' schema, appends them and
+/// rebuilds it into main storage (as `seed::load_sql_table` does).
+fn load_quiverdb(db: &Database, table: &tpch::Table) -> Result<(), BoxError> {
+    let first = table.batches.first().ok_or_else(|| format!("TPC-H table {} has no rows", table.name))?;
+    let stored = db.create_table(table.name, &first.schema(), TableOptions::default())?;
+    for batch in &table.batches {
+        stored.append(batch)?;
+    }
+    stored.rebuild()?;
+    db.wait_for_background_rebuilds();
+    Ok(())
+}
+
+/// Registers `table` in `ctx` as a `MemTable`, its batches round-robin
+/// over `partitions` partitions.
+fn register_memtable(ctx: &SessionContext, table: &tpch::Table, partitions: usize) -> Result<(), BoxError> {
+    let first = table.batches.first().ok_or_else(|| format!("TPC-H table {} has no rows", table.name))?;
+    let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions];
+    for (i, b) in table.batches.iter().enumerate() {
+        parts[i % partitions].push(b.clone());
+    }
+    ctx.register_table(table.name, Arc::new(MemTable::try_new(first.schema(), parts)?))?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let flags = seed::flags()?;
+    let sf = match flags.iter().find(|(n, _)| n == "sf") {
+        None => 1.0,
+        Some((_, v)) => v.parse::<f64>().map_err(|e| format!("--sf {v}: {e}"))?,
+    };
+    if !sf.is_finite() || sf <= 0.0 {
+        return Err(format!("--sf {sf}: expected a positive scale factor").into());
+    }
+    let partitions = seed::flag(&flags, "partitions", 2)?.max(1);
+    let runs = seed::flag(&flags, "runs", 3)?.max(1);
+    let explain = seed::flag(&flags, "explain", 0)? != 0;
+    let only = match flags.iter().find(|(n, _)| n == "query") {
+        None => None,
+        Some((_, v)) => Some(query_number(v)?),
+    };
+    let to_run =
+        (1..=22).filter(|&n| only.is_none_or(|o| o == n)).map(|n| tpch_query(n, sf)).collect::<Result<Vec<_>, _>>()?;
+
+    let start = Instant::now();
+    let threads = std::thread::available_parallelism().map_or(2, usize::from);
+    let tables = tpch::generate(sf, seed::BATCH_ROWS, threads);
+    let generate_s = start.elapsed().as_secs_f64();
+    let total_rows: usize = tables.iter().map(tpch::Table::rows).sum();
+    eprintln!("generated TPC-H SF {sf}: {total_rows} rows in {generate_s:.1} s");
+
+    let start = Instant::now();
+    let db = Database::new();
+    for table in &tables {
+        load_quiverdb(&db, table)?;
+    }
+    let quiverdb_load_s = start.elapsed().as_secs_f64();
+    let quiver = quiverdb::session_context_with(
+        &db,
+        SessionOptions { target_partitions: partitions, batch_size: seed::BATCH_ROWS, ..SessionOptions::default() },
+    );
+
+    let start = Instant::now();
+    let config = SessionConfig::new().with_target_partitions(partitions).with_batch_size(seed::BATCH_ROWS);
+    let memtable = SessionContext::new_with_config(config);
+    for table in &tables {
+        register_memtable(&memtable, table, partitions)?;
+    }
+    let memtable_load_s = start.elapsed().as_secs_f64();
+    eprintln!("loaded: quiverdb {quiverdb_load_s:.1} s, MemTable {memtable_load_s:.2} s");
+
+    let mut outcomes = Vec::new();
+    for query in to_run {
+        let quiverdb = run_query(&quiver, "quiverdb", &query, runs, explain).await.map_err(|e| e.to_string());
+        let memtable = run_query(&memtable, "MemTable", &query, runs, explain).await.map_err(|e| e.to_string());
+        for (side, result) in [("quiverdb", &quiverdb), ("MemTable", &memtable)] {
+            if let Err(e) = result {
+                eprintln!("{} failed on {side}: {e}", query.name);
+            }
+        }
+        let outcome = Outcome { query, quiverdb, memtable };
+        let ((_, qe), (_, me)) = (figures(&outcome.quiverdb), figures(&outcome.memtable));
+        eprintln!("{}: quiverdb exec {} ms, MemTable exec {} ms", outcome.query.name, cell(qe), cell(me));
+        outcomes.push(outcome);
+    }
+
+    println!("TPC-H SF {sf}, {partitions} partitions; medians of {runs} runs after {WARM_UP} warm-up run\n");
+    println!(
+        "| query | quiverdb plan ms | quiverdb exec ms | MemTable plan ms | MemTable exec ms | exec ratio | rows | same answer | answer set rows | error |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for o in &outcomes {
+        let ((qp, qe), (mp, me)) = (figures(&o.quiverdb), figures(&o.memtable));
+        let same = match o.same_answer() {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "ERROR",
+        };
+        let row_cell = match o.both() {
+            Some((q, m)) if q.rows.len() != m.rows.len() => format!("{}/{}", q.rows.len(), m.rows.len()),
+            _ => o.row_count().map_or_else(|| "—".to_string(), |n| n.to_string()),
+        };
+        let error: String = o
+            .error()
+            .map(|e| e.chars().map(|c| if c == '|' { '/' } else { c }).take(ERROR_CHARS).collect())
+            .unwrap_or_default();
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {row_cell} | {same} | {} | {error} |",
+            o.query.name,
+            cell(qp),
+            cell(qe),
+            cell(mp),
+            cell(me),
+            o.exec_ratio().map_or_else(|| "—".to_string(), |r| format!("{r:.2}×")),
+            o.answer_check(),
+        );
+    }
+    let both: Vec<(&Answer, &Answer)> = outcomes.iter().filter_map(Outcome::both).collect();
+    let quiverdb_sum: f64 = both.iter().map(|(q, _)| q.exec_ms).sum();
+    let memtable_sum: f64 = both.iter().map(|(_, m)| m.exec_ms).sum();
+    let ratio_of_sums = memtable_sum / quiverdb_sum;
+    println!("| sum of {} | | {quiverdb_sum:.2} | | {memtable_sum:.2} | {ratio_of_sums:.2}× | | | | |", both.len());
+    println!(
+        "\ngenerated in {generate_s:.1} s; loaded into quiverdb (append + rebuild into main) in {quiverdb_load_s:.2} s, \
+         into MemTable in {memtable_load_s:.2} s"
+    );
+
+    let json: Vec<String> = outcomes
+        .iter()
+        .map(|o| {
+            let ((qp, qe), (mp, me)) = (figures(&o.quiverdb), figures(&o.memtable));
+            format!(
+                "{{\"query\":\"{}\",\"quiverdb_plan_ms\":{},\"quiverdb_exec_ms\":{},\"memtable_plan_ms\":{},\"memtable_exec_ms\":{},\"exec_ratio\":{},\"rows\":{},\"same_answer\":{},\"answer_rows\":\"{}\",\"error\":{}}}",
+                o.query.name,
+                json_number(qp),
+                json_number(qe),
+                json_number(mp),
+                json_number(me),
+                json_number(o.exec_ratio()),
+                o.row_count().map_or_else(|| "null".to_string(), |n| n.to_string()),
+                o.same_answer().map_or_else(|| "null".to_string(), |s| s.to_string()),
+                o.answer_check(),
+                o.error().map_or_else(|| "null".to_string(), |e| json_string(&e)),
+            )
+        })
+        .collect();
+    println!(
+        "\n{{\"sf\":{sf},\"partitions\":{partitions},\"runs\":{runs},\"quiverdb_load_s\":{},\"memtable_load_s\":{},\"quiverdb_exec_sum_ms\":{},\"memtable_exec_sum_ms\":{},\"exec_ratio_of_sums\":{},\"queries\":[{}]}}",
+        json_number(Some(quiverdb_load_s)),
+        json_number(Some(memtable_load_s)),
+        json_number(Some(quiverdb_sum)),
+        json_number(Some(memtable_sum)),
+        json_number(Some(ratio_of_sums)),
+        json.join(",")
+    );
+
+    let failed: Vec<&str> = outcomes.iter().filter(|o| o.failed()).map(|o| o.query.name.as_str()).collect();
+    if !failed.is_empty() {
+        return Err(format!("answers differ, miss the answer set's row count or failed: {}", failed.join(", ")).into());
+    }
+    Ok(())
+}
