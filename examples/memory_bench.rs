@@ -278,7 +278,10 @@ fn tpch(
     memory_limit: Option<String>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
-    let tables = tpch::generate(sf, 65_536, 2);
+    // Batches of 8,192 rows: one Flight message each (arrow-flight splits
+    // larger ones by rows, and each part of a string view column then
+    // carries all of its buffers).
+    let tables = tpch::generate(sf, 8192, 2);
     let rows: usize = tables.iter().map(tpch::Table::rows).sum();
     let arrow_bytes: usize = tables.iter().map(tpch::Table::arrow_bytes).sum();
     eprintln!(
@@ -286,7 +289,7 @@ fn tpch(
         mib(arrow_bytes as u64),
         t.elapsed().as_secs_f64()
     );
-    let warm_up = tpch::generate(0.01, 65_536, 2);
+    let warm_up = tpch::generate(0.01, 8192, 2);
     let dir = data_dir.as_ref().map(|d| d.display().to_string());
     let mut args: Vec<&str> = match &dir {
         Some(d) => {

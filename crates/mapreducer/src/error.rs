@@ -37,6 +37,11 @@ pub enum Error {
     #[error(transparent)]
     Arrow(#[from] std::sync::Arc<ArrowError>),
 
+    /// The memory the aggregation's groups take would pass its budget
+    /// (see [`crate::MemoryBudget`]).
+    #[error("resources exhausted: {0}")]
+    ResourcesExhausted(String),
+
     /// An invariant was violated: this is a bug in quiverdb.
     #[error("internal error (this is a bug in quiverdb, please report it): {0}")]
     Internal(String),

@@ -75,7 +75,7 @@ mod shard;
 mod test_tables;
 mod vector;
 
-pub use aggregate::{AggFunc, Aggregate, AggregateAcc, AggregateKernel, AggregateOutput, AggregateSpec};
+pub use aggregate::{AggFunc, Aggregate, AggregateAcc, AggregateKernel, AggregateOutput, AggregateSpec, MemoryBudget};
 pub use columns::{ColumnSource, Scratch, ShardColumns, domain_of, key_to_num};
 pub use error::{Error, Result};
 pub use expr::{ArithOp, CompiledExpr, MapExpr, Operand, Side};

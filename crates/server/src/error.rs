@@ -49,6 +49,12 @@ impl From<Error> for DataFusionError {
         match e {
             Error::DataFusion(inner) => inner,
             Error::Unsupported(msg) => DataFusionError::NotImplemented(msg),
+            // A scan that passed the memory limit fails as DataFusion's
+            // operators do.
+            Error::MapReduce(quiverdb_mapreducer::Error::ResourcesExhausted(msg))
+            | Error::Scan(quiverdb_scan::Error::MapReduce(quiverdb_mapreducer::Error::ResourcesExhausted(msg))) => {
+                DataFusionError::ResourcesExhausted(msg)
+            }
             other => DataFusionError::External(Box::new(other)),
         }
     }
@@ -190,6 +196,7 @@ impl ErrorKind {
         match e {
             M::InvalidExpression(_) | M::DivideByZero | M::Overflow(_) => Self::InvalidInput,
             M::Unsupported(_) => Self::NotSupported,
+            M::ResourcesExhausted(_) => Self::ResourceExhausted,
             M::Storage(e) => Self::of_storage(e),
             M::Arrow(e) => Self::of_arrow(e),
             _ => Self::Internal,

@@ -174,6 +174,12 @@ impl Database {
         self.checkpoint()
     }
 
+    /// The durable side, for test support ([`crate::testing`]).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn durable_for_tests(&self) -> Option<&Durable> {
+        self.durable()
+    }
+
     fn durable(&self) -> Option<&Durable> {
         self.inner.durable.get()
     }
@@ -590,6 +596,10 @@ fn background_checkpoints(db: &Weak<DbInner>, every: u64) {
         let Some(durable) = db.durable() else { return };
         match durable.checkpoint_due(every) {
             Ok(true) => {
+                // Shards that filled up are rebuilt first: a checkpoint
+                // then writes their compressed main storage rather than
+                // their delta rows (after a bulk load, many times larger).
+                db.wait_for_background_rebuilds();
                 if db.checkpoint().is_err() {
                     return; // the database is read-only now
                 }

@@ -345,7 +345,7 @@ impl<'t> Transaction<'t> {
         if let Some(log) = &mut self.log
             && n > 0
         {
-            log.appends.push(batch.clone());
+            log.appends.push(crate::durable::record::log_form(batch));
         }
         Ok(n)
     }

@@ -20,6 +20,15 @@ use crate::error::Result;
 pub use crate::durable::io::{AppendFile, StorageIo};
 pub use crate::durable::simulated::SimulatedIo;
 
+/// Makes `db`'s log split every record larger than `bytes` into frames of
+/// at most `bytes` (as it does records over a gigabyte), so tests reach
+/// that path with little data. No effect on an in-memory database.
+pub fn set_log_frame_bytes(db: &Database, bytes: usize) {
+    if let Some(durable) = db.durable_for_tests() {
+        durable.wal().set_frame_bytes(bytes);
+    }
+}
+
 /// Opens the data directory `dir` through `io` (for tests that inject
 /// faults), with no directory lock.
 pub fn open_with_io(io: Arc<dyn StorageIo>, dir: impl AsRef<Path>, options: DurableOptions) -> Result<Database> {

@@ -43,6 +43,7 @@ impl AggregateSpec {
             states,
             deferred: 0,
             error: None,
+            reported: 0,
         }))
     }
 }
@@ -69,6 +70,10 @@ pub(super) struct AccState {
     /// in when the shard is finished ([`ByCode`]).
     pub(super) deferred: u32,
     pub(super) error: Option<Error>,
+    /// Bytes last reported to the spec's [`MemoryBudget`].
+    ///
+    /// [`MemoryBudget`]: super::spec::MemoryBudget
+    pub(super) reported: usize,
 }
 
 /// The result of an aggregation: one row per group.
@@ -113,7 +118,29 @@ impl AggregateAcc {
 }
 
 impl AccState {
+    /// Heap bytes the groups and states hold (hash tables by capacity).
+    pub(super) fn size_bytes(&self) -> usize {
+        self.groups.size_bytes() + self.states.iter().map(StateColumn::size_bytes).sum::<usize>()
+    }
+
+    /// Reports the accumulator's size to the spec's budget (after each
+    /// shard); a refusal becomes the accumulator's error, after which it
+    /// takes no more rows.
+    pub(super) fn charge(&mut self) {
+        let Some(budget) = &self.spec.budget else { return };
+        if self.error.is_some() {
+            return;
+        }
+        let size = self.size_bytes();
+        match budget.resize(self.reported, size) {
+            Ok(()) => self.reported = size,
+            Err(reason) => self.error = Some(Error::ResourcesExhausted(reason)),
+        }
+    }
+
     fn merge(&mut self, other: AccState) {
+        // What the other held is now this one's to report.
+        self.reported += other.reported;
         if let Err(e) = self.check_finished().and(other.check_finished()) {
             self.error.get_or_insert(e);
         }

@@ -309,7 +309,50 @@ pub(crate) struct Groups {
     pub(crate) len: usize,
 }
 
+/// Heap bytes of a hash map of `capacity` entries of `entry` bytes (its
+/// buckets and one control byte each).
+fn table_bytes(capacity: usize, entry: usize) -> usize {
+    capacity * (entry + 1)
+}
+
+impl KeyMap {
+    /// Heap bytes held (estimated from capacities).
+    pub(crate) fn size_bytes(&self) -> usize {
+        match self {
+            KeyMap::I64(m) => {
+                m.window.capacity() * 4
+                    + table_bytes(m.hash.capacity(), size_of::<(i64, KeyId)>())
+                    + m.values.capacity() * 8
+            }
+            KeyMap::U64(m) | KeyMap::F64(m) => m.size_bytes(),
+            KeyMap::I128(m) => m.size_bytes(),
+            KeyMap::Bytes(m) => {
+                // Each key is boxed once in the table (with the
+                // allocator's rounding) and copied once into the arena.
+                table_bytes(m.hash.capacity(), size_of::<(Box<[u8]>, KeyId)>())
+                    + m.arena.len().next_multiple_of(16)
+                    + m.spans.len() * 16
+                    + m.arena.capacity()
+                    + m.spans.capacity() * size_of::<(usize, usize)>()
+            }
+        }
+    }
+}
+
+impl<T> HashMapKeys<T> {
+    fn size_bytes(&self) -> usize {
+        table_bytes(self.hash.capacity(), size_of::<(T, KeyId)>()) + self.values.capacity() * size_of::<T>()
+    }
+}
+
 impl Groups {
+    /// Heap bytes held by the keys and the composite-key table.
+    pub(crate) fn size_bytes(&self) -> usize {
+        self.keys.iter().map(KeyMap::size_bytes).sum::<usize>()
+            + table_bytes(self.composite.capacity(), size_of::<([KeyId; MAX_KEYS], u32)>())
+            + self.tuples.capacity() * size_of::<[KeyId; MAX_KEYS]>()
+    }
+
     pub(crate) fn new(keys: Vec<KeyMap>) -> Self {
         let len = if keys.is_empty() { 1 } else { 0 };
         Self { keys, composite: HashMap::new(), tuples: Vec::new(), len }

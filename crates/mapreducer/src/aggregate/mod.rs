@@ -29,4 +29,4 @@ mod ungrouped;
 
 pub use acc::{AggregateAcc, AggregateOutput};
 pub use kernel::AggregateKernel;
-pub use spec::{AggFunc, Aggregate, AggregateSpec};
+pub use spec::{AggFunc, Aggregate, AggregateSpec, MemoryBudget};

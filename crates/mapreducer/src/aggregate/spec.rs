@@ -2,6 +2,8 @@
 //! aggregation (group keys and aggregates over one table) with the state
 //! kind and output type of each aggregate.
 
+use std::sync::Arc;
+
 use arrow_schema::DataType;
 use quiverdb_storage::TableSchema;
 
@@ -49,8 +51,18 @@ impl Aggregate {
     }
 }
 
+/// Bounds the memory an aggregation's accumulators hold. Each accumulator
+/// reports its size after every shard as a change from what it reported
+/// before; a refused change stops it with
+/// [`Error::ResourcesExhausted`](crate::Error::ResourcesExhausted).
+pub trait MemoryBudget: std::fmt::Debug + Send + Sync {
+    /// An accumulator that held `from` bytes now holds `to`; `Err` (with
+    /// the reason) refuses the growth.
+    fn resize(&self, from: usize, to: usize) -> std::result::Result<(), String>;
+}
+
 /// A validated aggregation: group keys and aggregates over one table.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AggregateSpec {
     pub(super) schema: TableSchema,
     pub(super) group_by: Vec<MapExpr>,
@@ -58,6 +70,7 @@ pub struct AggregateSpec {
     pub(super) key_types: Vec<DataType>,
     pub(super) kinds: Vec<StateKind>,
     pub(super) output_types: Vec<DataType>,
+    pub(super) budget: Option<Arc<dyn MemoryBudget>>,
 }
 
 impl AggregateSpec {
@@ -104,7 +117,13 @@ impl AggregateSpec {
             kinds.push(kind);
             output_types.push(out);
         }
-        Ok(Self { schema: schema.clone(), group_by, aggregates, key_types, kinds, output_types })
+        Ok(Self { schema: schema.clone(), group_by, aggregates, key_types, kinds, output_types, budget: None })
+    }
+
+    /// The same aggregation with its accumulators' memory bounded by
+    /// `budget`.
+    pub fn with_budget(&self, budget: Arc<dyn MemoryBudget>) -> Self {
+        Self { budget: Some(budget), ..self.clone() }
     }
 
     /// The group keys.

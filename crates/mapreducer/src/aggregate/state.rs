@@ -65,6 +65,10 @@ pub(crate) struct SignedSums {
 }
 
 impl SignedSums {
+    fn size_bytes(&self) -> usize {
+        self.partial.capacity() * 8 + self.total.capacity() * 16
+    }
+
     fn resize(&mut self, groups: usize) {
         self.partial.resize(groups, 0);
         self.total.resize(groups, 0);
@@ -113,6 +117,28 @@ pub(crate) enum StateColumn {
     MinMaxF { v: Vec<f64>, has: Vec<bool> },
     MinMaxD { v: Vec<i128>, has: Vec<bool> },
     MinMaxB { v: Vec<Vec<u8>>, has: Vec<bool> },
+}
+
+impl StateColumn {
+    /// Heap bytes held (by capacity; a MIN or MAX of strings adds an
+    /// estimate of 32 bytes a value rather than a pass over every group).
+    pub(crate) fn size_bytes(&self) -> usize {
+        fn cap<T>(v: &Vec<T>) -> usize {
+            v.capacity() * size_of::<T>()
+        }
+        match self {
+            StateColumn::Count(n) => cap(n),
+            StateColumn::SumI { sum, n } => sum.size_bytes() + cap(n),
+            StateColumn::SumU { sum, n } => cap(sum) + cap(n),
+            StateColumn::SumF { sum, n } => cap(sum) + cap(n),
+            StateColumn::SumD { sum, n } => cap(sum) + cap(n),
+            StateColumn::MinMaxI { v, has } => cap(v) + cap(has),
+            StateColumn::MinMaxU { v, has } => cap(v) + cap(has),
+            StateColumn::MinMaxF { v, has } => cap(v) + cap(has),
+            StateColumn::MinMaxD { v, has } => cap(v) + cap(has),
+            StateColumn::MinMaxB { v, has } => cap(v) + cap(has) + v.len() * 32,
+        }
+    }
 }
 
 /// True when `a` should replace `b` as the best (smaller for MIN, larger for MAX).

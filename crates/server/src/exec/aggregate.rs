@@ -1,22 +1,40 @@
 //! [`QuiverAggregateExec`]: an aggregation run inside the scan.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{DataType, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
-use quiverdb_mapreducer::{AggFunc, AggregateKernel, AggregateSpec};
+use quiverdb_mapreducer::{AggFunc, AggregateKernel, AggregateSpec, MemoryBudget};
 use quiverdb_scan::scan;
 use quiverdb_storage::TableSchema;
 
 use super::stream::once_stream;
 use super::{ScanSource, leaf_plan, write_shards};
 use crate::error::Error;
+
+/// A [`MemoryBudget`] drawn from DataFusion's memory pool (released when
+/// the aggregation's stream is done with it).
+#[derive(Debug)]
+struct PoolBudget(Mutex<MemoryReservation>);
+
+impl MemoryBudget for PoolBudget {
+    fn resize(&self, from: usize, to: usize) -> std::result::Result<(), String> {
+        let reservation = self.0.lock().map_err(|_| "a thread panicked while holding the budget".to_string())?;
+        if to > from {
+            reservation.try_grow(to - from).map_err(|e| crate::error::error_message(&e))
+        } else {
+            reservation.shrink((from - to).min(reservation.size()));
+            Ok(())
+        }
+    }
+}
 
 /// What an aggregation emits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,13 +130,17 @@ impl ExecutionPlan for QuiverAggregateExec {
 
     leaf_plan!();
 
-    fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let shards =
             self.groups.get(partition).cloned().ok_or_else(|| {
                 DataFusionError::Internal(format!("QuiverAggregateExec has no partition {partition}"))
             })?;
         let source = self.source.clone();
-        let spec = Arc::clone(&self.spec);
+        // The groups the scan gathers count against the query's memory
+        // limit, as DataFusion's own aggregates do.
+        let reservation =
+            MemoryConsumer::new(format!("QuiverAggregateExec[{partition}]")).register(context.memory_pool());
+        let spec = Arc::new(self.spec.with_budget(Arc::new(PoolBudget(Mutex::new(reservation)))));
         let mode = self.mode;
         let threads = if mode == AggregateOutputMode::Final { self.threads } else { 1 };
         let schema = self.schema();
@@ -140,5 +162,57 @@ impl ExecutionPlan for QuiverAggregateExec {
             let columns = output.keys.into_iter().chain(output.values).collect();
             Ok(vec![RecordBatch::try_new(schema, columns)?])
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, RecordBatch, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    use datafusion::error::DataFusionError;
+    use datafusion::physical_plan::displayable;
+    use quiverdb_storage::{Database, TableOptions};
+
+    use crate::SessionOptions;
+
+    /// 200,000 rows, every `c` distinct, `k` one of ten.
+    fn table(db: &Database) {
+        let schema = Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("c", DataType::Utf8, false)]);
+        let t = db.create_table("t", &schema, TableOptions::default()).expect("create");
+        let n = 200_000i64;
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from_iter_values((0..n).map(|i| i % 10))),
+                Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("a distinct comment, number {i}")))),
+            ],
+        )
+        .expect("batch");
+        t.append(&batch).expect("append");
+        t.rebuild().expect("rebuild");
+    }
+
+    #[tokio::test]
+    async fn groups_gathered_in_the_scan_count_against_the_memory_limit() {
+        let db = Database::new();
+        table(&db);
+        let sql = "SELECT c, COUNT(*) FROM t GROUP BY c";
+        let limited = crate::session_context_with(
+            &db,
+            SessionOptions { memory_limit: Some(4 << 20), target_partitions: 2, ..SessionOptions::default() },
+        );
+        let plan = limited.sql(sql).await.expect("plans").create_physical_plan().await.expect("plans");
+        let text = displayable(plan.as_ref()).indent(false).to_string();
+        assert!(text.contains("QuiverAggregateExec"), "the scan aggregates:\n{text}");
+        let e = limited.sql(sql).await.expect("plans").collect().await.expect_err("200,000 groups in 4 MiB");
+        assert!(matches!(e.find_root(), DataFusionError::ResourcesExhausted(_)), "{e}");
+        // Few groups fit; without a limit, every group is there.
+        let few = limited.sql("SELECT k, COUNT(*) FROM t GROUP BY k").await.expect("plans").collect().await;
+        assert_eq!(few.expect("ten groups").iter().map(|b| b.num_rows()).sum::<usize>(), 10);
+        let unlimited = crate::session_context_with(&db, SessionOptions::default());
+        let all = unlimited.sql(sql).await.expect("plans").collect().await.expect("no limit");
+        assert_eq!(all.iter().map(|b| b.num_rows()).sum::<usize>(), 200_000);
     }
 }

@@ -37,6 +37,12 @@ pub(super) const HEADER: usize = 13;
 /// The largest payload a frame may carry.
 pub(super) const MAX_PAYLOAD: usize = 1 << 30;
 
+/// The type of a frame holding a part of a record too large for one
+/// frame: the record is the payloads of a run of such frames and of the
+/// frame after them, which has the record's type. Written together (one
+/// write, one segment); a run the log ends in is a torn tail.
+pub(super) const CONTINUED: u8 = 255;
+
 /// Appends one frame holding `payload` of type `kind` to `out`.
 #[cfg(test)]
 pub(super) fn encode(kind: u8, payload: &[u8], out: &mut Vec<u8>) {
@@ -151,6 +157,53 @@ impl FrameBuf {
         }
         crc = crc32c::crc32c_append(crc, &payload[from..]);
         write_header(&mut before[start.at..], kind, len, crc);
+    }
+
+    /// Splits the payload appended since `start` into frames of at most
+    /// `max` bytes each: [`CONTINUED`] frames, then one of type `kind`
+    /// (large buffers stay shared, sliced where a frame ends inside one).
+    /// Returns the number of frames.
+    pub(crate) fn split(&mut self, start: FrameStart, kind: u8, max: usize) -> usize {
+        assert!(max > 0, "frames hold at least a byte");
+        // The payload as pieces in order: copied bytes, shared buffers.
+        let payload_at = start.at + HEADER;
+        let inline = self.bytes.split_off(payload_at);
+        let shared = self.shared.split_off(start.shared);
+        self.truncate(start);
+        let mut pieces: Vec<Buffer> = Vec::with_capacity(2 * shared.len() + 1);
+        let inline = Buffer::from_vec(inline);
+        let mut from = 0;
+        for (at, buffer) in shared {
+            let at = at - payload_at;
+            if at > from {
+                pieces.push(inline.slice_with_length(from, at - from));
+            }
+            pieces.push(buffer);
+            from = at;
+        }
+        if inline.len() > from {
+            pieces.push(inline.slice_with_length(from, inline.len() - from));
+        }
+        let total: usize = pieces.iter().map(Buffer::len).sum();
+        let frames = total.div_ceil(max).max(1);
+        let mut pieces = pieces.into_iter().peekable();
+        let mut offset = 0; // into the next piece
+        for f in 0..frames {
+            let frame = self.start();
+            let mut room = if f + 1 == frames { total - f * max } else { max };
+            while room > 0 {
+                let Some(piece) = pieces.peek() else { break };
+                let n = (piece.len() - offset).min(room);
+                self.push_buffer(piece.slice_with_length(offset, n));
+                (room, offset) = (room - n, offset + n);
+                if offset == piece.len() {
+                    pieces.next();
+                    offset = 0;
+                }
+            }
+            self.seal(frame, if f + 1 == frames { kind } else { CONTINUED });
+        }
+        frames
     }
 
     /// Drops the frame started at `start` and everything after it.
@@ -317,6 +370,37 @@ mod tests {
 
     fn kinds(frames: &[Frame<'_>]) -> Vec<u8> {
         frames.iter().map(|f| f.kind).collect()
+    }
+
+    #[test]
+    fn split_frames_hold_the_payload_in_order() {
+        // A payload of copied bytes and shared buffers, split at every
+        // size from a byte to more than all of it.
+        let shared = [Buffer::from_vec(vec![7u8; 5000]), Buffer::from_vec((0..=255u8).cycle().take(9000).collect())];
+        for max in [1, 13, 1000, 4096, 5000, 20_000] {
+            let mut buf = FrameBuf::default();
+            let before = buf.start();
+            buf.bytes().extend_from_slice(b"first");
+            buf.seal(before, 1);
+            let start = buf.start();
+            buf.bytes().extend_from_slice(b"head");
+            buf.push_buffer(shared[0].clone());
+            buf.bytes().extend_from_slice(&[1, 2, 3]);
+            buf.push_buffer(shared[1].clone());
+            buf.bytes().extend_from_slice(b"tail");
+            let payload = [&b"head"[..], &shared[0], &[1, 2, 3], &shared[1], b"tail"].concat();
+            let n = buf.split(start, 9, max);
+            assert_eq!(n, payload.len().div_ceil(max), "max {max}");
+            let bytes = buf.into_bytes();
+            let (frames, end) = scan(&bytes).unwrap();
+            assert_eq!(end, End::Clean { offset: bytes.len() as u64 });
+            assert_eq!(frames.len(), 1 + n);
+            assert_eq!((frames[0].kind, frames[0].payload), (1, &b"first"[..]));
+            let parts = &frames[1..];
+            assert!(parts[..n - 1].iter().all(|f| f.kind == CONTINUED && f.payload.len() == max));
+            assert_eq!(parts[n - 1].kind, 9);
+            assert_eq!(parts.iter().flat_map(|f| f.payload.iter().copied()).collect::<Vec<u8>>(), payload);
+        }
     }
 
     #[test]

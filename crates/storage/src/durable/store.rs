@@ -177,6 +177,12 @@ impl Durable {
     }
 
     /// What the log has done since the directory was opened.
+    /// The log, for tests that change how it splits records.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn wal(&self) -> &Wal {
+        &self.wal
+    }
+
     pub(crate) fn log_stats(&self) -> Result<LogStats> {
         self.wal.stats()
     }

@@ -26,7 +26,7 @@
 //! in the last segment after its last complete record.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -137,15 +137,38 @@ pub(crate) fn read_log(io: &dyn StorageIo, dir: &Path) -> Result<LogContents> {
         out.end = Some((path.clone(), end.offset()));
         let mut lsn = *first;
         let segment: Arc<Path> = Arc::from(path.as_path());
+        // The parts of a split record read so far: its first frame's
+        // offset, their payloads, and how many.
+        let mut parts: Option<(u64, Vec<u8>, u64)> = None;
         for f in frames {
-            out.records.push(Record {
-                lsn,
-                kind: f.kind,
-                payload: f.payload.to_vec(),
-                segment: Arc::clone(&segment),
-                offset: f.offset,
-            });
+            if f.kind == frame::CONTINUED {
+                let (_, payload, n) = parts.get_or_insert_with(|| (f.offset, Vec::new(), 0));
+                payload.extend_from_slice(f.payload);
+                *n += 1;
+                lsn += 1;
+                continue;
+            }
+            let (offset, payload) = match parts.take() {
+                Some((offset, mut payload, _)) => {
+                    payload.extend_from_slice(f.payload);
+                    (offset, payload)
+                }
+                None => (f.offset, f.payload.to_vec()),
+            };
+            out.records.push(Record { lsn, kind: f.kind, payload, segment: Arc::clone(&segment), offset });
             lsn += 1;
+        }
+        if let Some((offset, _, n)) = parts {
+            // Parts of a record whose last frame was never written: a
+            // split record is written at once, so only a crash leaves this,
+            // and only at the end of the log.
+            if i + 1 != segments.len() {
+                return Err(corrupt(offset, "incomplete split record before the last segment".into()));
+            }
+            let data = frame::data_end(&bytes[offset as usize..]) as u64;
+            out.torn = Some((path.clone(), offset, data));
+            out.end = Some((path.clone(), offset));
+            lsn -= n;
         }
         next = Some(lsn);
     }
@@ -172,6 +195,9 @@ struct Inner {
     flushed: Condvar,
     /// The data directory's lock, held while anything can still append.
     lock: OnceLock<DirLock>,
+    /// The largest frame payload written: a larger record is split
+    /// ([`frame::MAX_PAYLOAD`]; tests lower it).
+    frame_bytes: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -297,6 +323,7 @@ impl Wal {
             state: Mutex::default(),
             flushed: Condvar::new(),
             lock: OnceLock::new(),
+            frame_bytes: AtomicUsize::new(frame::MAX_PAYLOAD),
         };
         let segment = match &contents.end {
             Some((path, offset)) if *offset < segment_bytes => {
@@ -368,21 +395,27 @@ impl Wal {
                 return Err(e);
             }
         };
-        if len > frame::MAX_PAYLOAD {
-            state.buffer.truncate(start);
-            return Err(Error::InvalidOption {
-                option: "log record",
-                reason: format!(
-                    "{len} bytes is more than the {} a record (one transaction) may hold",
-                    frame::MAX_PAYLOAD
-                ),
-            });
-        }
-        state.buffer.seal(start, kind);
-        state.appended_bytes += (frame::HEADER + len) as u64;
+        let max = self.inner.frame_bytes.load(Ordering::Relaxed);
+        let frames = if len > max {
+            // A record too large for one frame (a bulk load in one
+            // transaction) goes in parts, all in this one write.
+            state.buffer.split(start, kind, max)
+        } else {
+            state.buffer.seal(start, kind);
+            1
+        };
+        state.appended_bytes += (frames * frame::HEADER + len) as u64;
         state.appended += 1;
-        state.last_lsn += 1;
+        state.last_lsn += frames as u64;
         Ok(state.last_lsn)
+    }
+
+    /// Splits records larger than `bytes` into frames of at most `bytes`
+    /// (as records over [`frame::MAX_PAYLOAD`] are), so tests can write
+    /// split records without gigabytes of data.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn set_frame_bytes(&self, bytes: usize) {
+        self.inner.frame_bytes.store(bytes.clamp(1, frame::MAX_PAYLOAD), Ordering::Relaxed);
     }
 
     /// Waits until record `lsn` is as durable as the sync mode promises.
