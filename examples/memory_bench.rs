@@ -318,8 +318,8 @@ fn tpch(
     let mut client = client;
     let table_stats = runtime.block_on(query(
         &mut client,
-        "SELECT table_name, CAST(rows AS BIGINT), CAST(main_bytes AS BIGINT), CAST(total_bytes AS BIGINT) \
-         FROM quiverdb.system.tables",
+        "SELECT table_name, CAST(rows AS BIGINT), CAST(main_bytes AS BIGINT), CAST(total_bytes AS BIGINT), \
+         CAST(main_rows AS BIGINT) FROM quiverdb.system.tables",
     ))?;
     let column_stats = runtime.block_on(query(
         &mut client,
@@ -329,30 +329,34 @@ fn tpch(
 
     println!("TPC-H SF {sf}: {rows} rows, {:.1} MiB of Arrow", mib(arrow_bytes as u64));
     println!();
-    println!("| table | rows | load s (2 streams) | rows/s | main MB | bytes/row |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    let mut main_total = 0i64;
+    println!("| table | rows | load s (2 streams) | rows/s | rows in main | main MB | main bytes/row | all MB |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let (mut main_total, mut all_total) = (0i64, 0i64);
     let mut table_rows = std::collections::HashMap::new();
     for table in tpch::TABLES {
         let Some(stat) = table_stats.iter().find(|r| r[0] == table) else { continue };
-        let (n, main) = (stat[1].parse::<i64>()?, stat[2].parse::<i64>()?);
-        table_rows.insert(table, n);
+        let (n, main, total, main_rows) =
+            (stat[1].parse::<i64>()?, stat[2].parse::<i64>()?, stat[3].parse::<i64>()?, stat[4].parse::<i64>()?);
+        table_rows.insert(table, main_rows);
         main_total += main;
+        all_total += total;
         let secs = load_times.iter().find(|(name, _)| *name == table).map_or(f64::NAN, |(_, s)| *s);
         println!(
-            "| {table} | {n} | {secs:.2} | {:.2}M | {:.1} | {:.2} |",
+            "| {table} | {n} | {secs:.2} | {:.2}M | {main_rows} | {:.1} | {:.2} | {:.1} |",
             n as f64 / secs / 1e6,
             main as f64 / 1e6,
-            main as f64 / n.max(1) as f64
+            main as f64 / main_rows.max(1) as f64,
+            total as f64 / 1e6
         );
     }
     println!(
-        "| all | {rows} | {load_secs:.2} | {:.2}M | {:.1} | |",
+        "| all | {rows} | {load_secs:.2} | {:.2}M | | {:.1} | | {:.1} |",
         rows as f64 / load_secs / 1e6,
-        main_total as f64 / 1e6
+        main_total as f64 / 1e6,
+        all_total as f64 / 1e6
     );
     println!();
-    println!("| column | type | encodings | main MB | bytes/row |");
+    println!("| column | type | encodings | main MB | main bytes/row |");
     println!("|---|---|---|---:|---:|");
     for table in tpch::TABLES {
         for c in column_stats.iter().filter(|r| r[0] == table) {
