@@ -24,18 +24,16 @@
 
 #[path = "common/seed.rs"]
 mod seed;
+#[path = "common/timing.rs"]
+mod timing;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use arrow_array::RecordBatch;
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::catalog::MemTable;
-use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use quiverdb::{Database, SessionOptions};
-
-type BoxError = Box<dyn std::error::Error>;
+use timing::{BoxError, measure, plan, rows};
 
 /// One benchmark query.
 struct Query {
@@ -75,62 +73,10 @@ fn queries() -> Vec<Query> {
     ]
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn ms(start: Instant) -> f64 {
-    start.elapsed().as_secs_f64() * 1e3
-}
-
-/// Plans `sql` (SQL → optimized physical plan).
-async fn plan(ctx: &SessionContext, sql: &str) -> Result<Arc<dyn ExecutionPlan>, BoxError> {
-    Ok(ctx.sql(sql).await?.create_physical_plan().await?)
-}
-
 /// Runs of each query before the measured ones. With one, Q1 (the same
 /// plan on both sides, about 10 µs a run) came out at 0.7–0.8× in some
 /// runs of the suite, the first queries after loading running slower.
 const WARM_UP: usize = 3;
-
-/// Median planning and execution times over `runs` runs after a warm-up,
-/// and the last run's answer.
-async fn measure(ctx: &SessionContext, sql: &str, runs: usize) -> Result<(f64, f64, Vec<RecordBatch>), BoxError> {
-    for _ in 0..WARM_UP {
-        let warm = plan(ctx, sql).await?;
-        collect(warm, ctx.task_ctx()).await?;
-    }
-    let (mut plans, mut execs) = (Vec::new(), Vec::new());
-    let mut answer = Vec::new();
-    for _ in 0..runs {
-        // The task context (a copy of the session's settings and function
-        // registries) is made with the plan, as `DataFrame::collect` does,
-        // so that execution times the plan's run alone.
-        let start = Instant::now();
-        let task = ctx.task_ctx();
-        let physical = plan(ctx, sql).await?;
-        plans.push(ms(start));
-        let start = Instant::now();
-        answer = collect(physical, task).await?;
-        execs.push(ms(start));
-    }
-    Ok((median(plans), median(execs), answer))
-}
-
-/// The rows of `batches` as text, one string per row.
-fn rows(batches: &[RecordBatch]) -> Result<Vec<String>, BoxError> {
-    let options = FormatOptions::default().with_null("NULL");
-    let mut out = Vec::new();
-    for b in batches {
-        let formatters =
-            b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<Vec<_>, _>>()?;
-        for r in 0..b.num_rows() {
-            out.push(formatters.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
-        }
-    }
-    Ok(out)
-}
 
 fn same_answer(check: Check, a: &[RecordBatch], b: &[RecordBatch]) -> Result<bool, BoxError> {
     let (mut ra, mut rb) = (rows(a)?, rows(b)?);
@@ -210,10 +156,16 @@ async fn main() -> Result<(), BoxError> {
                     println!("{} P={p} on {side}:\n{shown}", q.name);
                 }
             }
-            let (qp, qe, qa) =
-                if run_quiver { measure(&quiver, &q.sql, runs).await? } else { (f64::NAN, f64::NAN, Vec::new()) };
-            let (mp, me, ma) =
-                if run_memtable { measure(&memtable, &q.sql, runs).await? } else { (f64::NAN, f64::NAN, Vec::new()) };
+            let (qp, qe, qa) = if run_quiver {
+                measure(&quiver, &q.sql, WARM_UP, runs).await?
+            } else {
+                (f64::NAN, f64::NAN, Vec::new())
+            };
+            let (mp, me, ma) = if run_memtable {
+                measure(&memtable, &q.sql, WARM_UP, runs).await?
+            } else {
+                (f64::NAN, f64::NAN, Vec::new())
+            };
             let same = !(run_quiver && run_memtable) || same_answer(q.check, &qa, &ma)?;
             results.push(Row {
                 query: q.name,

@@ -35,6 +35,8 @@
 
 #[path = "common/seed.rs"]
 mod seed;
+#[path = "common/timing.rs"]
+mod timing;
 #[path = "common/tpch.rs"]
 mod tpch;
 
@@ -42,14 +44,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::RecordBatch;
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::catalog::MemTable;
-use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
+use datafusion::physical_plan::displayable;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use quiverdb::{Database, SessionOptions, TableOptions};
+use timing::{BoxError, measure, plan, rows};
 use tpchgen::q_and_a::{answers_sf1, queries};
-
-type BoxError = Box<dyn std::error::Error>;
 
 /// Runs of each query before the measured ones: one, not `seed_bench`'s
 /// three, as these queries run for milliseconds to seconds rather than
@@ -165,57 +165,6 @@ fn query_number(text: &str) -> Result<i32, String> {
         .ok_or_else(|| format!("--query {text}: expected q01 … q22"))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn ms(start: Instant) -> f64 {
-    start.elapsed().as_secs_f64() * 1e3
-}
-
-/// Plans `sql` (SQL → optimized physical plan).
-async fn plan(ctx: &SessionContext, sql: &str) -> Result<Arc<dyn ExecutionPlan>, BoxError> {
-    Ok(ctx.sql(sql).await?.create_physical_plan().await?)
-}
-
-/// Median planning and execution times over `runs` runs after a warm-up,
-/// and the last run's answer.
-async fn measure(ctx: &SessionContext, sql: &str, runs: usize) -> Result<(f64, f64, Vec<RecordBatch>), BoxError> {
-    for _ in 0..WARM_UP {
-        let warm = plan(ctx, sql).await?;
-        collect(warm, ctx.task_ctx()).await?;
-    }
-    let (mut plans, mut execs) = (Vec::new(), Vec::new());
-    let mut answer = Vec::new();
-    for _ in 0..runs {
-        // The task context is made with the plan, as `DataFrame::collect`
-        // does, so that execution times the plan's run alone.
-        let start = Instant::now();
-        let task = ctx.task_ctx();
-        let physical = plan(ctx, sql).await?;
-        plans.push(ms(start));
-        let start = Instant::now();
-        answer = collect(physical, task).await?;
-        execs.push(ms(start));
-    }
-    Ok((median(plans), median(execs), answer))
-}
-
-/// The rows of `batches` as text, one string per row.
-fn rows(batches: &[RecordBatch]) -> Result<Vec<String>, BoxError> {
-    let options = FormatOptions::default().with_null("NULL");
-    let mut out = Vec::new();
-    for b in batches {
-        let formatters =
-            b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<Vec<_>, _>>()?;
-        for r in 0..b.num_rows() {
-            out.push(formatters.iter().map(|f| f.value(r).to_string()).collect::<Vec<_>>().join("|"));
-        }
-    }
-    Ok(out)
-}
-
 /// One side's figures for a query, and its answer as sorted rows.
 struct Answer {
     plan_ms: f64,
@@ -242,7 +191,17 @@ async fn run_query(
     for sql in &query.setup {
         statement(ctx, sql).await?;
     }
-    let measured = explain_and_measure(ctx, side, query, runs, explain).await;
+    let measured = async {
+        if explain {
+            let physical = plan(ctx, &query.select).await?;
+            println!("{} on {side}:\n{}", query.name, displayable(physical.as_ref()).indent(false));
+        }
+        let (plan_ms, exec_ms, batches) = measure(ctx, &query.select, WARM_UP, runs).await?;
+        let mut rows = rows(&batches)?;
+        rows.sort_unstable();
+        Ok::<_, BoxError>(Answer { plan_ms, exec_ms, rows })
+    }
+    .await;
     let mut teardown = Ok(());
     for sql in &query.teardown {
         if let Err(e) = statement(ctx, sql).await {
@@ -252,23 +211,6 @@ async fn run_query(
     let answer = measured?;
     teardown?;
     Ok(answer)
-}
-
-async fn explain_and_measure(
-    ctx: &SessionContext,
-    side: &str,
-    query: &TpchQuery,
-    runs: usize,
-    explain: bool,
-) -> Result<Answer, BoxError> {
-    if explain {
-        let physical = plan(ctx, &query.select).await?;
-        println!("{} on {side}:\n{}", query.name, displayable(physical.as_ref()).indent(false));
-    }
-    let (plan_ms, exec_ms, batches) = measure(ctx, &query.select, runs).await?;
-    let mut rows = rows(&batches)?;
-    rows.sort_unstable();
-    Ok(Answer { plan_ms, exec_ms, rows })
 }
 
 /// A query's result on both sides.
