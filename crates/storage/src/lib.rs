@@ -95,7 +95,7 @@ pub use delta::{DeltaBytes, DeltaColumnReader, DeltaReader};
 pub use durable::store::{DurableOptions, RecoveryReport};
 pub use durable::wal::{LogStats, SyncMode};
 pub use error::{Error, Result};
-pub use main::{BLOCK_SIZE, EncodingKind, MainColumn};
+pub use main::{BLOCK_SIZE, BlockBytes, EncodingKind, MainColumn};
 pub use memory::{ColumnMemory, EncodingUsage, MemoryUsage};
 pub use names::{Alteration, schema_of};
 pub use output::primitive_array;

@@ -31,7 +31,7 @@ use quiverdb_mapreducer::{
 };
 use quiverdb_storage::block::KeyTest;
 use quiverdb_storage::types::{KeyNative, PhysicalType};
-use quiverdb_storage::{ShardSnapshot, TableSchema};
+use quiverdb_storage::{BlockBytes, ShardSnapshot, TableSchema};
 
 use self::block::delta_keys;
 use self::leaf::{
@@ -479,9 +479,18 @@ fn leaf_cond(
                         _ => {
                             let (start, mut buf) = (block * LANES, Vec::new());
                             *cond = Bits::EMPTY;
-                            for i in 0..len {
-                                if test.test(src.main_bytes(start + i, &mut buf)) {
-                                    cond.set(i);
+                            let mut block_bytes = BlockBytes::default();
+                            if main.decompress_rows(start, len, &mut block_bytes) {
+                                for i in 0..len {
+                                    if test.test(block_bytes.get(i)) {
+                                        cond.set(i);
+                                    }
+                                }
+                            } else {
+                                for i in 0..len {
+                                    if test.test(src.main_bytes(start + i, &mut buf)) {
+                                        cond.set(i);
+                                    }
                                 }
                             }
                         }

@@ -246,21 +246,12 @@ impl MainColumn {
     /// Decompresses the rows into one buffer, sized exactly beforehand.
     fn decode_fsst(&self, fsst: &StrFsst, rows: Rows<'_>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
         let data_type = crate::row_encoded::stored_type(&self.data_type);
-        let codes = fsst.bytes();
         let mut offsets = Vec::with_capacity(rows.len() + 1);
         offsets.push(0usize);
         let bytes = match rows {
             Rows::Range(start, len) => {
-                let mut code_offsets = Vec::with_capacity(len + 1);
-                collect(fsst.offsets(), Rows::Range(start, len + 1), |o| o as usize, &mut code_offsets);
-                let mut total = 0;
-                for w in code_offsets.windows(2) {
-                    total += fsst.decoded_len(&codes[w[0]..w[1]]);
-                    offsets.push(total);
-                }
-                // Codes never span two values: the range decompresses at once.
-                let mut bytes = Vec::with_capacity(total);
-                fsst.decompress_into(&codes[code_offsets[0]..code_offsets[len]], total, &mut bytes);
+                let mut bytes = Vec::new();
+                fsst.decompress_range(start, len, &mut bytes, &mut offsets);
                 bytes
             }
             Rows::Ids(ids) => {

@@ -156,6 +156,26 @@ impl StrFsst {
         unsafe { out.set_len(start + n.min(decoded)) };
     }
 
+    /// Rows `start..start + len` decompressed into `bytes`, with
+    /// `offsets` (`len + 1` of them, from 0) where each row starts, both
+    /// cleared first: one decompression of the rows' codes, which never
+    /// span two values.
+    pub(crate) fn decompress_range(&self, start: usize, len: usize, bytes: &mut Vec<u8>, offsets: &mut Vec<usize>) {
+        let (first, last) = (self.offsets.get(start) as usize, self.offsets.get(start + len) as usize);
+        offsets.clear();
+        offsets.push(0);
+        let mut total = 0;
+        let mut from = first;
+        for row in start..start + len {
+            let to = self.offsets.get(row + 1) as usize;
+            total += self.decoded_len(&self.bytes[from..to]);
+            offsets.push(total);
+            from = to;
+        }
+        bytes.clear();
+        self.decompress_into(&self.bytes[first..last], total, bytes);
+    }
+
     /// The value at `row`, decompressed into `buf` (cleared first).
     #[inline]
     pub(crate) fn get<'b>(&self, row: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
@@ -228,6 +248,15 @@ mod tests {
             assert_eq!(f.get(i, &mut buf), v.as_bytes(), "row {i}");
         }
         assert_eq!(f.check(), Ok(r.bytes.len()));
+        // A range decompresses at once to the same values.
+        let (mut bytes, mut offsets) = (Vec::new(), Vec::new());
+        for (start, len) in [(0, 0), (0, 1), (17, 1024), (values.len() - 3, 3)] {
+            f.decompress_range(start, len, &mut bytes, &mut offsets);
+            assert_eq!(offsets.len(), len + 1);
+            for i in 0..len {
+                assert_eq!(&bytes[offsets[i]..offsets[i + 1]], values[start + i].as_bytes(), "row {}", start + i);
+            }
+        }
         assert!(f.size_bytes() * 2 < r.bytes.len(), "{} of {} bytes", f.size_bytes(), r.bytes.len());
     }
 

@@ -36,7 +36,7 @@ mod unpack;
 mod zone;
 
 pub use crate::block::BLOCK_SIZE;
-pub use access::{Codes, KeySource, Keys, StrDictionary};
+pub use access::{BlockBytes, Codes, KeySource, Keys, StrDictionary};
 pub use column::{Main, MainColumn};
 pub use kind::EncodingKind;
 pub use zone::Zone;
