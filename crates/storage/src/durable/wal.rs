@@ -24,6 +24,13 @@
 //! buffers are held by reference ([`FrameBuf`]) and written from where
 //! they are, with one vectored write per flush. On open, writing goes on
 //! in the last segment after its last complete record.
+//!
+//! A frame holds at most 1 GiB. A larger record (a bulk load sent in one
+//! request) is split into [`frame::CONTINUED`] frames and a last frame of
+//! its own type, appended together and so written in one flush to one
+//! segment; reading joins them back into one record. Each frame takes an
+//! LSN, and a record's LSN is its last frame's. Parts without their last
+//! frame at the end of the log are a torn tail.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
