@@ -501,6 +501,51 @@ fn records_larger_than_a_frame_are_split_and_recovered_whole() {
 }
 
 #[test]
+fn a_split_record_can_open_the_log_after_a_checkpoint() {
+    // Segments of 4 KiB: every commit below fills one, so the checkpoint
+    // leaves only the segment the next record starts, and that record is
+    // split: the log starts at its first frame, numbered right after the
+    // checkpoint, though the record takes its last frame's number.
+    let io = SimulatedIo::default();
+    let dir = Path::new("/data");
+    let options = DurableOptions { sync: SyncMode::Always, checkpoint_bytes: 0, log_segment_bytes: 4096 };
+    let db = open_with_io(Arc::new(io.clone()), dir, options).unwrap();
+    set_log_frame_bytes(&db, 1000);
+    let t = db.create_table("t", &schema(), TableOptions::default().with_background_rebuild(false)).unwrap();
+    let (mut rng, mut next_id) = (StdRng::seed_from_u64(8), 0);
+    let first = random_rows(&mut rng, &mut next_id, 300);
+    t.append(&batch(&first)).unwrap();
+    db.checkpoint().unwrap();
+    let second = random_rows(&mut rng, &mut next_id, 300);
+    t.append(&batch(&second)).unwrap();
+    io.crash(0);
+    drop((t, db));
+    let db = open_with_io(Arc::new(io.clone()), dir, options).unwrap();
+    assert_eq!(rows(&db.table("t").unwrap()), [first, second].concat());
+}
+
+#[test]
+fn delta_rows_checkpointed_before_a_column_rename_survive_a_restart() {
+    let io = SimulatedIo::default();
+    let dir = Path::new("/data");
+    let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+    let t = db.create_table("t", &schema(), TableOptions::default().with_background_rebuild(false)).unwrap();
+    let (mut rng, mut next_id) = (StdRng::seed_from_u64(4), 0);
+    let expected = random_rows(&mut rng, &mut next_id, 50);
+    t.append(&batch(&expected)).unwrap();
+    db.checkpoint().unwrap(); // the delta rows' file, under the old column name
+    let rename = Alteration::RenameColumn { from: "score".into(), to: "points".into() };
+    db.alter_table("t", &rename).unwrap();
+    db.checkpoint().unwrap(); // the same rows: the file is kept
+    drop((t, db));
+    io.crash(0);
+    let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
+    let t = db.table("t").unwrap();
+    assert_eq!(t.arrow_schema().field(2).name(), "points");
+    assert_eq!(rows(&t), expected);
+}
+
+#[test]
 fn a_split_record_cut_short_by_a_crash_is_a_torn_tail() {
     // Unsynced, the last commit's first frames survive a power loss but
     // its last does not: it never happened, and the log goes on after it.

@@ -78,8 +78,11 @@ pub enum SyncMode {
 /// One record read back from the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
-    /// Its log sequence number (the first record of a log is 1).
+    /// Its log sequence number (the first record of a log is 1): its last
+    /// frame's.
     pub lsn: u64,
+    /// Its first frame's LSN: `lsn` unless the record was split.
+    pub first_lsn: u64,
     /// Its type.
     pub kind: u8,
     /// Its payload.
@@ -155,14 +158,14 @@ pub(crate) fn read_log(io: &dyn StorageIo, dir: &Path) -> Result<LogContents> {
                 lsn += 1;
                 continue;
             }
-            let (offset, payload) = match parts.take() {
-                Some((offset, mut payload, _)) => {
+            let (offset, payload, first_lsn) = match parts.take() {
+                Some((offset, mut payload, n)) => {
                     payload.extend_from_slice(f.payload);
-                    (offset, payload)
+                    (offset, payload, lsn - n)
                 }
-                None => (f.offset, f.payload.to_vec()),
+                None => (f.offset, f.payload.to_vec(), lsn),
             };
-            out.records.push(Record { lsn, kind: f.kind, payload, segment: Arc::clone(&segment), offset });
+            out.records.push(Record { lsn, first_lsn, kind: f.kind, payload, segment: Arc::clone(&segment), offset });
             lsn += 1;
         }
         if let Some((offset, _, n)) = parts {
