@@ -18,7 +18,7 @@ use arrow_buffer::{NullBuffer, ToByteSlice};
 use arrow_schema::DataType;
 use quiverdb_storage::main::KeySource;
 use quiverdb_storage::types::{KeyNative, PhysicalType, SIGN_BIT};
-use quiverdb_storage::{DeleteSet, DeltaBytes, DeltaColumnReader, MainColumn, ShardSnapshot};
+use quiverdb_storage::{BlockBytes, DeleteSet, DeltaBytes, DeltaColumnReader, MainColumn, ShardSnapshot};
 
 use crate::error::{Error, Result};
 use crate::scalar::Domain;
@@ -53,6 +53,31 @@ pub struct ColumnSource<'a> {
     main: Option<&'a MainColumn>,
     delta: DeltaColumnReader<'a>,
     delta_bytes: Vec<DeltaBytes<'a>>,
+}
+
+/// The bytes of one main block of a string or binary column, read row by
+/// row (see [`ColumnSource::main_block_bytes`]).
+#[derive(Debug)]
+pub struct MainBlockBytes<'a> {
+    main: Option<&'a MainColumn>,
+    /// The block's first row.
+    start: usize,
+    /// True when the block's rows are in `decompressed`.
+    whole: bool,
+    decompressed: BlockBytes,
+    buf: Vec<u8>,
+}
+
+impl MainBlockBytes<'_> {
+    /// The bytes of the block's row `o`.
+    #[inline]
+    pub fn get(&mut self, o: usize) -> &[u8] {
+        match self.main {
+            _ if self.whole => self.decompressed.get(o),
+            Some(m) => m.bytes(self.start + o, &mut self.buf),
+            None => &[],
+        }
+    }
 }
 
 /// The column readers of one shard snapshot.
@@ -166,15 +191,17 @@ impl<'a> ColumnSource<'a> {
         &self.delta
     }
 
-    /// Bytes of main row `row` (string and binary columns): borrowed
-    /// from the column, or decompressed into `buf`, which the caller
-    /// reuses across the rows of a block.
-    #[inline]
-    pub fn main_bytes<'b>(&'b self, row: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
-        match self.main {
-            Some(m) => m.bytes(row, buf),
-            None => &[],
-        }
+    /// The bytes of main block `block` (string and binary columns), to
+    /// read row by row: an FSST-compressed column's rows are decompressed
+    /// once for the whole block, the others' read in place.
+    pub fn main_block_bytes(&self, block: usize) -> MainBlockBytes<'a> {
+        let start = block * LANES;
+        let mut decompressed = BlockBytes::default();
+        let whole = self.main.is_some_and(|m| {
+            let len = LANES.min(m.len().saturating_sub(start));
+            m.decompress_rows(start, len, &mut decompressed)
+        });
+        MainBlockBytes { main: self.main, start, whole, decompressed, buf: Vec::new() }
     }
 
     /// Bytes of row `i` of delta chunk `c` (string and binary columns).

@@ -715,8 +715,8 @@ fn push_bytes_column(
                 }
                 return;
             }
-            let (start, mut buf) = (block * LANES, Vec::new());
-            sel_offsets(sel, lanes, |l, o| builder.push_bytes(valid(l).then(|| src.main_bytes(start + o, &mut buf))));
+            let mut bytes = src.main_block_bytes(block);
+            sel_offsets(sel, lanes, |l, o| builder.push_bytes(valid(l).then(|| bytes.get(o))));
         }
         Side::Delta(chunk) => {
             sel_offsets(sel, lanes, |l, o| builder.push_bytes(valid(l).then(|| src.delta_bytes(chunk, o))))

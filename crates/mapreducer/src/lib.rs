@@ -76,7 +76,7 @@ mod test_tables;
 mod vector;
 
 pub use aggregate::{AggFunc, Aggregate, AggregateAcc, AggregateKernel, AggregateOutput, AggregateSpec, MemoryBudget};
-pub use columns::{ColumnSource, Scratch, ShardColumns, domain_of, key_to_num};
+pub use columns::{ColumnSource, MainBlockBytes, Scratch, ShardColumns, domain_of, key_to_num};
 pub use error::{Error, Result};
 pub use expr::{ArithOp, CompiledExpr, MapExpr, Operand, Side};
 pub use gather::{GatherAcc, GatherKernel, GatherSpec, RECORD_COLUMN, SHARD_COLUMN};

@@ -538,19 +538,19 @@ fn sorted_candidates(
                         Side::Main(b) => src.main_validity(b, sel),
                         Side::Delta(ch) => src.delta_validity(ch, sel),
                     };
-                    let base_row = |o: usize| match side {
-                        Side::Main(b) => b * LANES + o,
-                        Side::Delta(_) => o,
+                    let mut main = match side {
+                        Side::Main(b) => Some(src.main_block_bytes(b)),
+                        Side::Delta(_) => None,
                     };
-                    let mut buf = Vec::new();
                     let mut push = |l: usize, o: usize| {
                         if validity.as_ref().is_some_and(|v| !v.get(l)) {
                             spans.push(None);
                             return;
                         }
-                        let v = match side {
-                            Side::Main(_) => src.main_bytes(base_row(o), &mut buf),
-                            Side::Delta(ch) => src.delta_bytes(ch, o),
+                        let v = match (&mut main, side) {
+                            (Some(main), _) => main.get(o),
+                            (None, Side::Delta(ch)) => src.delta_bytes(ch, o),
+                            (None, Side::Main(_)) => &[],
                         };
                         spans.push(Some((arena.len(), v.len())));
                         arena.extend_from_slice(v);

@@ -308,8 +308,8 @@ pub(super) fn bytes_key_ids(
                     }
                 }
                 None => {
-                    let (start, mut buf) = (block * LANES, Vec::new());
-                    sel_offsets(sel, &valid, |l, o| ids[l] = map.id(src.main_bytes(start + o, &mut buf)));
+                    let mut bytes = src.main_block_bytes(block);
+                    sel_offsets(sel, &valid, |l, o| ids[l] = map.id(bytes.get(o)));
                 }
             }
         }

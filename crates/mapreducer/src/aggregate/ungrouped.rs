@@ -282,10 +282,10 @@ fn best_bytes(
                 }
                 return;
             }
-            let (start, mut buf) = (block * LANES, Vec::new());
+            let mut bytes = src.main_block_bytes(block);
             let mut best: Option<Vec<u8>> = None;
             sel_offsets(sel, lanes, |_, o| {
-                let v = src.main_bytes(start + o, &mut buf);
+                let v = bytes.get(o);
                 if best.as_deref().is_none_or(|b| better(v, b, max)) {
                     let b = best.get_or_insert_with(Vec::new);
                     b.clear();

@@ -31,7 +31,7 @@ use quiverdb_mapreducer::{
 };
 use quiverdb_storage::block::KeyTest;
 use quiverdb_storage::types::{KeyNative, PhysicalType};
-use quiverdb_storage::{BlockBytes, ShardSnapshot, TableSchema};
+use quiverdb_storage::{ShardSnapshot, TableSchema};
 
 use self::block::delta_keys;
 use self::leaf::{
@@ -477,20 +477,11 @@ fn leaf_cond(
                     match (main.string_dictionary(), codes) {
                         (Some(d), Some(c)) => d.codes().filter_block(block, len, c, scratch.keys_mut(), cond),
                         _ => {
-                            let (start, mut buf) = (block * LANES, Vec::new());
                             *cond = Bits::EMPTY;
-                            let mut block_bytes = BlockBytes::default();
-                            if main.decompress_rows(start, len, &mut block_bytes) {
-                                for i in 0..len {
-                                    if test.test(block_bytes.get(i)) {
-                                        cond.set(i);
-                                    }
-                                }
-                            } else {
-                                for i in 0..len {
-                                    if test.test(src.main_bytes(start + i, &mut buf)) {
-                                        cond.set(i);
-                                    }
+                            let mut bytes = src.main_block_bytes(block);
+                            for i in 0..len {
+                                if test.test(bytes.get(i)) {
+                                    cond.set(i);
                                 }
                             }
                         }

@@ -1,7 +1,7 @@
 //! [`QuiverAggregateExec`]: an aggregation run inside the scan.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{DataType, SchemaRef};
@@ -22,15 +22,14 @@ use crate::error::Error;
 /// A [`MemoryBudget`] drawn from DataFusion's memory pool (released when
 /// the aggregation's stream is done with it).
 #[derive(Debug)]
-struct PoolBudget(Mutex<MemoryReservation>);
+struct PoolBudget(MemoryReservation);
 
 impl MemoryBudget for PoolBudget {
     fn resize(&self, from: usize, to: usize) -> std::result::Result<(), String> {
-        let reservation = self.0.lock().map_err(|_| "a thread panicked while holding the budget".to_string())?;
         if to > from {
-            reservation.try_grow(to - from).map_err(|e| crate::error::error_message(&e))
+            self.0.try_grow(to - from).map_err(|e| crate::error::error_message(&e))
         } else {
-            reservation.shrink((from - to).min(reservation.size()));
+            self.0.shrink((from - to).min(self.0.size()));
             Ok(())
         }
     }
@@ -140,7 +139,7 @@ impl ExecutionPlan for QuiverAggregateExec {
         // limit, as DataFusion's own aggregates do.
         let reservation =
             MemoryConsumer::new(format!("QuiverAggregateExec[{partition}]")).register(context.memory_pool());
-        let spec = Arc::new(self.spec.with_budget(Arc::new(PoolBudget(Mutex::new(reservation)))));
+        let spec = Arc::new(self.spec.with_budget(Arc::new(PoolBudget(reservation))));
         let mode = self.mode;
         let threads = if mode == AggregateOutputMode::Final { self.threads } else { 1 };
         let schema = self.schema();

@@ -353,10 +353,10 @@ fn put_ipc(out: &mut FrameBuf, schema: &SchemaRef, batches: &[RecordBatch]) -> R
 
 /// `batch` as the log keeps it: string and binary view columns as plain
 /// offsets and bytes (the batch itself when it has none). A view takes 16
-/// bytes a value where an offset takes 4 (the log of a bulk load with a few
-/// text columns shrinks by a quarter), and Arrow IPC writes a view column's
-/// data buffers whole: slices of one array share them, so a batch a client
-/// split into messages by rows arrives with each message repeating them.
+/// bytes a value where a large offset takes 8, and Arrow IPC writes a view
+/// column's data buffers whole: slices of one array share them, so a batch
+/// a client split into messages by rows arrives with each message
+/// repeating them.
 /// Replay appends the values to the same columns, whatever their layout.
 pub(crate) fn log_form(batch: &RecordBatch) -> RecordBatch {
     let plain = |t: &arrow_schema::DataType| match t {

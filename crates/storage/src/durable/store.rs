@@ -176,13 +176,13 @@ impl Durable {
         &self.report
     }
 
-    /// What the log has done since the directory was opened.
     /// The log, for tests that change how it splits records.
     #[cfg(any(test, feature = "testing"))]
     pub(crate) fn wal(&self) -> &Wal {
         &self.wal
     }
 
+    /// What the log has done since the directory was opened.
     pub(crate) fn log_stats(&self) -> Result<LogStats> {
         self.wal.stats()
     }
@@ -537,8 +537,7 @@ fn load_table(
                 let batch =
                     RecordBatch::try_new_with_options(Arc::clone(&entry.schema), batch.columns().to_vec(), &options)
                         .map_err(|e| bad(format!("shard {} delta: {e}", s.id)))?;
-                let batch = &batch;
-                validate_batch(&entry.name, &schema, batch)?;
+                validate_batch(&entry.name, &schema, &batch)?;
                 if delta_len + batch.num_rows() > delta.capacity() {
                     return Err(bad(format!("shard {} has more delta rows than room", s.id)));
                 }

@@ -16,6 +16,7 @@
 //!   MainColumn::string_dictionary() StrDictionary  sorted values + bit-packed Codes
 //!   MainColumn::bytes(row, buf) · wide_values()    strings (FSST decompressed into
 //!                                                   buf), wide decimals
+//!   MainColumn::decompress_rows(start, len)         an FSST block's strings at once
 //! ```
 //!
 //! The dispatch on the encoding happens once per call (a block), never per

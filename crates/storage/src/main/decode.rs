@@ -247,7 +247,6 @@ impl MainColumn {
     fn decode_fsst(&self, fsst: &StrFsst, rows: Rows<'_>, nulls: Option<NullBuffer>) -> Result<ArrayRef> {
         let data_type = crate::row_encoded::stored_type(&self.data_type);
         let mut offsets = Vec::with_capacity(rows.len() + 1);
-        offsets.push(0usize);
         let bytes = match rows {
             Rows::Range(start, len) => {
                 let mut bytes = Vec::new();
@@ -256,6 +255,7 @@ impl MainColumn {
             }
             Rows::Ids(ids) => {
                 let mut total = 0;
+                offsets.push(0);
                 for &id in ids {
                     total += fsst.decoded_len(fsst.codes(id as usize));
                     offsets.push(total);

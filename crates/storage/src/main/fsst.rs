@@ -10,8 +10,9 @@
 //! FSST (Boncz, Neumann, Leis: "FSST: Fast Random Access String
 //! Compression", VLDB 2020) replaces frequent substrings by one-byte codes.
 //! Unlike a block compressor (LZ4, zstd) every value decompresses on its
-//! own, so a filter or a gather reads one row without its neighbours, and
-//! a decode reads only the rows it returns. Text with few repeated values
+//! own, so a gather reads one row without its neighbours and a decode only
+//! the rows it returns; a scan decompresses a block's rows in one call
+//! (their codes lie one after another). Text with few repeated values
 //! but a small vocabulary (TPC-H's comments, addresses, names) shrinks to
 //! a third to a half; values still compare after decompression, so zone
 //! maps hold the same prefixes as plain strings. The symbol table is
