@@ -10,16 +10,15 @@
 #![cfg(all(feature = "cli", unix))]
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/child.rs"]
+mod child;
 #[path = "common/ingest.rs"]
 mod ingest;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::mpsc;
+use std::process::Command;
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use arrow_array::cast::AsArray;
@@ -34,81 +33,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tonic::transport::{Channel, Endpoint};
 
+use child::Server;
+
 type Client = FlightSqlServiceClient<Channel>;
-
-/// A `quiverdb serve` child process.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    /// The server's log lines after the startup line.
-    log: mpsc::Receiver<String>,
-    startup: Vec<String>,
-}
-
-impl Server {
-    fn start(dir: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_quiverdb"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir)
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, log) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut startup = Vec::new();
-        let addr = loop {
-            let line = log.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|e| {
-                panic!("the server did not start ({e}): {startup:#?}");
-            });
-            let found =
-                line.split("Flight SQL on ").nth(1).and_then(|rest| rest.split_whitespace().next()?.parse().ok());
-            startup.push(line);
-            if let Some(addr) = found {
-                break addr;
-            }
-        };
-        Self { child, addr, log, startup }
-    }
-
-    async fn client(&self) -> Client {
-        let channel = Endpoint::from_shared(format!("http://{}", self.addr)).unwrap().connect().await.unwrap();
-        FlightSqlServiceClient::new(channel)
-    }
-
-    /// SIGTERM, and waits for a clean exit; the server's log.
-    fn stop(mut self) -> Vec<String> {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "the server exited with {status}");
-        self.log.try_iter().collect()
-    }
-
-    /// SIGKILL: no shutdown work at all.
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A test's data directory (emptied first), removed when the test passes
 /// (its log segments alone take 64 MiB or more); kept for a look when it

@@ -166,7 +166,11 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         }
         db
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // Room for the deepest statement quiverdb accepts (see quiverdb_server's MAX_EXPRESSION_DEPTH).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(quiverdb::server::THREAD_STACK_BYTES)
+        .enable_all()
+        .build()?;
     let served = db.clone();
     let code = runtime.block_on(async move {
         let listener =

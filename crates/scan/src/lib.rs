@@ -66,6 +66,7 @@ mod unordered;
 pub use error::{Error, Result};
 pub use mutate::{delete_where, matching_records, update_where};
 pub use ordered::{OrderBy, SortKey, scan_order};
+pub use parallel::THREAD_STACK_BYTES;
 pub use predicate::{CmpOp, Predicate};
 pub use unordered::{ScanCursor, candidate_shards, scan};
 

@@ -15,6 +15,13 @@ pub(crate) fn effective_threads(requested: usize) -> usize {
     if requested == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { requested }
 }
 
+/// The stack of each scan thread and of each thread of the server that
+/// plans or runs statements: map expressions and predicates are trees
+/// evaluated by recursion, and the server bounds how deep a statement may
+/// nest (`quiverdb_server`'s `nesting` module) to what this holds. Address
+/// space: only the pages a deep expression touches become resident.
+pub const THREAD_STACK_BYTES: usize = 64 << 20;
+
 /// A pool of `threads` threads, created once per size and kept.
 fn pool(threads: usize) -> Result<Arc<ThreadPool>> {
     static POOLS: OnceLock<Mutex<HashMap<usize, Arc<ThreadPool>>>> = OnceLock::new();
@@ -29,6 +36,7 @@ fn pool(threads: usize) -> Result<Arc<ThreadPool>> {
         ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("quiverdb-scan-{i}"))
+            .stack_size(THREAD_STACK_BYTES)
             .build()
             .map_err(|e| Error::Internal(format!("starting {threads} scan threads: {e}")))?,
     );

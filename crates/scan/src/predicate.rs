@@ -105,20 +105,31 @@ impl Predicate {
         Predicate::Compare { expr, op, value }
     }
 
-    /// `self AND other`.
+    /// `self AND other`, flat: an operand that is itself an AND gives its
+    /// terms (a chain of a thousand ANDs is one level, not a thousand).
     pub fn and(self, other: Predicate) -> Self {
-        match self {
-            Predicate::And(mut v) => {
-                v.push(other);
-                Predicate::And(v)
-            }
-            p => Predicate::And(vec![p, other]),
+        let mut terms = match self {
+            Predicate::And(v) => v,
+            p => vec![p],
+        };
+        match other {
+            Predicate::And(v) => terms.extend(v),
+            p => terms.push(p),
         }
+        Predicate::And(terms)
     }
 
-    /// `self OR other`.
+    /// `self OR other`, flat as [`Self::and`] is.
     pub fn or(self, other: Predicate) -> Self {
-        Predicate::Or(vec![self, other])
+        let mut terms = match self {
+            Predicate::Or(v) => v,
+            p => vec![p],
+        };
+        match other {
+            Predicate::Or(v) => terms.extend(v),
+            p => terms.push(p),
+        }
+        Predicate::Or(terms)
     }
 
     /// `NOT self`.

@@ -44,11 +44,11 @@ use crate::session::{DEFAULT_CATALOG, simplifier};
 /// ([`crate::session_context`]).
 pub async fn sql(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     let state = ctx.state();
-    let options = state.config().options();
-    let (dialect, normalize) = (options.sql_parser.dialect, options.sql_parser.enable_ident_normalization);
-    let statement = state.sql_to_statement(sql, &dialect)?;
+    let normalize = state.config().options().sql_parser.enable_ident_normalization;
+    let statement = crate::nesting::parse(&state, sql)?;
     let Some(plan) = plan(&statement, normalize) else {
         let plan = state.statement_to_plan(statement).await?;
+        crate::nesting::check_plan(&plan)?;
         return crate::execute::execute(ctx, plan).await;
     };
     let plan = plan?;

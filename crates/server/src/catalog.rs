@@ -212,13 +212,13 @@ impl QuiverSchema {
         }
         if self.depth >= MAX_VIEW_DEPTH {
             return Err(DataFusionError::Plan(format!(
-                "views nest more than {MAX_VIEW_DEPTH} deep at view '{name}': does it refer to itself?"
+                "views nest more than {MAX_VIEW_DEPTH} deep (quiverdb's limit) at view '{name}', or a view refers to \
+                 itself through others"
             )));
         }
         let inner = Arc::new(Self::at_depth(self.db.clone(), self.options.clone(), self.session, self.depth + 1));
         let state = (self.session)(inner, &self.options).state();
-        let dialect = state.config().options().sql_parser.dialect;
-        let statement = state.sql_to_statement(&definition, &dialect)?;
+        let statement = crate::nesting::parse(&state, &definition)?;
         let input = match state.statement_to_plan(statement).await? {
             LogicalPlan::Ddl(DdlStatement::CreateView(CreateView { input, .. })) => input,
             other => {

@@ -56,6 +56,7 @@ mod execute;
 pub mod flight;
 mod limits;
 mod many;
+mod nesting;
 mod options;
 mod provider;
 mod retained;
@@ -69,6 +70,9 @@ pub use alter::sql;
 pub use catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema, SessionMaker};
 pub use error::{Error, ErrorKind, Result, error_message};
 pub use exec::{DmlExec, QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
+pub use nesting::{
+    MAX_EXPRESSION_DEPTH, MAX_PLAN_DEPTH, MAX_SET_OPERATION_BRANCHES, MAX_SET_OPERATION_DEPTH, THREAD_STACK_BYTES,
+};
 pub use options::SessionOptions;
 pub use provider::{QuiverTable, ScanSettings};
 pub use rules::QuiverPushdown;

@@ -250,14 +250,14 @@ impl QuiverFlightSql {
             return Ok((plan, version));
         }
         let state = self.ctx.state();
-        let dialect = state.config().options().sql_parser.dialect;
-        let mut statement = state.sql_to_statement(sql, &dialect).map_err(df_status)?;
+        let mut statement = crate::nesting::parse(&state, sql).map_err(df_status)?;
         let normalize = state.config().options().sql_parser.enable_ident_normalization;
         if let Some(plan) = crate::alter::plan(&statement, normalize) {
             return Ok((plan.map_err(df_status)?, version));
         }
         number_positional_placeholders(&mut statement);
         let plan = state.statement_to_plan(statement).await.map_err(df_status)?;
+        crate::nesting::check_plan(&plan).map_err(df_status)?;
         if !is_setting(&plan) {
             SQLOptions::new().with_allow_statements(false).verify_plan(&plan).map_err(df_status)?;
         }

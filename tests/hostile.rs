@@ -1,0 +1,77 @@
+//! Requests that must not take the server down, sent to the real
+//! `quiverdb serve` binary (its runtime and stacks, not a test's): each
+//! gets an answer or a clear `InvalidArgument`, and the process stays up.
+//!
+//! Covered: flat operator chains and set-operation chains at quiverdb's
+//! nesting bounds (answered) and far past them (refused), through the
+//! Flight SQL client.
+
+#![cfg(all(feature = "cli", unix))]
+#![allow(clippy::unwrap_used)]
+
+#[path = "common/child.rs"]
+mod child;
+#[path = "common/flight.rs"]
+mod flight;
+
+use std::collections::BTreeSet;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use child::Server;
+use flight::{query, status_of, update};
+use quiverdb::server::{MAX_EXPRESSION_DEPTH, MAX_SET_OPERATION_BRANCHES};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+fn chain(n: usize, term: impl Fn(usize) -> String, op: &str) -> String {
+    (0..n).map(term).collect::<Vec<_>>().join(op)
+}
+
+#[test]
+fn deep_statements_answer_up_to_the_bounds_and_are_refused_past_them() {
+    let mut server = Server::in_memory(&[]);
+    runtime().block_on(async {
+        let mut c = server.client().await;
+        update(&mut c, "CREATE TABLE t (id BIGINT PRIMARY KEY, s VARCHAR)").await.unwrap();
+        update(&mut c, "INSERT INTO t VALUES (1, 'a'), (2, 'b')").await.unwrap();
+        let first = |sql: String| {
+            let mut c = c.clone();
+            async move { query(&mut c, &sql).await.map(|b| b.column(0).as_primitive::<Int64Type>().value(0)) }
+        };
+        let mut c = c.clone();
+
+        // At the bound (the 4 KB chain that used to abort the server is
+        // half of it): answered.
+        let plus = |n| format!("SELECT {}", chain(n, |_| "1".into(), " + "));
+        assert_eq!(first(plus(MAX_EXPRESSION_DEPTH)).await.unwrap(), MAX_EXPRESSION_DEPTH as i64);
+        let and =
+            format!("SELECT COUNT(*) FROM t WHERE {}", chain(2_000, |i| format!("id >= {}", -(i as i64)), " AND "));
+        assert_eq!(first(and).await.unwrap(), 2);
+        let union = chain(MAX_SET_OPERATION_BRANCHES, |i| format!("SELECT {i} AS v"), " UNION ALL ");
+        let all = query(&mut c, &union).await.unwrap();
+        let got: BTreeSet<i64> = all.column(0).as_primitive::<Int64Type>().iter().flatten().collect();
+        assert_eq!(got, (0..MAX_SET_OPERATION_BRANCHES as i64).collect());
+        assert_eq!(all.num_rows(), MAX_SET_OPERATION_BRANCHES);
+
+        // Past it, up to 100 times: refused with the bound named.
+        for sql in [
+            plus(MAX_EXPRESSION_DEPTH + 1),
+            plus(200_000),
+            format!("SELECT COUNT(*) FROM t WHERE {}", chain(100_000, |i| format!("id = {i}"), " OR ")),
+            format!("SELECT {} FROM t", chain(100_000, |_| "s".into(), " || ")),
+        ] {
+            let status = status_of(query(&mut c, &sql).await);
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+            assert!(status.message().contains(&format!("more than {MAX_EXPRESSION_DEPTH} levels deep")), "{status:?}");
+        }
+        let status = status_of(query(&mut c, &chain(200_000, |i| format!("SELECT {i}"), " UNION ALL ")).await);
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains("joins 200000 branches"), "{status:?}");
+
+        assert_eq!(first("SELECT COUNT(*) FROM t".into()).await.unwrap(), 2);
+    });
+    assert!(server.alive());
+}
