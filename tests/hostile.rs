@@ -4,7 +4,8 @@
 //!
 //! Covered: flat operator chains and set-operation chains at quiverdb's
 //! nesting bounds (answered) and far past them (refused), through the
-//! Flight SQL client.
+//! Flight SQL client; a bulk ingest cancelled mid-stream (nothing of it
+//! committed).
 
 #![cfg(all(feature = "cli", unix))]
 #![allow(clippy::unwrap_used)]
@@ -13,13 +14,22 @@
 mod child;
 #[path = "common/flight.rs"]
 mod flight;
+#[path = "common/ingest.rs"]
+mod ingest;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
+use arrow_array::{Int64Array, RecordBatch};
+use arrow_flight::error::FlightError;
+use arrow_flight::sql::{TableExistsOption, TableNotExistOption};
+use arrow_schema::{DataType, Field, Schema};
 use child::Server;
 use flight::{query, status_of, update};
+use ingest::ingest_command;
 use quiverdb::server::{MAX_EXPRESSION_DEPTH, MAX_SET_OPERATION_BRANCHES};
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -72,6 +82,59 @@ fn deep_statements_answer_up_to_the_bounds_and_are_refused_past_them() {
         assert!(status.message().contains("joins 200000 branches"), "{status:?}");
 
         assert_eq!(first("SELECT COUNT(*) FROM t".into()).await.unwrap(), 2);
+    });
+    assert!(server.alive());
+}
+
+fn ids(range: std::ops::Range<i64>) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(range))]).unwrap()
+}
+
+/// A bulk ingest the client cancels after sending some batches (the call
+/// dropped mid-stream: a gRPC cancel) creates no table and adds no rows.
+#[test]
+fn a_cancelled_ingest_commits_nothing() {
+    let mut server = Server::in_memory(&[]);
+    runtime().block_on(async {
+        let mut c = server.client().await;
+        update(&mut c, "CREATE TABLE kept (id BIGINT)").await.unwrap();
+        update(&mut c, "INSERT INTO kept VALUES (1), (2)").await.unwrap();
+        for (table, if_not_exist, if_exists) in [
+            ("gone", TableNotExistOption::Create, TableExistsOption::Fail),
+            ("kept", TableNotExistOption::Fail, TableExistsOption::Append),
+            ("kept", TableNotExistOption::Fail, TableExistsOption::Replace),
+        ] {
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, FlightError>>(4);
+            let input = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
+            let mut ingesting = server.client().await;
+            let command = ingest_command(table, if_not_exist, if_exists);
+            let call = tokio::spawn(async move { ingesting.execute_ingest(command, input).await });
+            for i in 0..3 {
+                tx.send(Ok(ids(i * 1_000..(i + 1) * 1_000))).await.unwrap();
+            }
+            // The server has read the batches; the client gives up.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            call.abort();
+            assert!(call.await.is_err(), "the call was cancelled");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let check = |when: &'static str| {
+                let mut c = c.clone();
+                async move {
+                    let tables = "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'gone'";
+                    let got = query(&mut c, tables).await.unwrap();
+                    assert_eq!(got.column(0).as_primitive::<Int64Type>().value(0), 0, "{table} {when}");
+                    let got = query(&mut c, "SELECT SUM(id), COUNT(*) FROM kept").await.unwrap();
+                    assert_eq!(got.column(0).as_primitive::<Int64Type>().value(0), 3, "{table} {when}");
+                    assert_eq!(got.column(1).as_primitive::<Int64Type>().value(0), 2, "{table} {when}");
+                }
+            };
+            check("while the input is open").await;
+            // The abandoned input ends (its producer goes away).
+            drop(tx);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            check("once the input is gone").await;
+        }
     });
     assert!(server.alive());
 }

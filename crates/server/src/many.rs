@@ -16,8 +16,7 @@ use std::sync::Arc;
 
 use datafusion::error::Result;
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::utils::disjunction;
-use datafusion::logical_expr::{Filter, LogicalPlan, LogicalPlanBuilder, WriteOp};
+use datafusion::logical_expr::{Expr, Filter, LogicalPlan, Union, WriteOp};
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::exec::DmlExec;
@@ -53,13 +52,11 @@ pub(crate) fn as_one_statement(plans: Vec<LogicalPlan>) -> Result<Vec<LogicalPla
     let first = dmls[0].clone();
     match &first.op {
         WriteOp::Insert(_) => {
-            let mut inputs = dmls.iter().map(|d| d.input.as_ref().clone());
-            let mut union = LogicalPlanBuilder::from(inputs.next().unwrap_or_else(|| first.input.as_ref().clone()));
-            for input in inputs {
-                union = union.union(input)?;
-            }
+            // One union of every row's input, flat: a chain of unions
+            // would be as deep as there are rows.
+            let inputs = dmls.iter().map(|d| Arc::clone(&d.input)).collect();
             let mut one = first;
-            one.input = Arc::new(union.build()?);
+            one.input = Arc::new(LogicalPlan::Union(Union::try_new_with_loose_types(inputs)?));
             Ok(vec![LogicalPlan::Dml(one)])
         }
         WriteOp::Delete => {
@@ -67,7 +64,7 @@ pub(crate) fn as_one_statement(plans: Vec<LogicalPlan>) -> Result<Vec<LogicalPla
             let (Some(predicates), LogicalPlan::Filter(filter)) = (predicates, first.input.as_ref()) else {
                 return Ok(plans);
             };
-            let Some(any) = disjunction(predicates) else { return Ok(plans) };
+            let Some(any) = balanced_disjunction(predicates) else { return Ok(plans) };
             let mut one = first.clone();
             one.input = Arc::new(LogicalPlan::Filter(Filter::try_new(any, Arc::clone(&filter.input))?));
             Ok(vec![LogicalPlan::Dml(one)])
@@ -82,4 +79,15 @@ fn where_of(input: &LogicalPlan) -> Option<datafusion::logical_expr::Expr> {
         LogicalPlan::Filter(f) => Some(f.predicate.clone()),
         _ => None,
     }
+}
+
+/// `predicates` joined by OR into a balanced tree, in order: as deep as
+/// the logarithm of their number (a chain would be as deep as there are
+/// parameter rows, and trees are cloned and dropped by recursion).
+fn balanced_disjunction(mut predicates: Vec<Expr>) -> Option<Expr> {
+    if predicates.len() <= 1 {
+        return predicates.pop();
+    }
+    let right = predicates.split_off(predicates.len().div_ceil(2));
+    Some(balanced_disjunction(predicates)?.or(balanced_disjunction(right)?))
 }

@@ -15,7 +15,7 @@ use arrow_flight::{
     Action, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, PollInfo, SchemaResult, Ticket,
 };
 use bytes::Bytes;
-use futures::stream;
+use futures::{StreamExt, stream};
 use prost::Message;
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -99,9 +99,24 @@ impl FlightService for QuiverFlightService {
         answered(&service, service.do_get(request).await)
     }
 
+    /// The put runs inside the response stream, not before the response
+    /// is returned: a client that cancels mid-stream resets the HTTP/2
+    /// stream, which hyper reports to the request body as a clean end
+    /// (`CANCEL` is no error to it) but also to the response side, which
+    /// then drops the response stream (and the ingest with it, uncommitted)
+    /// before polling it again. Run before the response, the put would
+    /// take the cancel for the end of its input and commit.
     async fn do_put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoPutStream>, Status> {
         let service = self.0.for_request(&request)?;
-        answered(&service, service.do_put(request).await)
+        let runs = service.clone();
+        let put = async move {
+            match runs.do_put(request).await {
+                Ok(response) => response.into_inner(),
+                Err(status) => Box::pin(stream::iter([Err(malformed(status))])) as Self::DoPutStream,
+            }
+        };
+        let results: Self::DoPutStream = Box::pin(stream::once(put).flatten());
+        answered(&service, Ok(Response::new(results)))
     }
 
     async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {

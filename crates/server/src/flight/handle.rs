@@ -121,12 +121,57 @@ fn write_batch(batch: &RecordBatch, what: &str) -> Result<Vec<u8>, Status> {
     Ok(ipc)
 }
 
-/// The one batch of an IPC stream (several are concatenated).
+/// The one batch of an IPC stream (several are concatenated). The stream
+/// comes from a client: its framing is checked first ([`check_framing`]).
 fn read_batch(ipc: &[u8]) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    check_framing(ipc).map_err(arrow_schema::ArrowError::IpcError)?;
     let reader = StreamReader::try_new(ipc, None)?;
     let schema = reader.schema();
     let batches = reader.collect::<Result<Vec<_>, _>>()?;
     arrow_select::concat::concat_batches(&schema, &batches)
+}
+
+/// Checks that every message of the IPC stream `ipc` is a valid
+/// flatbuffer and that its metadata and body lie within `ipc`, before the
+/// stream reader sizes anything by them (it allocates a message's
+/// declared body length before reading it: 2^60 bytes aborted the
+/// process).
+pub(crate) fn check_framing(ipc: &[u8]) -> Result<(), String> {
+    let mut rest = ipc;
+    let length = |rest: &mut &[u8]| -> Result<Option<i32>, String> {
+        if rest.is_empty() {
+            return Ok(None);
+        }
+        let Some((word, tail)) = rest.split_first_chunk::<4>() else {
+            return Err(format!("a message length cut short at byte {}", ipc.len() - rest.len()));
+        };
+        *rest = tail;
+        Ok(Some(i32::from_le_bytes(*word)))
+    };
+    loop {
+        let at = ipc.len() - rest.len();
+        let Some(mut len) = length(&mut rest)? else { return Ok(()) };
+        if len == -1 {
+            // The continuation marker of the current format, then the length.
+            len = length(&mut rest)?.ok_or_else(|| format!("a message cut short at byte {at}"))?;
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let len = usize::try_from(len).map_err(|_| format!("a negative message length at byte {at}"))?;
+        if len > rest.len() {
+            return Err(format!("a message at byte {at} declares {len} bytes of metadata; {} remain", rest.len()));
+        }
+        let (metadata, tail) = rest.split_at(len);
+        let message = arrow_ipc::root_as_message(metadata)
+            .map_err(|e| format!("the message at byte {at} is not a valid IPC message: {e}"))?;
+        let body = usize::try_from(message.bodyLength())
+            .map_err(|_| format!("the message at byte {at} declares a negative body length"))?;
+        if body > tail.len() {
+            return Err(format!("the message at byte {at} declares a body of {body} bytes; {} remain", tail.len()));
+        }
+        rest = &tail[body..];
+    }
 }
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -205,5 +250,46 @@ mod tests {
             let err = Handle::decode(&case).unwrap_err();
             assert_eq!(err.code(), tonic::Code::InvalidArgument, "{case:?}");
         }
+    }
+
+    /// Parameters whose IPC stream declares lengths past its bytes: a
+    /// body of 2^60 bytes made the reader allocate it and abort the
+    /// process; every cut and every such length is an `InvalidArgument`.
+    #[test]
+    fn parameter_streams_declaring_more_than_they_hold_are_refused() {
+        let params =
+            RecordBatch::try_from_iter([("$1", Arc::new(Int64Array::from_iter_values(0..1000)) as _)]).unwrap();
+        let ipc = write_batch(&params, "parameters").unwrap();
+        let handle = |ipc: &[u8]| {
+            let mut out = vec![VERSION, PREPARED];
+            put_bytes(&mut out, b"SELECT $1");
+            put_bytes(&mut out, ipc);
+            out
+        };
+        assert!(Handle::decode(&handle(&ipc)).is_ok());
+        // The body (and buffer) length 8,000 as 2^60, wherever it is written.
+        let (real, huge) = (8_000i64.to_le_bytes(), (1i64 << 60).to_le_bytes());
+        let mut hostile = ipc.clone();
+        let mut patched = 0;
+        for at in 0..hostile.len() - 8 {
+            if hostile[at..at + 8] == real {
+                hostile[at..at + 8].copy_from_slice(&huge);
+                patched += 1;
+            }
+        }
+        assert!(patched >= 1);
+        let mut cases = vec![hostile];
+        // Every cut of the stream, and a metadata length past the end.
+        cases.extend((1..ipc.len()).step_by(7).map(|n| ipc[..n].to_vec()));
+        let mut long_metadata = ipc.clone();
+        long_metadata[4..8].copy_from_slice(&i32::MAX.to_le_bytes());
+        cases.push(long_metadata);
+        for case in cases {
+            let err = Handle::decode(&handle(&case)).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+            assert!(err.message().contains("parameters"), "{err:?}");
+        }
+        let err = Handle::decode(&handle(&ipc[..ipc.len() - 100])).unwrap_err();
+        assert!(err.message().contains("declares a body of"), "{err:?}");
     }
 }

@@ -281,29 +281,8 @@ impl QuiverFlightSql {
     /// placeholder's type only when that loses nothing (1.5 is no BIGINT).
     fn bind(plan: LogicalPlan, params: Option<&RecordBatch>) -> Result<Vec<LogicalPlan>, Status> {
         let Some(params) = params else { return Ok(vec![plan]) };
-        let types = plan.get_parameter_types().map_err(df_status)?;
-        if params.num_columns() != types.len() {
-            return Err(Status::invalid_argument(format!(
-                "{} parameter value(s) were sent for a statement with {} placeholder(s)",
-                params.num_columns(),
-                types.len()
-            )));
-        }
-        let expected = |i: usize| types.get(&format!("${}", i + 1)).cloned().flatten();
-        (0..params.num_rows())
-            .map(|row| {
-                let values = (0..params.num_columns())
-                    .map(|i| {
-                        let value = ScalarValue::try_from_array(params.column(i), row).map_err(df_status)?;
-                        match expected(i) {
-                            Some(ty) if ty != value.data_type() => bind_as(value, &ty, i),
-                            _ => Ok(value),
-                        }
-                    })
-                    .collect::<Result<Vec<_>, Status>>()?;
-                plan.clone().with_param_values(ParamValues::from(values)).map_err(df_status)
-            })
-            .collect()
+        let types = placeholder_types(&plan, params)?;
+        (0..params.num_rows()).map(|row| bind_row(&plan, params, row, &types)).collect()
     }
 
     /// Runs queries that change data as they run, each once; their results
@@ -511,22 +490,47 @@ impl QuiverFlightSql {
         let (schema, streams) = match params {
             None => {
                 let optimized = self.optimize_query(&sql, version, &plan)?;
-                (result_schema(&optimized), vec![self.execute_optimized(optimized).await?])
+                (result_schema(&optimized), self.execute_optimized(optimized).await?)
             }
             Some(params) => {
-                let bound = Self::bind(plan.clone(), Some(&params))?;
-                let mut schema = None;
-                let mut streams = Vec::with_capacity(bound.len());
-                for plan in &bound {
-                    let optimized = self.optimize(plan)?;
-                    schema.get_or_insert_with(|| result_schema(&optimized));
-                    streams.push(self.execute_optimized(optimized).await?);
-                }
-                (schema.unwrap_or_else(|| self.unbound_schema(&plan)), streams)
+                // One row bound, planned and run at a time, as the client
+                // reads: the memory of a run does not grow with the rows.
+                let types = placeholder_types(&plan, &params)?;
+                let schema = match params.num_rows() {
+                    0 => self.unbound_schema(&plan),
+                    _ => result_schema(&self.optimize(&bind_row(&plan, &params, 0, &types)?)?),
+                };
+                let this = self.clone();
+                let runs = stream::iter(0..params.num_rows()).then(move |row| {
+                    let (this, plan, params, types) = (this.clone(), plan.clone(), params.clone(), types.clone());
+                    async move {
+                        let optimized = this.optimize(&bind_row(&plan, &params, row, &types)?)?;
+                        this.execute_optimized(optimized).await
+                    }
+                });
+                let out = Arc::clone(&schema);
+                let batches = runs
+                    .map(move |run| {
+                        let out = Arc::clone(&out);
+                        match run {
+                            Ok(batches) => batches
+                                .map(move |batch| {
+                                    let batch = batch.map_err(|e| FlightError::from_external_error(Box::new(e)))?;
+                                    to_client_batch(&batch, &out)
+                                        .map_err(|e| FlightError::from_external_error(Box::new(e)))
+                                })
+                                .boxed(),
+                            Err(status) => {
+                                stream::once(async move { Err(FlightError::Tonic(Box::new(status))) }).boxed()
+                            }
+                        }
+                    })
+                    .flatten();
+                return Ok(self.encode(schema, batches.boxed()));
             }
         };
         let out = Arc::clone(&schema);
-        let batches = stream::iter(streams).flatten().map(move |batch| {
+        let batches = streams.map(move |batch| {
             let batch = batch.map_err(|e| FlightError::from_external_error(Box::new(e)))?;
             to_client_batch(&batch, &out).map_err(|e| FlightError::from_external_error(Box::new(e)))
         });
@@ -656,6 +660,45 @@ impl QuiverFlightSql {
         }
         arrow_select::concat::concat_batches(&schema, &batches).map(Some).map_err(arrow_status)
     }
+}
+
+/// The type of each placeholder of `plan` (`None`: unknown), in order,
+/// once `params` is checked to hold one column per placeholder.
+fn placeholder_types(plan: &LogicalPlan, params: &RecordBatch) -> Result<Vec<Option<DataType>>, Status> {
+    let types = plan.get_parameter_types().map_err(df_status)?;
+    if params.num_columns() != types.len() {
+        return Err(Status::invalid_argument(format!(
+            "{} parameter value(s) were sent for a statement with {} placeholder(s)",
+            params.num_columns(),
+            types.len()
+        )));
+    }
+    Ok((0..types.len()).map(|i| types.get(&format!("${}", i + 1)).cloned().flatten()).collect())
+}
+
+/// `plan` with row `row` of `params` bound to `$1`, `$2`, ... exactly: a
+/// value is converted to its placeholder's type (`types`, from
+/// [`placeholder_types`]) only when that loses nothing (1.5 is no BIGINT).
+fn bind_row(
+    plan: &LogicalPlan,
+    params: &RecordBatch,
+    row: usize,
+    types: &[Option<DataType>],
+) -> Result<LogicalPlan, Status> {
+    let values = params
+        .columns()
+        .iter()
+        .zip(types)
+        .enumerate()
+        .map(|(i, (column, expected))| {
+            let value = ScalarValue::try_from_array(column, row).map_err(df_status)?;
+            match expected {
+                Some(ty) if *ty != value.data_type() => bind_as(value, ty, i),
+                _ => Ok(value),
+            }
+        })
+        .collect::<Result<Vec<_>, Status>>()?;
+    plan.clone().with_param_values(ParamValues::from(values)).map_err(df_status)
 }
 
 /// Numbers JDBC/ODBC-style `?` placeholders in order of appearance as
