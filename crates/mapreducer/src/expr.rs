@@ -8,10 +8,10 @@
 //!                      scalar, an operator runs one tight loop over the lanes
 //! ```
 //!
-//! Semantics follow Arrow's default (wrapping) arithmetic kernels, which is
-//! what DataFusion runs: integers wrap to their type's width; integer
-//! division or remainder by zero is an error (on active, non-null lanes
-//! only); floats follow IEEE; `Float32` is rounded after every operation,
+//! Semantics follow Arrow's checked arithmetic kernels, which quiverdb's
+//! SQL runs: an integer result that leaves its type's width is an overflow
+//! error, and so is integer division or remainder by zero (on active,
+//! non-null lanes only); floats follow IEEE; `Float32` is rounded after every operation,
 //! which gives exactly `f32` arithmetic. Decimals support `+` and `-` at
 //! one precision and scale, and fail on leaving the precision. Casts fail
 //! when a value does not fit the target type (as SQL `CAST` does).
@@ -444,8 +444,14 @@ fn decimal_fits(v: i128, t: &DataType) -> bool {
 fn scalar_arith(op: ArithOp, a: Option<Num>, b: Option<Num>, width: IntWidth, t: &DataType) -> Result<Option<Num>> {
     let (Some(a), Some(b)) = (a, b) else { return Ok(None) };
     Ok(Some(match (a, b) {
-        (Num::I64(x), Num::I64(y)) => Num::I64(i64_op(op, x, y, width).ok_or_else(|| division_error(y == 0, op, t))?),
-        (Num::U64(x), Num::U64(y)) => Num::U64(u64_op(op, x, y).ok_or(Error::DivideByZero)?),
+        (Num::I64(x), Num::I64(y)) => Num::I64(i64_op(op, x, y, width).ok_or_else(|| match op {
+            ArithOp::Div | ArithOp::Rem => division_error(y == 0, op, t),
+            _ => Error::Overflow(format!("{x} {op} {y} does not fit {t}")),
+        })?),
+        (Num::U64(x), Num::U64(y)) => Num::U64(u64_op(op, x, y).ok_or_else(|| match op {
+            ArithOp::Div | ArithOp::Rem => Error::DivideByZero,
+            _ => Error::Overflow(format!("{x} {op} {y} does not fit {t}")),
+        })?),
         (Num::F64(x), Num::F64(y)) => Num::F64(f64_op(op, x, y, matches!(t, DataType::Float32))),
         (Num::I128(x), Num::I128(y)) => {
             let v = i128_op(op, x, y).filter(|v| decimal_fits(*v, t));
@@ -457,10 +463,12 @@ fn scalar_arith(op: ArithOp, a: Option<Num>, b: Option<Num>, width: IntWidth, t:
 
 #[inline(always)]
 fn i64_op(op: ArithOp, x: i64, y: i64, width: IntWidth) -> Option<i64> {
+    // Overflow is an error (`None`), as in Arrow's checked kernels, which
+    // quiverdb's SQL runs: a result must fit the type's width.
     let v = match op {
-        ArithOp::Add => x.wrapping_add(y),
-        ArithOp::Sub => x.wrapping_sub(y),
-        ArithOp::Mul => x.wrapping_mul(y),
+        ArithOp::Add => x.checked_add(y)?,
+        ArithOp::Sub => x.checked_sub(y)?,
+        ArithOp::Mul => x.checked_mul(y)?,
         // MIN / -1 overflows (as in Arrow's checked division, which
         // DataFusion runs): `None`, like a zero divisor.
         ArithOp::Div => {
@@ -472,15 +480,15 @@ fn i64_op(op: ArithOp, x: i64, y: i64, width: IntWidth) -> Option<i64> {
         }
         ArithOp::Rem => x.checked_rem(y).or_else(|| (y != 0).then_some(0))?,
     };
-    Some(wrap_i64(v, width))
+    (wrap_i64(v, width) == v).then_some(v)
 }
 
 #[inline(always)]
 fn u64_op(op: ArithOp, x: u64, y: u64) -> Option<u64> {
     Some(match op {
-        ArithOp::Add => x.wrapping_add(y),
-        ArithOp::Sub => x.wrapping_sub(y),
-        ArithOp::Mul => x.wrapping_mul(y),
+        ArithOp::Add => x.checked_add(y)?,
+        ArithOp::Sub => x.checked_sub(y)?,
+        ArithOp::Mul => x.checked_mul(y)?,
         ArithOp::Div => x.checked_div(y)?,
         ArithOp::Rem => x.checked_rem(y)?,
     })

@@ -49,6 +49,7 @@
 mod alter;
 mod bounded;
 mod catalog;
+mod checked;
 mod convert;
 mod error;
 mod exec;

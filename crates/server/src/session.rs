@@ -83,6 +83,8 @@ fn session_over(schema: Arc<QuiverSchema>, options: &SessionOptions) -> SessionC
         .with_table_factories(HashMap::new())
         .with_file_formats(Vec::new())
         .with_catalog_list(catalogs)
+        // Before DmlGuard, which keeps the WHERE and SET of DML as they are.
+        .with_analyzer_rule(Arc::new(crate::checked::CheckedIntegers))
         .with_analyzer_rule(Arc::new(DmlGuard))
         .with_physical_optimizer_rule(Arc::new(QuiverPushdown))
         .build();

@@ -12,15 +12,16 @@ use arrow_schema::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::expr::{Between, Cast, InList, Like};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{
     BinaryExpr as PBinary, CastExpr, Column as PColumn, InListExpr, IsNotNullExpr, IsNullExpr, LikeExpr,
     Literal as PLiteral, NotExpr,
 };
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use quiverdb_mapreducer::{ArithOp, MapExpr, Scalar};
 use quiverdb_scan::{CmpOp, Predicate};
 use quiverdb_storage::TableSchema;
 
+use crate::checked::udf_op;
 use crate::convert::scalar_for;
 
 fn cmp_op(op: Operator) -> Option<CmpOp> {
@@ -235,6 +236,10 @@ impl<'a> Translator<'a> {
                 MapExpr::lit(scalar_for(v, &t)?, t)
             }
             Expr::BinaryExpr(BinaryExpr { left, op, right }) => self.map(left)?.arith(arith_op(*op)?, self.map(right)?),
+            Expr::ScalarFunction(f) => match (udf_op(&f.func), f.args.as_slice()) {
+                (Some(op), [left, right]) => self.map(left)?.arith(arith_op(op)?, self.map(right)?),
+                _ => return None,
+            },
             Expr::Cast(Cast { expr, field }) => self.map(expr)?.cast(field.data_type().clone()),
             _ => return None,
         })
@@ -253,6 +258,11 @@ impl<'a> Translator<'a> {
         }
         if let Some(b) = e.downcast_ref::<PBinary>() {
             return Some(self.physical_map(b.left())?.arith(arith_op(*b.op())?, self.physical_map(b.right())?));
+        }
+        if let Some(f) = e.downcast_ref::<ScalarFunctionExpr>()
+            && let (Some(op), [left, right]) = (udf_op(f.fun()), f.args())
+        {
+            return Some(self.physical_map(left)?.arith(arith_op(op)?, self.physical_map(right)?));
         }
         if let Some(c) = e.downcast_ref::<CastExpr>() {
             return Some(self.physical_map(c.expr())?.cast(c.cast_type().clone()));
