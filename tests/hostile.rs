@@ -5,7 +5,8 @@
 //! Covered: flat operator chains and set-operation chains at quiverdb's
 //! nesting bounds (answered) and far past them (refused), through the
 //! Flight SQL client; a bulk ingest cancelled mid-stream (nothing of it
-//! committed).
+//! committed); connections past `--max-connections` and connections that
+//! never speak HTTP/2 (closed, and the server still serves).
 
 #![cfg(all(feature = "cli", unix))]
 #![allow(clippy::unwrap_used)]
@@ -135,6 +136,47 @@ fn a_cancelled_ingest_commits_nothing() {
             tokio::time::sleep(Duration::from_millis(500)).await;
             check("once the input is gone").await;
         }
+    });
+    assert!(server.alive());
+}
+
+/// Reads from `conn` until the server closes it (end of stream or reset),
+/// for at most `within`; whether it did.
+fn closed_by_server(conn: &mut std::net::TcpStream, within: Duration) -> bool {
+    use std::io::Read;
+    conn.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match conn.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Idle connections that never send the HTTP/2 preface are closed after
+/// the handshake timeout, and connections past the limit as they are
+/// accepted: neither keeps real clients out.
+#[test]
+fn silent_and_surplus_connections_are_closed() {
+    let mut server = Server::in_memory(&["--max-connections", "3", "--handshake-timeout-secs", "2"]);
+    let mut silent: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(server.addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // The fourth is past the limit: closed at once.
+    let mut surplus = std::net::TcpStream::connect(server.addr).unwrap();
+    assert!(closed_by_server(&mut surplus, Duration::from_secs(1)), "a connection past the limit stays open");
+    // The silent ones are closed once the handshake timeout passes.
+    for conn in &mut silent {
+        assert!(closed_by_server(conn, Duration::from_secs(5)), "a silent connection stays open");
+    }
+    runtime().block_on(async {
+        let mut c = server.client().await;
+        let got = query(&mut c, "SELECT 41 + 1").await.unwrap();
+        assert_eq!(got.column(0).as_primitive::<Int64Type>().value(0), 42);
     });
     assert!(server.alive());
 }

@@ -68,6 +68,15 @@ pub(crate) struct ServeArgs {
     /// (suffixes K, M, G); 0: only at shutdown.
     #[arg(long, value_parser = parse_bytes, default_value = "256M")]
     checkpoint_bytes: usize,
+    /// Client connections open at once; more are closed as they are
+    /// accepted. Default: what the descriptor limit (ulimit -n) leaves
+    /// after 64, between 16 and 4096.
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Seconds a new connection may take to start speaking HTTP/2 (or
+    /// TLS) before it is closed.
+    #[arg(long, default_value_t = 10)]
+    handshake_timeout_secs: u64,
 }
 
 /// `--sync`.
@@ -125,6 +134,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         auth,
         tls,
         max_message_bytes: args.max_message_bytes,
+        handshake_timeout: Duration::from_secs(args.handshake_timeout_secs),
+        max_connections: args.max_connections.unwrap_or_else(|| FlightOptions::default().max_connections),
         session: SessionOptions {
             target_partitions: args.partitions,
             memory_limit: args.memory_limit,

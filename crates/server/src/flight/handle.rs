@@ -132,12 +132,14 @@ fn read_batch(ipc: &[u8]) -> Result<RecordBatch, arrow_schema::ArrowError> {
 }
 
 /// Checks that every message of the IPC stream `ipc` is a valid
-/// flatbuffer and that its metadata and body lie within `ipc`, before the
+/// flatbuffer, that its metadata and body lie within `ipc`, and that its
+/// contents hold up against its bytes ([`super::ipc_check`]), before the
 /// stream reader sizes anything by them (it allocates a message's
 /// declared body length before reading it: 2^60 bytes aborted the
 /// process).
 pub(crate) fn check_framing(ipc: &[u8]) -> Result<(), String> {
     let mut rest = ipc;
+    let mut messages = super::ipc_check::IpcChecker::new(ipc.len().saturating_mul(16).max(1 << 20));
     let length = |rest: &mut &[u8]| -> Result<Option<i32>, String> {
         if rest.is_empty() {
             return Ok(None);
@@ -170,7 +172,9 @@ pub(crate) fn check_framing(ipc: &[u8]) -> Result<(), String> {
         if body > tail.len() {
             return Err(format!("the message at byte {at} declares a body of {body} bytes; {} remain", tail.len()));
         }
-        rest = &tail[body..];
+        let (body, tail) = tail.split_at(body);
+        messages.check(metadata, body).map_err(|e| format!("the message at byte {at}: {e}"))?;
+        rest = tail;
     }
 }
 

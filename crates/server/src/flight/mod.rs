@@ -29,7 +29,10 @@
 //!   variables or parameters) also skip logical optimization.
 //! - Limits: messages in both directions are bounded by
 //!   [`FlightOptions::max_message_bytes`]; the memory DataFusion operators
-//!   hold is bounded by [`SessionOptions::memory_limit`].
+//!   hold is bounded by [`SessionOptions::memory_limit`]; connections by
+//!   [`FlightOptions::max_connections`], a new one must start speaking
+//!   within [`FlightOptions::handshake_timeout`], and peers that stop
+//!   answering keepalive pings are disconnected.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -38,15 +41,16 @@ use std::time::Duration;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use quiverdb_storage::Database;
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::options::SessionOptions;
 use crate::session::session_parts;
 
 mod auth;
+mod connections;
 mod dispatch;
 mod handle;
+mod ipc_check;
 mod metadata;
 mod plans;
 mod results;
@@ -100,6 +104,17 @@ pub struct FlightOptions {
     /// How long a client's session (the settings its `SET` statements
     /// made) lives without use.
     pub session_idle: Duration,
+    /// How many client connections may be open at once; one more is
+    /// closed as soon as it is accepted. Default: what the process's
+    /// descriptor limit leaves after 64, between 16 and 4,096.
+    pub max_connections: usize,
+    /// How long a new connection may take to send its first bytes (the
+    /// HTTP/2 preface, or the start of its TLS handshake) before it is
+    /// closed.
+    pub handshake_timeout: Duration,
+    /// How often the server pings a connection's peer over HTTP/2; a peer
+    /// that does not answer within as long again is disconnected.
+    pub keepalive_interval: Duration,
 }
 
 impl Default for FlightOptions {
@@ -112,6 +127,9 @@ impl Default for FlightOptions {
             session: SessionOptions::default(),
             shutdown_grace: Duration::from_secs(30),
             session_idle: Duration::from_secs(3600),
+            max_connections: connections::default_max_connections(),
+            handshake_timeout: Duration::from_secs(10),
+            keepalive_interval: Duration::from_secs(30),
         }
     }
 }
@@ -175,12 +193,18 @@ pub async fn serve(
     }
     let auth = Arc::new(Authenticator::new(options.auth.clone(), options.token_ttl));
     let service = flight_service(&db, &options, Arc::clone(&auth));
-    let mut server = Server::builder();
+    if options.max_connections == 0 {
+        return Err(ServeError::Config("the connection limit must be at least 1".into()));
+    }
+    let mut server = Server::builder()
+        .http2_keepalive_interval(Some(options.keepalive_interval))
+        .http2_keepalive_timeout(Some(options.keepalive_interval))
+        .tcp_keepalive(Some(options.keepalive_interval));
     if let Some(tls) = &options.tls {
         let identity = Identity::from_pem(&tls.cert_pem, &tls.key_pem);
         server = server.tls_config(ServerTlsConfig::new().identity(identity))?;
     }
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = connections::limited(listener, options.max_connections, options.handshake_timeout);
     let (asked, stopping) = tokio::sync::oneshot::channel::<()>();
     let serving =
         server.layer(AuthLayer::new(auth)).add_service(service).serve_with_incoming_shutdown(incoming, async {

@@ -59,6 +59,8 @@ use crate::many::{as_one_statement, as_one_update};
 use crate::retained::row_bytes;
 use crate::session::DEFAULT_CATALOG;
 
+use super::ipc_check::IpcChecker;
+
 type FlightStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
 
 /// quiverdb's Flight SQL service: SQL statements, prepared statements,
@@ -84,6 +86,9 @@ pub(crate) struct QuiverFlightSql {
     auth: Arc<Authenticator>,
     /// Largest encoded data message sent to a client.
     max_flight_data_bytes: usize,
+    /// The most bytes the compressed buffers of one Arrow message a client
+    /// sends may declare once decompressed.
+    max_decompressed: usize,
 }
 
 impl std::fmt::Debug for QuiverFlightSql {
@@ -117,6 +122,7 @@ impl QuiverFlightSql {
             table_options,
             auth,
             max_flight_data_bytes,
+            max_decompressed: max_message_bytes.saturating_mul(4),
         }
     }
 
@@ -616,8 +622,11 @@ impl QuiverFlightSql {
     }
 
     /// Reads a DoPut stream's batches (as one batch) and its schema.
-    async fn read_batches(request: Request<PeekableFlightDataStream>) -> Result<(SchemaRef, Vec<RecordBatch>), Status> {
-        let mut stream = Self::batch_stream(request);
+    async fn read_batches(
+        &self,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), Status> {
+        let mut stream = self.batch_stream(request);
         let mut batches = Vec::new();
         while let Some(batch) = Self::next_batch(&mut stream).await? {
             batches.push(batch);
@@ -630,13 +639,23 @@ impl QuiverFlightSql {
         Ok((schema, batches))
     }
 
-    /// The record batches of a DoPut, decoded as they arrive.
-    fn batch_stream(request: Request<PeekableFlightDataStream>) -> FlightRecordBatchStream {
+    /// The record batches of a DoPut, decoded as they arrive. Each message
+    /// is checked before arrow-ipc decodes it ([`IpcChecker`]): a client's
+    /// lengths, offsets and types must hold up against the bytes sent.
+    fn batch_stream(&self, request: Request<PeekableFlightDataStream>) -> FlightRecordBatchStream {
+        let mut checker = IpcChecker::new(self.max_decompressed);
         // A DoPut's first message may carry only the command (no Arrow
         // data): the arrow-rs client sends a prepared update that way.
         let input = request
             .into_inner()
             .try_filter(|data| futures::future::ready(!data.data_header.is_empty()))
+            .map(move |data| {
+                let data = data?;
+                checker
+                    .check(&data.data_header, &data.data_body)
+                    .map_err(|e| Status::invalid_argument(format!("malformed Arrow data: {e}")))?;
+                Ok(data)
+            })
             .map_err(|s| FlightError::Tonic(Box::new(s)));
         FlightRecordBatchStream::new_from_flight_data(input)
     }
@@ -653,8 +672,8 @@ impl QuiverFlightSql {
     /// A batch with no columns is no parameters: the JDBC driver sends an
     /// empty one (no columns, no rows) to run a statement without
     /// parameters, which must run once, not once per row.
-    async fn read_params(request: Request<PeekableFlightDataStream>) -> Result<Option<RecordBatch>, Status> {
-        let (schema, batches) = Self::read_batches(request).await?;
+    async fn read_params(&self, request: Request<PeekableFlightDataStream>) -> Result<Option<RecordBatch>, Status> {
+        let (schema, batches) = self.read_batches(request).await?;
         if batches.is_empty() || schema.fields().is_empty() {
             return Ok(None);
         }
@@ -1086,7 +1105,7 @@ impl FlightSqlService for QuiverFlightSql {
         // The batches stream into the table's transaction as they arrive
         // (the request is never held whole); the table appears, or the
         // rows commit, only once the last one is in.
-        let mut stream = Self::batch_stream(request);
+        let mut stream = self.batch_stream(request);
         let first = Self::next_batch(&mut stream).await?;
         let schema = match (stream.schema(), &first) {
             (Some(schema), _) => Arc::clone(schema),
@@ -1164,7 +1183,7 @@ impl FlightSqlService for QuiverFlightSql {
         let Handle::Prepared { sql, .. } = Handle::decode(&query.prepared_statement_handle)? else {
             return Err(Status::invalid_argument("not a prepared statement handle"));
         };
-        let params = Self::read_params(request).await?;
+        let params = self.read_params(request).await?;
         let handle = Handle::Prepared { sql, params }.encode()?;
         Ok(DoPutPreparedStatementResult { prepared_statement_handle: Some(handle) })
     }
@@ -1178,7 +1197,7 @@ impl FlightSqlService for QuiverFlightSql {
             return Err(Status::invalid_argument("not a prepared statement handle"));
         };
         // Parameters come with this call, or were bound before.
-        let params = Self::read_params(request).await?.or(params);
+        let params = self.read_params(request).await?.or(params);
         let plan = self.plan(&sql).await?;
         if is_query(&plan) {
             return Err(Status::invalid_argument("a query cannot run as an update; execute it as a query"));
