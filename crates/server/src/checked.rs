@@ -5,7 +5,8 @@
 //! constants the same way: `CAST(9223372036854775807 AS BIGINT) + 1` was
 //! -9223372036854775808. quiverdb reports overflow instead, as its SUM
 //! does: the analyzer rule [`CheckedIntegers`] replaces each such operation
-//! (and negation, which wraps `-(-128)` the same way) on integers (after type coercion, so on its final types) with a call of
+//! (and negation, which wraps `-(-128)` the same way) on integers, after
+//! type coercion so on its final types, with a call of
 //! [`CheckedArithmetic`], which runs Arrow's checked kernels. The call is
 //! named as the operation was (`a + b`), so results look the same;
 //! constant folding meets the overflow as an error and leaves the call to
@@ -31,23 +32,29 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_expr_common::datum::apply;
 
-/// `left op right` on integers, an error on overflow. One function per
-/// operator (`checked_add`, `checked_sub`, `checked_mul`).
+/// `left op right` (`checked_add`, `checked_sub`, `checked_mul`) or `-x`
+/// (`checked_neg`) on integers, an error on overflow.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub(crate) struct CheckedArithmetic {
-    op: Operator,
+    /// The binary operator checked; `None`: negation.
+    op: Option<Operator>,
     signature: Signature,
 }
 
 impl CheckedArithmetic {
-    /// The checked form of `op`, if it has one.
-    fn new(op: Operator) -> Option<Self> {
+    /// The checked form of binary `op`, if it has one.
+    fn binary(op: Operator) -> Option<Self> {
         matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply)
-            .then(|| Self { op, signature: Signature::any(2, Volatility::Immutable) })
+            .then(|| Self { op: Some(op), signature: Signature::any(2, Volatility::Immutable) })
     }
 
-    /// The operator this function checks.
-    pub(crate) fn op(&self) -> Operator {
+    /// Checked negation.
+    fn negation() -> Self {
+        Self { op: None, signature: Signature::any(1, Volatility::Immutable) }
+    }
+
+    /// The binary operator this function checks (`None` for negation).
+    pub(crate) fn op(&self) -> Option<Operator> {
         self.op
     }
 }
@@ -55,14 +62,15 @@ impl CheckedArithmetic {
 impl ScalarUDFImpl for CheckedArithmetic {
     fn name(&self) -> &str {
         match self.op {
-            Operator::Plus => "checked_add",
-            Operator::Minus => "checked_sub",
-            _ => "checked_mul",
+            Some(Operator::Plus) => "checked_add",
+            Some(Operator::Minus) => "checked_sub",
+            Some(_) => "checked_mul",
+            None => "checked_neg",
         }
     }
 
     fn schema_name(&self, args: &[Expr]) -> Result<String> {
-        call_name(self.name(), &self.op.to_string(), args)
+        call_name(self.name(), &self.op.map_or_else(|| "-".to_string(), |op| op.to_string()), args)
     }
 
     fn signature(&self) -> &Signature {
@@ -75,62 +83,27 @@ impl ScalarUDFImpl for CheckedArithmetic {
 
     /// NULL only where an operand is: the nullability of the operation.
     fn return_field_from_args(&self, args: ReturnFieldArgs<'_>) -> Result<FieldRef> {
-        operation_field(self.name(), args.arg_fields)
+        let data_type = args.arg_fields.first().map_or(DataType::Null, |f| f.data_type().clone());
+        let nullable = args.arg_fields.iter().any(|f| f.is_nullable());
+        Ok(Arc::new(Field::new(self.name(), data_type, nullable)))
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let [left, right] = args.args.as_slice() else {
-            return Err(datafusion::error::DataFusionError::Internal(format!("{} takes two arguments", self.name())));
-        };
-        match self.op {
-            Operator::Plus => apply(left, right, add),
-            Operator::Minus => apply(left, right, sub),
-            _ => apply(left, right, mul),
-        }
-    }
-}
-
-/// `-x` on integers, an error on overflow (`-(-128)` in a TINYINT).
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub(crate) struct CheckedNegation {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for CheckedNegation {
-    fn name(&self) -> &str {
-        "checked_neg"
-    }
-
-    fn schema_name(&self, args: &[Expr]) -> Result<String> {
-        call_name(self.name(), "-", args)
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        Ok(arg_types.first().cloned().unwrap_or(DataType::Null))
-    }
-
-    /// NULL only where an operand is: the nullability of the operation.
-    fn return_field_from_args(&self, args: ReturnFieldArgs<'_>) -> Result<FieldRef> {
-        operation_field(self.name(), args.arg_fields)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        match args.args.as_slice() {
-            [ColumnarValue::Array(a)] => Ok(ColumnarValue::Array(neg(a)?)),
-            [ColumnarValue::Scalar(v)] => {
+        match (self.op, args.args.as_slice()) {
+            (Some(Operator::Plus), [left, right]) => apply(left, right, add),
+            (Some(Operator::Minus), [left, right]) => apply(left, right, sub),
+            (Some(_), [left, right]) => apply(left, right, mul),
+            (None, [ColumnarValue::Array(a)]) => Ok(ColumnarValue::Array(neg(a)?)),
+            (None, [ColumnarValue::Scalar(v)]) => {
                 Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&neg(&v.to_array()?)?, 0)?))
             }
-            _ => Err(datafusion::error::DataFusionError::Internal("checked_neg takes one argument".into())),
+            _ => Err(datafusion::error::DataFusionError::Internal(format!("{}: wrong arguments", self.name()))),
         }
     }
 }
 
 /// Replaces integer `+`, `-` and `*` with [`CheckedArithmetic`] calls and
-/// integer negation with [`CheckedNegation`] (see the module
+/// integer negation with its `checked_neg` (see the module
 /// documentation). Runs after DataFusion's type coercion.
 #[derive(Debug)]
 pub(crate) struct CheckedIntegers;
@@ -139,12 +112,11 @@ impl AnalyzerRule for CheckedIntegers {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
         let functions: Vec<Arc<ScalarUDF>> = [Operator::Plus, Operator::Minus, Operator::Multiply]
             .into_iter()
-            .filter_map(CheckedArithmetic::new)
+            .filter_map(CheckedArithmetic::binary)
             .map(|f| Arc::new(ScalarUDF::new_from_impl(f)))
             .collect();
         let checked = |op: Operator| functions.iter().find(|f| udf_op(f) == Some(op)).map(Arc::clone);
-        let negation =
-            Arc::new(ScalarUDF::new_from_impl(CheckedNegation { signature: Signature::any(1, Volatility::Immutable) }));
+        let negation = Arc::new(ScalarUDF::new_from_impl(CheckedArithmetic::negation()));
         plan.transform_up_with_subqueries(|node| {
             let mut schema = merge_schema(&node.inputs());
             if let LogicalPlan::TableScan(scan) = &node {
@@ -217,16 +189,9 @@ fn call_name(function: &str, op: &str, args: &[Expr]) -> Result<String> {
     Ok(format!("{function}({})", args.iter().map(operand).collect::<Vec<_>>().join(", ")))
 }
 
-/// The result field of an operation on `operands`: their (first) type,
-/// nullable if one of them is.
-fn operation_field(name: &str, operands: &[FieldRef]) -> Result<FieldRef> {
-    let data_type = operands.first().map_or(DataType::Null, |f| f.data_type().clone());
-    Ok(Arc::new(Field::new(name, data_type, operands.iter().any(|f| f.is_nullable()))))
-}
-
 /// The operator of a [`CheckedArithmetic`] function.
 pub(crate) fn udf_op(f: &ScalarUDF) -> Option<Operator> {
-    f.inner().downcast_ref::<CheckedArithmetic>().map(CheckedArithmetic::op)
+    f.inner().downcast_ref::<CheckedArithmetic>().and_then(CheckedArithmetic::op)
 }
 
 #[cfg(test)]
