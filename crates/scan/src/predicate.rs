@@ -108,28 +108,18 @@ impl Predicate {
     /// `self AND other`, flat: an operand that is itself an AND gives its
     /// terms (a chain of a thousand ANDs is one level, not a thousand).
     pub fn and(self, other: Predicate) -> Self {
-        let mut terms = match self {
-            Predicate::And(v) => v,
-            p => vec![p],
-        };
-        match other {
-            Predicate::And(v) => terms.extend(v),
-            p => terms.push(p),
-        }
-        Predicate::And(terms)
+        let terms = |p| if let Predicate::And(v) = p { v } else { vec![p] };
+        let mut all = terms(self);
+        all.extend(terms(other));
+        Predicate::And(all)
     }
 
     /// `self OR other`, flat as [`Self::and`] is.
     pub fn or(self, other: Predicate) -> Self {
-        let mut terms = match self {
-            Predicate::Or(v) => v,
-            p => vec![p],
-        };
-        match other {
-            Predicate::Or(v) => terms.extend(v),
-            p => terms.push(p),
-        }
-        Predicate::Or(terms)
+        let terms = |p| if let Predicate::Or(v) = p { v } else { vec![p] };
+        let mut all = terms(self);
+        all.extend(terms(other));
+        Predicate::Or(all)
     }
 
     /// `NOT self`.

@@ -110,12 +110,11 @@ pub(crate) struct CheckedIntegers;
 
 impl AnalyzerRule for CheckedIntegers {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
-        let functions: Vec<Arc<ScalarUDF>> = [Operator::Plus, Operator::Minus, Operator::Multiply]
+        let functions: Vec<(Operator, Arc<ScalarUDF>)> = [Operator::Plus, Operator::Minus, Operator::Multiply]
             .into_iter()
-            .filter_map(CheckedArithmetic::binary)
-            .map(|f| Arc::new(ScalarUDF::new_from_impl(f)))
+            .filter_map(|op| Some((op, Arc::new(ScalarUDF::new_from_impl(CheckedArithmetic::binary(op)?)))))
             .collect();
-        let checked = |op: Operator| functions.iter().find(|f| udf_op(f) == Some(op)).map(Arc::clone);
+        let checked = |op: Operator| functions.iter().find(|(o, _)| *o == op).map(|(_, f)| Arc::clone(f));
         let negation = Arc::new(ScalarUDF::new_from_impl(CheckedArithmetic::negation()));
         plan.transform_up_with_subqueries(|node| {
             let mut schema = merge_schema(&node.inputs());

@@ -276,13 +276,10 @@ fn set_operations(body: &SetExpr) -> (usize, usize) {
 /// Takes a statement's syntax tree apart so that dropping it does not
 /// recurse: every expression is replaced by a leaf once its children are
 /// (the visitor goes bottom-up), and set-operation trees are split into
-/// their branches, the parts kept in a list that drops one by one.
+/// their branches, the parts kept in lists that drop one shallow part
+/// after another.
 fn dismantle(statement: &mut Statement) {
-    let mut parts = Dismantle::default();
-    let _ = visit_mut(statement, &mut parts);
-    // Dropped last-in first: each part is shallow by now.
-    while parts.exprs.pop().is_some() {}
-    while parts.sets.pop().is_some() {}
+    let _ = visit_mut(statement, &mut Dismantle::default());
 }
 
 #[derive(Default)]
@@ -300,15 +297,14 @@ impl VisitorMut for Dismantle {
     }
 
     fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        let leaf = empty_set;
-        let mut pending = vec![std::mem::replace(&mut *query.body, leaf())];
+        let mut pending = vec![std::mem::replace(&mut *query.body, empty_set())];
         while let Some(mut e) = pending.pop() {
             match &mut e {
                 SetExpr::SetOperation { left, right, .. } => {
-                    pending.push(std::mem::replace(&mut **left, leaf()));
-                    pending.push(std::mem::replace(&mut **right, leaf()));
+                    pending.push(std::mem::replace(&mut **left, empty_set()));
+                    pending.push(std::mem::replace(&mut **right, empty_set()));
                 }
-                SetExpr::Query(q) => pending.push(std::mem::replace(&mut *q.body, leaf())),
+                SetExpr::Query(q) => pending.push(std::mem::replace(&mut *q.body, empty_set())),
                 _ => {}
             }
             self.sets.push(e);

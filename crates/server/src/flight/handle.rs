@@ -137,7 +137,7 @@ fn read_batch(ipc: &[u8]) -> Result<RecordBatch, arrow_schema::ArrowError> {
 /// stream reader sizes anything by them (it allocates a message's
 /// declared body length before reading it: 2^60 bytes aborted the
 /// process).
-pub(crate) fn check_framing(ipc: &[u8]) -> Result<(), String> {
+fn check_framing(ipc: &[u8]) -> Result<(), String> {
     let mut rest = ipc;
     let mut messages = super::ipc_check::IpcChecker::new(ipc.len().saturating_mul(16).max(1 << 20));
     let length = |rest: &mut &[u8]| -> Result<Option<i32>, String> {

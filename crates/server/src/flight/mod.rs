@@ -176,6 +176,12 @@ fn flight_service(
 /// [`FlightOptions::shutdown_grace`]) and returns.
 ///
 /// Refuses a non-loopback listener with [`Auth::None`].
+///
+/// Requests are planned and run on the calling runtime's threads: give
+/// them [`crate::THREAD_STACK_BYTES`] of stack
+/// (`tokio::runtime::Builder::thread_stack_size`), as the `quiverdb`
+/// binary does, for the deepest statements quiverdb accepts
+/// ([`crate::MAX_EXPRESSION_DEPTH`]) to answer instead of overflowing it.
 pub async fn serve(
     db: Database,
     listener: TcpListener,

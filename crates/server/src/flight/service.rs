@@ -493,10 +493,11 @@ impl QuiverFlightSql {
                 "this ticket names a statement that changes data; run it through GetFlightInfo or an update",
             ));
         }
-        let (schema, streams) = match params {
+        let failed = |e: datafusion::error::DataFusionError| FlightError::from_external_error(Box::new(e));
+        let (schema, batches) = match params {
             None => {
                 let optimized = self.optimize_query(&sql, version, &plan)?;
-                (result_schema(&optimized), self.execute_optimized(optimized).await?)
+                (result_schema(&optimized), self.execute_optimized(optimized).await?.map_err(failed).boxed())
             }
             Some(params) => {
                 // One row bound, planned and run at a time, as the client
@@ -514,32 +515,17 @@ impl QuiverFlightSql {
                         this.execute_optimized(optimized).await
                     }
                 });
-                let out = Arc::clone(&schema);
                 let batches = runs
-                    .map(move |run| {
-                        let out = Arc::clone(&out);
-                        match run {
-                            Ok(batches) => batches
-                                .map(move |batch| {
-                                    let batch = batch.map_err(|e| FlightError::from_external_error(Box::new(e)))?;
-                                    to_client_batch(&batch, &out)
-                                        .map_err(|e| FlightError::from_external_error(Box::new(e)))
-                                })
-                                .boxed(),
-                            Err(status) => {
-                                stream::once(async move { Err(FlightError::Tonic(Box::new(status))) }).boxed()
-                            }
-                        }
+                    .map(move |run| match run {
+                        Ok(batches) => batches.map_err(failed).boxed(),
+                        Err(status) => stream::once(async move { Err(FlightError::Tonic(Box::new(status))) }).boxed(),
                     })
                     .flatten();
-                return Ok(self.encode(schema, batches.boxed()));
+                (schema, batches.boxed())
             }
         };
         let out = Arc::clone(&schema);
-        let batches = streams.map(move |batch| {
-            let batch = batch.map_err(|e| FlightError::from_external_error(Box::new(e)))?;
-            to_client_batch(&batch, &out).map_err(|e| FlightError::from_external_error(Box::new(e)))
-        });
+        let batches = batches.map(move |batch| to_client_batch(&batch?, &out).map_err(failed));
         Ok(self.encode(schema, batches.boxed()))
     }
 
