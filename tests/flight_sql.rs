@@ -724,6 +724,120 @@ async fn prepared_insert_runs_once_per_parameter_row() -> TestResult {
     Ok(())
 }
 
+/// An INSERT of a `VALUES` list run with many parameter rows binds them all
+/// into one list (planned once): 20,000 rows with NULLs, expressions over
+/// the parameters and two list rows per parameter row arrive exactly as a
+/// reference map says; a value that does not convert exactly to its
+/// column's type (1.5 for a BIGINT) is refused and inserts nothing; a
+/// placeholder outside the list (`INSERT … SELECT $1`) still binds row by row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_prepared_insert_with_many_rows_binds_them_into_one_list() -> TestResult {
+    use std::collections::BTreeMap;
+
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE pl (id BIGINT NOT NULL, name VARCHAR, twice BIGINT, PRIMARY KEY (id))").await?;
+    let n = 20_000i64;
+    let ids: Vec<i64> = (0..n).map(|i| i * 2).collect();
+    let names: Vec<Option<String>> = (0..n).map(|i| (i % 5 != 0).then(|| format!("n{i}"))).collect();
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("$1", DataType::Int64, true), Field::new("$2", DataType::Utf8, true)]));
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![Arc::new(Int64Array::from(ids.clone())), Arc::new(StringArray::from(names.clone()))],
+    )?;
+    let mut insert =
+        client.prepare("INSERT INTO pl VALUES ($1, $2 || '!', $1 * 2), ($1 + 1, 'odd', NULL)".into(), None).await?;
+    insert.set_parameters(batch)?;
+    assert_eq!(insert.execute_update().await?, 2 * n);
+    insert.close().await?;
+
+    let mut expected = BTreeMap::new();
+    for (id, name) in ids.iter().zip(&names) {
+        expected.insert(*id, (name.as_ref().map(|s| format!("{s}!")), Some(id * 2)));
+        expected.insert(id + 1, (Some("odd".to_string()), None));
+    }
+    let rows = query(&mut client, "SELECT id, name, twice FROM pl ORDER BY id").await?;
+    let got: BTreeMap<i64, (Option<String>, Option<i64>)> = rows
+        .column(0)
+        .as_primitive::<Int64Type>()
+        .values()
+        .iter()
+        .zip(strings(&rows, "name"))
+        .zip(rows.column(2).as_primitive::<Int64Type>().iter())
+        .map(|((id, name), twice)| (*id, (name, twice)))
+        .collect();
+    assert_eq!(got, expected);
+
+    // A lossy value: refused, naming the parameter; nothing inserted.
+    let mut lossy = client.prepare("INSERT INTO pl (id) VALUES ($1)".into(), None).await?;
+    let floats = Arc::new(Schema::new(vec![Field::new("$1", DataType::Float64, true)]));
+    let values: ArrayRef = Arc::new(Float64Array::from(vec![1_000_001.0, 1_000_003.5]));
+    lossy.set_parameters(RecordBatch::try_new(floats, vec![values])?)?;
+    let s = status_of(lossy.execute_update().await);
+    assert_eq!(s.code(), Code::InvalidArgument, "{s}");
+    assert!(s.message().contains("$1"), "{s}");
+    assert_eq!(count_rows(&server.db, "pl").await, 2 * n);
+    lossy.close().await?;
+
+    // A placeholder outside a VALUES list: bound row by row, same result.
+    let mut select =
+        client.prepare("INSERT INTO pl SELECT $1 AS id, 'selected' AS name, $1 AS twice".into(), None).await?;
+    select.set_parameters(params(Arc::new(Int64Array::from(vec![-1, -3]))))?;
+    assert_eq!(select.execute_update().await?, 2);
+    select.close().await?;
+    let picked = query(&mut client, "SELECT id, twice FROM pl WHERE name = 'selected' ORDER BY id").await?;
+    assert_eq!(picked.column(0).as_primitive::<Int64Type>().values().to_vec(), vec![-3, -1]);
+    assert_eq!(picked.column(1).as_primitive::<Int64Type>().values().to_vec(), vec![-3, -1]);
+    Ok(())
+}
+
+/// A DELETE run with many parameter rows binds them into one WHERE: 10,000
+/// keys (an IN list) and 2,000 pairs (`id = $1 AND name = $2`, joined by
+/// OR) delete exactly the rows a reference set says, in one transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_prepared_delete_with_many_rows_binds_them_into_one_where() -> TestResult {
+    use std::collections::BTreeSet;
+
+    let server = TestServer::open().await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE pd (id BIGINT NOT NULL, name VARCHAR, PRIMARY KEY (id))").await?;
+    update(
+        &mut client,
+        "INSERT INTO pd SELECT value, 'n' || CAST(value % 3 AS VARCHAR) FROM generate_series(0, 29999)",
+    )
+    .await?;
+    let mut left: BTreeSet<i64> = (0..30_000).collect();
+
+    let keys: Vec<i64> = (0..10_000).map(|i| i * 3 + 1).chain([-5, 1, 99_999]).collect();
+    let mut delete = client.prepare("DELETE FROM pd WHERE id = $1".into(), None).await?;
+    delete.set_parameters(params(Arc::new(Int64Array::from(keys.clone()))))?;
+    let removed = keys.iter().filter(|k| left.remove(k)).count();
+    assert_eq!(delete.execute_update().await?, removed as i64);
+    delete.close().await?;
+
+    // Pairs: only those whose name matches the row's are deleted.
+    let ids: Vec<i64> = (0..2_000).map(|i| i * 5).collect();
+    let names: Vec<String> = ids.iter().map(|i| format!("n{}", (i / 5) % 3)).collect();
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("$1", DataType::Int64, true), Field::new("$2", DataType::Utf8, true)]));
+    let pairs = RecordBatch::try_new(
+        schema,
+        vec![Arc::new(Int64Array::from(ids.clone())), Arc::new(StringArray::from(names.clone()))],
+    )?;
+    let mut delete = client.prepare("DELETE FROM pd WHERE id = $1 AND name = $2".into(), None).await?;
+    delete.set_parameters(pairs)?;
+    let removed =
+        ids.iter().zip(&names).filter(|(id, name)| **name == format!("n{}", *id % 3) && left.remove(id)).count();
+    assert_eq!(delete.execute_update().await?, removed as i64);
+    delete.close().await?;
+
+    let rows = query(&mut client, "SELECT id FROM pd ORDER BY id").await?;
+    let got: BTreeSet<i64> = rows.column(0).as_primitive::<Int64Type>().values().iter().copied().collect();
+    assert_eq!(got, left);
+    Ok(())
+}
+
 /// One update with many parameter rows is one transaction: an INSERT whose
 /// third row repeats a key commits none of its rows; a DELETE removes the
 /// rows of every parameter row at once.

@@ -6,7 +6,8 @@
 //! nesting bounds (answered) and far past them (refused), through the
 //! Flight SQL client; a bulk ingest cancelled mid-stream (nothing of it
 //! committed); connections past `--max-connections` and connections that
-//! never speak HTTP/2 (closed, and the server still serves).
+//! never speak HTTP/2 (closed, and the server still serves); slow
+//! statements past the admission bounds (refused, small ones still served).
 
 #![cfg(all(feature = "cli", unix))]
 #![allow(clippy::unwrap_used)]
@@ -177,6 +178,81 @@ fn silent_and_surplus_connections_are_closed() {
         let mut c = server.client().await;
         let got = query(&mut c, "SELECT 41 + 1").await.unwrap();
         assert_eq!(got.column(0).as_primitive::<Int64Type>().value(0), 42);
+    });
+    assert!(server.alive());
+}
+
+/// 48 clients each start a cross join that would run for hours. Two run,
+/// four wait, the rest are refused at once with `ResourceExhausted`; a
+/// large query from another client is refused too, while `SELECT 1` and a
+/// query over a small table answer at once (their lane is not the joins').
+/// Once the joins' clients go away, their slots are free again.
+#[test]
+fn slow_statements_wait_their_turn_and_small_ones_are_not_starved() {
+    let mut server = Server::in_memory(&["--max-running-queries", "2", "--max-queued-queries", "4"]);
+    runtime().block_on(async {
+        let mut c = server.client().await;
+        update(&mut c, "CREATE TABLE big AS SELECT value AS v FROM generate_series(1, 200000)").await.unwrap();
+        update(&mut c, "CREATE TABLE small (v BIGINT)").await.unwrap();
+        update(&mut c, "INSERT INTO small VALUES (1), (2), (3)").await.unwrap();
+        let join = "SELECT COUNT(*) FROM big a CROSS JOIN big b WHERE a.v + b.v = 0";
+        let mut joins = Vec::new();
+        for _ in 0..48 {
+            let mut client = server.client().await;
+            joins.push(tokio::spawn(async move { query(&mut client, join).await }));
+        }
+        // 42 are refused at once; 6 are still running or waiting.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let mut refused = 0;
+        while refused < 42 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            refused = 0;
+            for join in &joins {
+                if join.is_finished() {
+                    refused += 1;
+                }
+            }
+        }
+        let (done, pending): (Vec<_>, Vec<_>) = joins.into_iter().partition(|j| j.is_finished());
+        assert_eq!((done.len(), pending.len()), (42, 6));
+        for join in done {
+            let status = status_of(join.await.unwrap());
+            assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+            assert!(status.message().contains("2 heavy statements are running and 4 wait"), "{status:?}");
+        }
+        let light = |sql: &'static str| {
+            let mut c = c.clone();
+            async move {
+                let answer = tokio::time::timeout(Duration::from_secs(10), query(&mut c, sql)).await;
+                answer.unwrap_or_else(|_| panic!("{sql} starved behind the joins")).unwrap()
+            }
+        };
+        assert_eq!(light("SELECT 1").await.column(0).as_primitive::<Int64Type>().value(0), 1);
+        assert_eq!(light("SELECT SUM(v) FROM small").await.column(0).as_primitive::<Int64Type>().value(0), 6);
+        let status = status_of(query(&mut c, "SELECT SUM(v) FROM big").await);
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+
+        for join in &pending {
+            join.abort();
+        }
+        for join in pending {
+            assert!(join.await.is_err(), "a join was cancelled");
+        }
+        // The cancelled joins' slots and places in the queue are free: six
+        // new joins are admitted or wait; a seventh is refused.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut again = Vec::new();
+        for _ in 0..6 {
+            let mut client = server.client().await;
+            again.push(tokio::spawn(async move { query(&mut client, join).await }));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(again.iter().all(|j| !j.is_finished()), "a new join was refused");
+        let status = status_of(query(&mut c, join).await);
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        for join in again {
+            join.abort();
+        }
     });
     assert!(server.alive());
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use quiverdb::server::admission::AdmissionOptions;
 use quiverdb::server::flight::{Auth, DEFAULT_MAX_MESSAGE_BYTES, FlightOptions, TlsConfig, serve};
 use quiverdb::storage::{DurableOptions, SyncMode};
 use quiverdb::{Database, SessionOptions};
@@ -77,6 +78,18 @@ pub(crate) struct ServeArgs {
     /// TLS) before it is closed.
     #[arg(long, default_value_t = 10)]
     handshake_timeout_secs: u64,
+    /// Statements running at once in each of the two lanes (small
+    /// statements, large ones). Default: twice the cores, at least 4.
+    #[arg(long)]
+    max_running_queries: Option<usize>,
+    /// Statements waiting for a slot in each lane; one more fails at once
+    /// with ResourceExhausted.
+    #[arg(long, default_value_t = 256)]
+    max_queued_queries: usize,
+    /// Seconds a statement may wait for a slot before it fails with
+    /// ResourceExhausted.
+    #[arg(long, default_value_t = 300)]
+    queue_timeout_secs: u64,
 }
 
 /// `--sync`.
@@ -136,6 +149,11 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         max_message_bytes: args.max_message_bytes,
         handshake_timeout: Duration::from_secs(args.handshake_timeout_secs),
         max_connections: args.max_connections.unwrap_or_else(|| FlightOptions::default().max_connections),
+        admission: AdmissionOptions {
+            max_running: args.max_running_queries.unwrap_or_else(|| AdmissionOptions::default().max_running),
+            max_queued: args.max_queued_queries,
+            queue_timeout: Duration::from_secs(args.queue_timeout_secs),
+        },
         session: SessionOptions {
             target_partitions: args.partitions,
             memory_limit: args.memory_limit,

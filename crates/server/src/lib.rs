@@ -46,6 +46,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod admission;
 mod alter;
 mod bounded;
 mod catalog;

@@ -61,6 +61,11 @@ pub struct QuiverAggregateExec {
 }
 
 impl QuiverAggregateExec {
+    /// The live rows of the shards this aggregation reads.
+    pub(crate) fn rows_read(&self) -> usize {
+        self.source.rows_in(self.groups.iter().flatten())
+    }
+
     pub(crate) fn new(
         source: ScanSource,
         spec: Arc<AggregateSpec>,

@@ -47,6 +47,11 @@ pub(crate) struct ScanSource {
 }
 
 impl ScanSource {
+    /// The live rows of `shards`.
+    pub(crate) fn rows_in<'a>(&self, shards: impl IntoIterator<Item = &'a usize>) -> usize {
+        shards.into_iter().map(|&s| self.snapshot.shard(s).live_rows()).sum()
+    }
+
     /// Scan options: `shards` (all when `None`) on `threads` threads.
     pub(crate) fn options(&self, shards: Option<&[usize]>, limit: Option<usize>, threads: usize) -> ScanOptions {
         ScanOptions { threads, limit, shards: shards.map(<[usize]>::to_vec), id_buffer: self.id_buffer }

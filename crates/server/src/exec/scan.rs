@@ -56,6 +56,11 @@ pub struct QuiverScanExec {
 }
 
 impl QuiverScanExec {
+    /// The live rows of the shards this scan reads.
+    pub(crate) fn rows_read(&self) -> usize {
+        self.source.rows_in(self.groups.iter().flatten())
+    }
+
     /// A scan of `projection` (all columns when `None`) split into at most
     /// `partitions` partitions, gathering batches of `batch_size` rows.
     pub(crate) fn try_new(

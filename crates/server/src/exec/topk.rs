@@ -32,6 +32,11 @@ pub struct QuiverTopKExec {
 }
 
 impl QuiverTopKExec {
+    /// The live rows of the table this scan reads (it reads every shard).
+    pub(crate) fn rows_read(&self) -> usize {
+        self.source.snapshot.row_count()
+    }
+
     /// `properties` are those of the `SortExec` this replaces.
     pub(crate) fn new(
         source: ScanSource,

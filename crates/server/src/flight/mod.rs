@@ -33,6 +33,10 @@
 //!   [`FlightOptions::max_connections`], a new one must start speaking
 //!   within [`FlightOptions::handshake_timeout`], and peers that stop
 //!   answering keepalive pings are disconnected.
+//! - Admission ([`FlightOptions::admission`]): at most so many statements
+//!   run at once, in two lanes (small statements apart from large ones, so
+//!   they are not starved); the rest wait in a bounded queue, and one that
+//!   finds it full, or waits too long, fails with `ResourceExhausted`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -43,6 +47,7 @@ use quiverdb_storage::Database;
 use tokio::net::TcpListener;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
+use crate::admission::{Admission, AdmissionOptions};
 use crate::options::SessionOptions;
 use crate::session::session_parts;
 
@@ -115,6 +120,9 @@ pub struct FlightOptions {
     /// How often the server pings a connection's peer over HTTP/2; a peer
     /// that does not answer within as long again is disconnected.
     pub keepalive_interval: Duration,
+    /// How many statements run at once and how many wait (see
+    /// [`crate::admission`]).
+    pub admission: AdmissionOptions,
 }
 
 impl Default for FlightOptions {
@@ -130,6 +138,7 @@ impl Default for FlightOptions {
             max_connections: connections::default_max_connections(),
             handshake_timeout: Duration::from_secs(10),
             keepalive_interval: Duration::from_secs(30),
+            admission: AdmissionOptions::default(),
         }
     }
 }
@@ -156,7 +165,7 @@ fn flight_service(
     db: &Database,
     options: &FlightOptions,
     auth: Arc<Authenticator>,
-) -> FlightServiceServer<QuiverFlightService> {
+) -> std::io::Result<FlightServiceServer<QuiverFlightService>> {
     let session = session_parts(db, options.session.clone());
     let service = QuiverFlightSql::new(
         db.clone(),
@@ -165,10 +174,11 @@ fn flight_service(
         auth,
         options.max_message_bytes,
         options.session_idle,
+        Arc::new(Admission::new(options.admission.clone())?),
     );
-    FlightServiceServer::new(QuiverFlightService(service))
+    Ok(FlightServiceServer::new(QuiverFlightService(service))
         .max_decoding_message_size(options.max_message_bytes)
-        .max_encoding_message_size(options.max_message_bytes)
+        .max_encoding_message_size(options.max_message_bytes))
 }
 
 /// Serves `db` over Flight SQL on `listener` until `shutdown` completes,
@@ -198,9 +208,12 @@ pub async fn serve(
         return Err(ServeError::Config("the message size bound must be at least 1024 bytes".into()));
     }
     let auth = Arc::new(Authenticator::new(options.auth.clone(), options.token_ttl));
-    let service = flight_service(&db, &options, Arc::clone(&auth));
+    let service = flight_service(&db, &options, Arc::clone(&auth))?;
     if options.max_connections == 0 {
         return Err(ServeError::Config("the connection limit must be at least 1".into()));
+    }
+    if options.admission.max_running == 0 {
+        return Err(ServeError::Config("the running-statement limit must be at least 1".into()));
     }
     let mut server = Server::builder()
         .http2_keepalive_interval(Some(options.keepalive_interval))

@@ -28,10 +28,10 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::SchemaProvider;
 use datafusion::catalog::information_schema::InformationSchemaProvider;
 use datafusion::common::tree_node::TreeNode;
-use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::common::{DataFusionError, ParamValues, ScalarValue};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{LogicalPlan, ResetVariable, SetVariable, Statement};
-use datafusion::physical_plan::{collect, execute_stream};
+use datafusion::physical_plan::collect;
 use datafusion::prelude::{SQLOptions, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
@@ -52,10 +52,11 @@ use super::sessions::proto::{
 };
 use super::sessions::{RequestSession, Sessions};
 use super::status::{arrow_status, df_status, flight_status, storage_status};
+use crate::admission::{Admission, Refused, Weight};
 use crate::catalog::{DEFAULT_SCHEMA, QuiverSchema, stored_name};
 use crate::exec::Incoming;
 use crate::limits::TableMemoryLimit;
-use crate::many::{as_one_statement, as_one_update};
+use crate::many::{as_one_statement, as_one_update, bind_delete_where, bind_insert_values};
 use crate::retained::row_bytes;
 use crate::session::DEFAULT_CATALOG;
 
@@ -89,6 +90,8 @@ pub(crate) struct QuiverFlightSql {
     /// The most bytes the compressed buffers of one Arrow message a client
     /// sends may declare once decompressed.
     max_decompressed: usize,
+    /// The slots statements run in (see [`crate::admission`]).
+    admission: Arc<Admission>,
 }
 
 impl std::fmt::Debug for QuiverFlightSql {
@@ -105,6 +108,7 @@ impl QuiverFlightSql {
         auth: Arc<Authenticator>,
         max_message_bytes: usize,
         session_idle: Duration,
+        admission: Arc<Admission>,
     ) -> Self {
         // Leave room for the IPC framing around a data message.
         let max_flight_data_bytes = (max_message_bytes / 2).clamp(1024, 2 << 20);
@@ -123,6 +127,7 @@ impl QuiverFlightSql {
             auth,
             max_flight_data_bytes,
             max_decompressed: max_message_bytes.saturating_mul(4),
+            admission,
         }
     }
 
@@ -288,6 +293,16 @@ impl QuiverFlightSql {
     fn bind(plan: LogicalPlan, params: Option<&RecordBatch>) -> Result<Vec<LogicalPlan>, Status> {
         let Some(params) = params else { return Ok(vec![plan]) };
         let types = placeholder_types(&plan, params)?;
+        if params.num_rows() > 1 {
+            let row = |row| row_values(params, row, &types).map_err(|s| DataFusionError::Plan(s.message().into()));
+            let one = match bind_insert_values(&plan, params.num_rows(), row).map_err(df_status)? {
+                Some(one) => Some(one),
+                None => bind_delete_where(&plan, params.num_rows(), row).map_err(df_status)?,
+            };
+            if let Some(one) = one {
+                return Ok(vec![one]);
+            }
+        }
         (0..params.num_rows()).map(|row| bind_row(&plan, params, row, &types)).collect()
     }
 
@@ -311,7 +326,12 @@ impl QuiverFlightSql {
     /// Runs statements that change data or the catalog, returning the
     /// total affected-row count (`None` for DDL).
     async fn run_mutations(&self, plans: Vec<LogicalPlan>) -> Result<Option<u64>, Status> {
-        let result = self.apply_mutations(plans).await;
+        let slot = self.admission.admit(Weight::of_change(&plans)).await.map_err(refused_status)?;
+        let this = self.clone();
+        let result = match slot.run(async move { this.apply_mutations(plans).await }).await {
+            Ok(result) => result,
+            Err(e) => Err(Status::internal(format!("the statement failed: {e}"))),
+        };
         self.forget_stale_plans();
         result
     }
@@ -554,12 +574,14 @@ impl QuiverFlightSql {
         self.optimize(plan).map_or_else(|_| client_schema(plan.schema().as_arrow()), |o| result_schema(&o))
     }
 
-    /// Runs an optimized plan. The physical plan is made anew each time: it
-    /// holds the snapshot of the rows the query reads.
+    /// Runs an optimized plan once admitted (its stream holds its slot).
+    /// The physical plan is made anew each time: it holds the snapshot of
+    /// the rows the query reads.
     async fn execute_optimized(&self, optimized: LogicalPlan) -> Result<SendableRecordBatchStream, Status> {
         let state = self.ctx.state();
         let physical = state.query_planner().create_physical_plan(&optimized, &state).await.map_err(df_status)?;
-        execute_stream(physical, Arc::new(TaskContext::from(&state))).map_err(df_status)
+        let slot = self.admission.admit(Weight::of_plan(&physical)).await.map_err(refused_status)?;
+        Ok(slot.execute(physical, Arc::new(TaskContext::from(&state))))
     }
 
     /// Encodes a batch stream as Flight data, batch by batch.
@@ -690,7 +712,14 @@ fn bind_row(
     row: usize,
     types: &[Option<DataType>],
 ) -> Result<LogicalPlan, Status> {
-    let values = params
+    let values = row_values(params, row, types)?;
+    plan.clone().with_param_values(ParamValues::from(values)).map_err(df_status)
+}
+
+/// Row `row` of `params`, each value converted to its placeholder's type
+/// (`types`) when that loses nothing, else refused.
+fn row_values(params: &RecordBatch, row: usize, types: &[Option<DataType>]) -> Result<Vec<ScalarValue>, Status> {
+    params
         .columns()
         .iter()
         .zip(types)
@@ -702,8 +731,7 @@ fn bind_row(
                 _ => Ok(value),
             }
         })
-        .collect::<Result<Vec<_>, Status>>()?;
-    plan.clone().with_param_values(ParamValues::from(values)).map_err(df_status)
+        .collect()
 }
 
 /// Numbers JDBC/ODBC-style `?` placeholders in order of appearance as
@@ -740,6 +768,12 @@ fn bind_as(value: ScalarValue, ty: &DataType, i: usize) -> Result<ScalarValue, S
         Ok(back) if back == value => Ok(bound),
         _ => Err(refused(format!("it would become {bound}"))),
     }
+}
+
+/// A statement not admitted: the server is busy.
+fn refused_status(refused: Refused) -> Status {
+    tracing::warn!("{refused}");
+    Status::resource_exhausted(refused.to_string())
 }
 
 /// The schema a client receives for the results of `optimized` (after
@@ -1040,9 +1074,8 @@ impl FlightSqlService for QuiverFlightSql {
         let plan = self.plan(&command.query).await?;
         let count = if is_query(&plan) {
             // A query run as an update: run it, report its row count.
-            let df = crate::execute::execute(&self.ctx, plan).await.map_err(df_status)?;
             let mut rows = 0u64;
-            let mut batches: SendableRecordBatchStream = df.execute_stream().await.map_err(df_status)?;
+            let mut batches = self.execute_optimized(self.optimize(&plan)?).await?;
             while let Some(batch) = batches.next().await {
                 rows += batch.map_err(df_status)?.num_rows() as u64;
             }

@@ -1,0 +1,463 @@
+//! Admission control: how many statements run at once, how many may wait
+//! for their turn, and which of two lanes a statement waits in.
+//!
+//! A server shares its cores and memory among the statements it runs; past
+//! a few per core, running more at once only makes each slower and holds
+//! more memory. So a statement runs once it holds a slot of its lane, and
+//! waits (first come, first served) while none is free. When
+//! [`AdmissionOptions::max_queued`] statements already wait in its lane, or
+//! its wait passes [`AdmissionOptions::queue_timeout`], it fails with
+//! [`Refused`] (`ResourceExhausted` to a client), naming the bound.
+//!
+//! ```text
+//!   physical plan ──estimate──▶ light (≤ LIGHT_ROWS rows through its operators) ──▶ light lane: N slots + queue
+//!                         └───▶ heavy (more, or unknown)                        ──▶ heavy lane: N slots + queue
+//! ```
+//!
+//! Small statements are not starved by large ones: the estimate (from
+//! DataFusion's statistics of every operator, which quiverdb's scans give
+//! exactly) puts `SELECT 1`, metadata queries and statements over small
+//! tables in their own lane, whose slots large statements never take. A
+//! statement whose size cannot be estimated waits in the heavy lane.
+//! A statement runs on its lane's own threads (see [`Slot::execute`]), and
+//! holds its slot until its result stream is drained, fails or is dropped:
+//! a client that goes away frees the slot at once and cancels the work,
+//! which stops at its next yield. Each lane has as many threads as cores,
+//! so such work never takes more of the machine than its lane's share.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{ExecutionPlan, execute_stream};
+use futures::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::exec::{QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
+
+/// The most rows a statement's operators may pass, all estimated outputs
+/// added up, for it to wait in the light lane.
+pub const LIGHT_ROWS: usize = 1 << 17;
+
+/// How many statements run at once and how many may wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionOptions {
+    /// Statements running at once, per lane. Default: twice the available
+    /// parallelism, at least 4.
+    pub max_running: usize,
+    /// Statements waiting for a slot, per lane; one more is refused at once.
+    pub max_queued: usize,
+    /// How long a statement may wait for a slot before it is refused.
+    pub queue_timeout: Duration,
+}
+
+impl Default for AdmissionOptions {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        Self { max_running: (2 * cores).max(4), max_queued: 256, queue_timeout: Duration::from_secs(300) }
+    }
+}
+
+/// Which lane a statement waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weight {
+    /// At most [`LIGHT_ROWS`] rows through its operators.
+    Light,
+    /// More, or not known.
+    Heavy,
+}
+
+impl Weight {
+    /// The weight of a physical plan: light when DataFusion's statistics
+    /// estimate every operator's output (for quiverdb's scans: the rows
+    /// they read) and those add up to at most [`LIGHT_ROWS`] rows.
+    pub fn of_plan(plan: &Arc<dyn ExecutionPlan>) -> Self {
+        let statistics = StatisticsContext::new();
+        let whole = StatisticsArgs::new();
+        let mut rows = 0usize;
+        let mut pending: Vec<&Arc<dyn ExecutionPlan>> = vec![plan];
+        while let Some(node) = pending.pop() {
+            // quiverdb's scans count what they read (an aggregation or a
+            // top-k outputs far fewer rows).
+            let out = match rows_read(node.as_ref()) {
+                Some(read) => read,
+                None => {
+                    let Ok(stats) = statistics.compute(node.as_ref(), &whole) else { return Self::Heavy };
+                    let Some(&out) = stats.num_rows.get_value() else { return Self::Heavy };
+                    out
+                }
+            };
+            rows = rows.saturating_add(out);
+            if rows > LIGHT_ROWS {
+                return Self::Heavy;
+            }
+            pending.extend(node.children());
+        }
+        Self::Light
+    }
+
+    /// The weight of a statement that changes data, before it is planned
+    /// physically: light when it reads no table (`INSERT … VALUES`, DDL).
+    pub fn of_change(plans: &[LogicalPlan]) -> Self {
+        let reads = |plan: &LogicalPlan| {
+            let mut found = false;
+            let _ = plan.apply_with_subqueries(|node| {
+                found |= matches!(node, LogicalPlan::TableScan(_));
+                Ok(if found {
+                    datafusion::common::tree_node::TreeNodeRecursion::Stop
+                } else {
+                    datafusion::common::tree_node::TreeNodeRecursion::Continue
+                })
+            });
+            found
+        };
+        if plans.iter().any(reads) { Self::Heavy } else { Self::Light }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Light => "light",
+            Self::Heavy => "heavy",
+        }
+    }
+}
+
+/// The rows one of quiverdb's scan plans reads from its table (the live
+/// rows of the shards it scans); `None` for other plans.
+fn rows_read(plan: &dyn ExecutionPlan) -> Option<usize> {
+    if let Some(scan) = plan.downcast_ref::<QuiverScanExec>() {
+        return Some(scan.rows_read());
+    }
+    if let Some(aggregate) = plan.downcast_ref::<QuiverAggregateExec>() {
+        return Some(aggregate.rows_read());
+    }
+    plan.downcast_ref::<QuiverTopKExec>().map(QuiverTopKExec::rows_read)
+}
+
+/// Why a statement was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(String);
+
+/// One lane: its slots, how many wait for them, and the threads its
+/// statements run on.
+#[derive(Debug)]
+struct Lane {
+    slots: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    threads: Threads,
+}
+
+/// A lane's own tokio runtime. Statements run on their lane's threads, not
+/// on the threads that serve connections: an operator that computes for
+/// seconds between two yields (a nested-loop join over large batches)
+/// holds one of its lane's threads, while requests are still read and
+/// planned, and the other lane's statements still run (the OS shares the
+/// cores among all threads).
+struct Threads(Option<tokio::runtime::Runtime>);
+
+impl fmt::Debug for Threads {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Threads").finish_non_exhaustive()
+    }
+}
+
+impl Threads {
+    fn new(name: &str) -> std::io::Result<Self> {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cores)
+            .thread_name(format!("quiverdb-{name}"))
+            // Execution recurses over plans as deep as quiverdb accepts.
+            .thread_stack_size(crate::THREAD_STACK_BYTES)
+            .enable_all()
+            .build()?;
+        Ok(Self(Some(runtime)))
+    }
+
+    fn handle(&self) -> tokio::runtime::Handle {
+        match &self.0 {
+            Some(runtime) => runtime.handle().clone(),
+            None => unreachable!("a lane's runtime lives as long as the lane"),
+        }
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        // Dropped where blocking is not allowed (inside the server's own
+        // runtime): running statements are cancelled at their next yield.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// The lanes of a server; cheap to share.
+#[derive(Debug)]
+pub struct Admission {
+    options: AdmissionOptions,
+    light: Lane,
+    heavy: Lane,
+}
+
+impl Admission {
+    /// Lanes with the bounds of `options` (`max_running` at least 1), each
+    /// with a runtime of as many threads as there are cores.
+    pub fn new(options: AdmissionOptions) -> std::io::Result<Self> {
+        let lane = |name| -> std::io::Result<Lane> {
+            Ok(Lane {
+                slots: Arc::new(Semaphore::new(options.max_running.max(1))),
+                waiting: AtomicUsize::new(0),
+                threads: Threads::new(name)?,
+            })
+        };
+        Ok(Self { light: lane("light")?, heavy: lane("heavy")?, options })
+    }
+
+    /// The bounds this admission enforces.
+    pub fn options(&self) -> &AdmissionOptions {
+        &self.options
+    }
+
+    /// Statements running and waiting in the lane of `weight`.
+    pub fn load(&self, weight: Weight) -> (usize, usize) {
+        let lane = self.lane(weight);
+        let running = self.options.max_running.max(1) - lane.slots.available_permits();
+        (running, lane.waiting.load(Ordering::Relaxed))
+    }
+
+    fn lane(&self, weight: Weight) -> &Lane {
+        match weight {
+            Weight::Light => &self.light,
+            Weight::Heavy => &self.heavy,
+        }
+    }
+
+    /// A slot in the lane of `weight`: at once if one is free, else after
+    /// the statements before it; refused when the queue is full or the
+    /// wait passes the timeout. Dropping the future leaves the queue.
+    pub async fn admit(&self, weight: Weight) -> Result<Slot, Refused> {
+        let lane = self.lane(weight);
+        let slot = |permit| Slot { permit, threads: lane.threads.handle() };
+        if let Ok(permit) = Arc::clone(&lane.slots).try_acquire_owned() {
+            return Ok(slot(permit));
+        }
+        let AdmissionOptions { max_running, max_queued, queue_timeout } = &self.options;
+        let waiting = Waiting::join(&lane.waiting, *max_queued).ok_or_else(|| {
+            Refused(format!(
+                "the server is busy: {max_running} {} statements are running and {max_queued} wait for their turn \
+                 (--max-running-queries, --max-queued-queries); try again later",
+                weight.name()
+            ))
+        })?;
+        let permit = tokio::time::timeout(*queue_timeout, Arc::clone(&lane.slots).acquire_owned()).await;
+        drop(waiting);
+        match permit {
+            Ok(Ok(permit)) => Ok(slot(permit)),
+            Ok(Err(_)) => Err(Refused("the server is shutting down".into())),
+            Err(_) => Err(Refused(format!(
+                "the server is busy: waited {} s for one of the {max_running} running {} statements to finish \
+                 (--queue-timeout-secs); try again later",
+                queue_timeout.as_secs_f64(),
+                weight.name()
+            ))),
+        }
+    }
+}
+
+/// A place in a lane's queue, given up when dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn join(waiting: &'a AtomicUsize, max: usize) -> Option<Self> {
+        waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        Some(Self(waiting))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An admitted statement's slot, freed when the work it runs ends.
+#[derive(Debug)]
+pub struct Slot {
+    permit: OwnedSemaphorePermit,
+    threads: tokio::runtime::Handle,
+}
+
+/// Result batches a lane's thread sends ahead of the reader.
+const AHEAD: usize = 2;
+
+impl Slot {
+    /// Executes `plan` on the lane's threads. The slot is held until the
+    /// returned stream ends (drained or failed) or is dropped, which
+    /// cancels the execution: it stops at its next yield (an operator may
+    /// compute for a while between two), on its lane's threads.
+    pub fn execute(self, plan: Arc<dyn ExecutionPlan>, task: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let schema = plan.schema();
+        let (tx, rx) = tokio::sync::mpsc::channel(AHEAD);
+        let driver = self.threads.spawn(async move {
+            let mut stream = match execute_stream(plan, task) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            while let Some(batch) = stream.next().await {
+                let failed = batch.is_err();
+                if tx.send(batch).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let running = (rx, Cancel(driver), self.permit);
+        let batches = futures::stream::unfold(running, |(mut rx, driver, permit)| async move {
+            rx.recv().await.map(|batch| (batch, (rx, driver, permit)))
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+    }
+
+    /// Runs `work` on the lane's threads, holding this slot until it ends;
+    /// dropping the returned future cancels it (at its next yield).
+    /// `Err` if `work` panicked.
+    pub async fn run<T: Send + 'static>(
+        self,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        let mut running = Cancel(self.threads.spawn(work));
+        let done = (&mut running.0).await;
+        drop(self.permit);
+        done
+    }
+}
+
+/// A statement's task on its lane's threads, cancelled when dropped.
+struct Cancel<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Cancel<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(max_running: usize, max_queued: usize, wait_ms: u64) -> AdmissionOptions {
+        AdmissionOptions { max_running, max_queued, queue_timeout: Duration::from_millis(wait_ms) }
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_and_a_freed_slot_admits_the_first_waiter() {
+        let admission = Arc::new(Admission::new(options(2, 1, 60_000)).unwrap());
+        let a = admission.admit(Weight::Heavy).await.unwrap();
+        let _b = admission.admit(Weight::Heavy).await.unwrap();
+        assert_eq!(admission.load(Weight::Heavy), (2, 0));
+        let queued = tokio::spawn({
+            let admission = Arc::clone(&admission);
+            async move { admission.admit(Weight::Heavy).await }
+        });
+        while admission.load(Weight::Heavy).1 == 0 {
+            tokio::task::yield_now().await;
+        }
+        let refused = admission.admit(Weight::Heavy).await.unwrap_err();
+        assert!(refused.to_string().contains("2 heavy statements are running and 1 wait"), "{refused}");
+        // The light lane is not the heavy lane's.
+        let light = admission.admit(Weight::Light).await.unwrap();
+        assert_eq!(admission.load(Weight::Light), (1, 0));
+        drop(light);
+        assert_eq!(admission.load(Weight::Light), (0, 0));
+        drop(a);
+        let admitted = queued.await.unwrap().unwrap();
+        assert_eq!(admission.load(Weight::Heavy), (2, 0));
+        drop(admitted);
+        assert_eq!(admission.load(Weight::Heavy), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_wait_past_the_timeout_is_refused_and_leaves_the_queue() {
+        let admission = Admission::new(options(1, 4, 50)).unwrap();
+        let _held = admission.admit(Weight::Light).await.unwrap();
+        let refused = admission.admit(Weight::Light).await.unwrap_err();
+        assert!(refused.to_string().contains("waited 0.05 s"), "{refused}");
+        assert_eq!(admission.load(Weight::Light), (1, 0));
+        // A waiter whose client goes away (its future dropped) leaves too.
+        let gave_up = tokio::time::timeout(Duration::from_millis(10), admission.admit(Weight::Light)).await;
+        assert!(gave_up.is_err());
+        assert_eq!(admission.load(Weight::Light), (1, 0));
+    }
+
+    /// Waits until the lane of `weight` runs `running` statements.
+    async fn until_running(admission: &Admission, weight: Weight, running: usize) {
+        let wait = async {
+            while admission.load(weight).0 != running {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), wait).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_slot_is_held_until_its_execution_ends_or_is_dropped() {
+        use datafusion::prelude::{SessionConfig, SessionContext};
+
+        let admission = Admission::new(options(1, 0, 0)).unwrap();
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_batch_size(100));
+        let plan = ctx.sql("SELECT * FROM generate_series(1, 1000)").await.unwrap().create_physical_plan().await;
+        let plan = plan.unwrap();
+        let mut drained = admission.admit(Weight::Heavy).await.unwrap().execute(Arc::clone(&plan), ctx.task_ctx());
+        assert_eq!(drained.next().await.unwrap().unwrap().num_rows(), 100);
+        assert_eq!(admission.load(Weight::Heavy), (1, 0));
+        assert!(admission.admit(Weight::Heavy).await.is_err());
+        let mut rows = 100;
+        while let Some(batch) = drained.next().await {
+            rows += batch.unwrap().num_rows();
+        }
+        assert_eq!(rows, 1000);
+        until_running(&admission, Weight::Heavy, 0).await;
+
+        let mut dropped = admission.admit(Weight::Heavy).await.unwrap().execute(plan, ctx.task_ctx());
+        assert!(dropped.next().await.is_some());
+        assert_eq!(admission.load(Weight::Heavy), (1, 0));
+        drop(dropped);
+        until_running(&admission, Weight::Heavy, 0).await;
+
+        // Work that panics frees its slot and reports the panic.
+        let slot = admission.admit(Weight::Light).await.unwrap();
+        assert!(slot.run(async { panic!("a bug") }).await.is_err());
+        until_running(&admission, Weight::Light, 0).await;
+        let slot = admission.admit(Weight::Light).await.unwrap();
+        assert_eq!(slot.run(async { 7 }).await.unwrap(), 7);
+        until_running(&admission, Weight::Light, 0).await;
+    }
+
+    #[tokio::test]
+    async fn small_plans_are_light_and_large_or_unknown_ones_heavy() {
+        use datafusion::prelude::SessionContext;
+
+        let ctx = SessionContext::new();
+        let weight = |sql: &'static str| {
+            let ctx = ctx.clone();
+            async move {
+                let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+                Weight::of_plan(&plan)
+            }
+        };
+        assert_eq!(weight("SELECT 1").await, Weight::Light);
+        assert_eq!(weight("SELECT * FROM (VALUES (1), (2), (3)) t(x) WHERE x > 1").await, Weight::Light);
+        // generate_series' statistics are not known.
+        assert_eq!(weight("SELECT count(*) FROM generate_series(1, 10000000000)").await, Weight::Heavy);
+    }
+}
