@@ -792,6 +792,27 @@ async fn a_prepared_insert_with_many_rows_binds_them_into_one_list() -> TestResu
     Ok(())
 }
 
+/// Parameter rows count against the memory limit: 100,000 rows bound to
+/// an INSERT on a server limited to 8 MiB are refused with
+/// `ResourceExhausted` before anything is bound, and nothing is inserted;
+/// 1,000 rows fit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parameter_rows_count_against_the_memory_limit() -> TestResult {
+    let session = quiverdb::SessionOptions { memory_limit: Some(8 << 20), ..Default::default() };
+    let server = TestServer::start(FlightOptions { session, ..FlightOptions::default() }).await;
+    let mut client = server.client().await;
+    update(&mut client, "CREATE TABLE pb (id BIGINT NOT NULL, PRIMARY KEY (id))").await?;
+    let mut insert = client.prepare("INSERT INTO pb VALUES ($1)".into(), None).await?;
+    insert.set_parameters(params(Arc::new(Int64Array::from_iter_values(0..100_000))))?;
+    let s = status_of(insert.execute_update().await);
+    assert_eq!(s.code(), Code::ResourceExhausted, "{s}");
+    assert_eq!(count_rows(&server.db, "pb").await, 0);
+    insert.set_parameters(params(Arc::new(Int64Array::from_iter_values(0..1_000))))?;
+    assert_eq!(insert.execute_update().await?, 1_000);
+    insert.close().await?;
+    Ok(())
+}
+
 /// A DELETE run with many parameter rows binds them into one WHERE: 10,000
 /// keys (an IN list) and 2,000 pairs (`id = $1 AND name = $2`, joined by
 /// OR) delete exactly the rows a reference set says, in one transaction.

@@ -6,7 +6,7 @@
 //! nesting bounds (answered) and far past them (refused), through the
 //! Flight SQL client; a bulk ingest cancelled mid-stream (nothing of it
 //! committed); connections past `--max-connections` and connections that
-//! never speak HTTP/2 (closed, and the server still serves); slow
+//! never speak HTTP/2 or go idle (closed, and the server still serves); slow
 //! statements past the admission bounds (refused, small ones still served).
 
 #![cfg(all(feature = "cli", unix))]
@@ -178,6 +178,46 @@ fn silent_and_surplus_connections_are_closed() {
         let mut c = server.client().await;
         let got = query(&mut c, "SELECT 41 + 1").await.unwrap();
         assert_eq!(got.column(0).as_primitive::<Int64Type>().value(0), 42);
+    });
+    assert!(server.alive());
+}
+
+/// A connection that speaks HTTP/2 and then sends nothing (answering no
+/// ping) is closed once idle for `--idle-timeout-secs`, long before the
+/// keepalive would; a client whose connection was closed so reconnects on
+/// its next request, and a connection streaming a result is not idle.
+#[test]
+fn idle_connections_are_closed() {
+    use std::io::Write;
+
+    let mut server = Server::in_memory(&["--idle-timeout-secs", "2"]);
+    let mut quiet = std::net::TcpStream::connect(server.addr).unwrap();
+    // The preface and an empty SETTINGS frame.
+    quiet.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    quiet.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).unwrap();
+    assert!(closed_by_server(&mut quiet, Duration::from_secs(8)), "an idle connection stays open");
+    runtime().block_on(async {
+        let mut c = server.client().await;
+        let got = query(&mut c, "SELECT 41 + 1").await.unwrap();
+        assert_eq!(got.column(0).as_primitive::<Int64Type>().value(0), 42);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let got = query(&mut c, "SELECT 43 + 1").await.unwrap();
+        assert_eq!(got.column(0).as_primitive::<Int64Type>().value(0), 44);
+        // A result read slowly over longer than the timeout arrives whole.
+        update(&mut c, "CREATE TABLE t AS SELECT value AS v FROM generate_series(1, 4000000)").await.unwrap();
+        let info = c.execute("SELECT v FROM t".into(), None).await.unwrap();
+        let ticket = info.endpoint[0].ticket.clone().unwrap();
+        let mut stream = c.do_get(ticket).await.unwrap();
+        let mut rows = 0;
+        let mut batches = 0;
+        while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+            rows += batch.unwrap().num_rows();
+            batches += 1;
+            if batches == 1 {
+                tokio::time::sleep(Duration::from_secs(4)).await;
+            }
+        }
+        assert_eq!(rows, 4_000_000);
     });
     assert!(server.alive());
 }

@@ -78,6 +78,10 @@ pub(crate) struct ServeArgs {
     /// TLS) before it is closed.
     #[arg(long, default_value_t = 10)]
     handshake_timeout_secs: u64,
+    /// Seconds a connection may go without an open request before it is
+    /// closed (clients reconnect when they next need to).
+    #[arg(long, default_value_t = 600)]
+    idle_timeout_secs: u64,
     /// Statements running at once in each of the two lanes (small
     /// statements, large ones). Default: twice the cores, at least 4.
     #[arg(long)]
@@ -148,6 +152,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         tls,
         max_message_bytes: args.max_message_bytes,
         handshake_timeout: Duration::from_secs(args.handshake_timeout_secs),
+        idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
         max_connections: args.max_connections.unwrap_or_else(|| FlightOptions::default().max_connections),
         admission: AdmissionOptions {
             max_running: args.max_running_queries.unwrap_or_else(|| AdmissionOptions::default().max_running),

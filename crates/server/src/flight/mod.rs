@@ -31,8 +31,9 @@
 //!   [`FlightOptions::max_message_bytes`]; the memory DataFusion operators
 //!   hold is bounded by [`SessionOptions::memory_limit`]; connections by
 //!   [`FlightOptions::max_connections`], a new one must start speaking
-//!   within [`FlightOptions::handshake_timeout`], and peers that stop
-//!   answering keepalive pings are disconnected.
+//!   within [`FlightOptions::handshake_timeout`], peers that stop
+//!   answering keepalive pings are disconnected, and so are connections
+//!   with no request open for [`FlightOptions::idle_timeout`].
 //! - Admission ([`FlightOptions::admission`]): at most so many statements
 //!   run at once, in two lanes (small statements apart from large ones, so
 //!   they are not starved); the rest wait in a bounded queue, and one that
@@ -66,6 +67,7 @@ mod status;
 pub use auth::Auth;
 
 use auth::{AuthLayer, Authenticator};
+use connections::ActivityLayer;
 use dispatch::QuiverFlightService;
 use service::QuiverFlightSql;
 
@@ -120,6 +122,9 @@ pub struct FlightOptions {
     /// How often the server pings a connection's peer over HTTP/2; a peer
     /// that does not answer within as long again is disconnected.
     pub keepalive_interval: Duration,
+    /// How long a connection may go without an open request before it is
+    /// closed (a gRPC client reconnects when it next needs to).
+    pub idle_timeout: Duration,
     /// How many statements run at once and how many wait (see
     /// [`crate::admission`]).
     pub admission: AdmissionOptions,
@@ -138,6 +143,7 @@ impl Default for FlightOptions {
             max_connections: connections::default_max_connections(),
             handshake_timeout: Duration::from_secs(10),
             keepalive_interval: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(600),
             admission: AdmissionOptions::default(),
         }
     }
@@ -223,10 +229,20 @@ pub async fn serve(
         let identity = Identity::from_pem(&tls.cert_pem, &tls.key_pem);
         server = server.tls_config(ServerTlsConfig::new().identity(identity))?;
     }
-    let incoming = connections::limited(listener, options.max_connections, options.handshake_timeout);
+    let open = connections::OpenConnections::default();
+    let incoming = connections::limited(
+        listener,
+        options.max_connections,
+        options.handshake_timeout,
+        options.idle_timeout,
+        open.clone(),
+    );
     let (asked, stopping) = tokio::sync::oneshot::channel::<()>();
-    let serving =
-        server.layer(AuthLayer::new(auth)).add_service(service).serve_with_incoming_shutdown(incoming, async {
+    let serving = server
+        .layer(ActivityLayer::new(open))
+        .layer(AuthLayer::new(auth))
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, async {
             shutdown.await;
             let _ = asked.send(());
         });
