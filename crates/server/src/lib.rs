@@ -51,6 +51,7 @@ mod alter;
 mod bounded;
 mod catalog;
 mod checked;
+mod checked_sum;
 mod convert;
 mod error;
 mod exec;
@@ -73,7 +74,8 @@ pub use catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema, SessionMaker};
 pub use error::{Error, ErrorKind, Result, error_message};
 pub use exec::{DmlExec, QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
 pub use nesting::{
-    MAX_EXPRESSION_DEPTH, MAX_PLAN_DEPTH, MAX_SET_OPERATION_BRANCHES, MAX_SET_OPERATION_DEPTH, THREAD_STACK_BYTES,
+    MAX_CASE_BRANCHES, MAX_EXPRESSION_DEPTH, MAX_PLAN_DEPTH, MAX_SET_OPERATION_BRANCHES, MAX_SET_OPERATION_DEPTH,
+    THREAD_STACK_BYTES,
 };
 pub use options::SessionOptions;
 pub use provider::{QuiverTable, ScanSettings};
