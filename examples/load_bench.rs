@@ -16,6 +16,15 @@
 //! settled before the load, its peak during it, at its end, and after
 //! 30 s idle; the statements run per kind and their failures; then a JSON
 //! line with the figures.
+//!
+//! ```text
+//! target/release/examples/load_bench --flood 48
+//! ```
+//!
+//! With `--flood N`: N clients each start a cross join of two 200,000-row
+//! tables that would run for hours, and after 3 s another client times
+//! `SELECT 1` ten times and a `SUM` over a 3-row table ten times (median
+//! and slowest), and counts the joins refused so far.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +62,10 @@ fn main() -> Result<(), BoxError> {
     let rows = seed::flag(&flags, "rows", 2_000_000)?;
     let writes = seed::flag(&flags, "writes", 1)? != 0;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    if let Some((_, n)) = flags.iter().find(|(name, _)| name == "flood") {
+        let n: usize = n.parse().map_err(|e| format!("--flood {n}: {e}"))?;
+        return runtime.block_on(flood(&binary, n));
+    }
     let (server, port) = server::start(&binary, &["--in-memory"])?;
     let mut client = runtime.block_on(server::connect(port))?;
     runtime.block_on(server::ingest(&mut client, "seed", seed::batches(rows)))?;
@@ -182,5 +195,46 @@ async fn run(client: &mut Client, kind: usize, k: i64, rows: i64) -> Result<(), 
             server::rows_of(client, &sql).await?;
         }
     }
+    Ok(())
+}
+
+/// `n` endless cross joins, and the latency of small statements beside them.
+async fn flood(binary: &std::path::Path, n: usize) -> Result<(), BoxError> {
+    let (server, port) = server::start(binary, &["--in-memory"])?;
+    let mut client = server::connect(port).await?;
+    server::update(&mut client, "CREATE TABLE big AS SELECT value AS v FROM generate_series(1, 200000)").await?;
+    server::update(&mut client, "CREATE TABLE small (v BIGINT)").await?;
+    server::update(&mut client, "INSERT INTO small VALUES (1), (2), (3)").await?;
+    let refused = Arc::new(AtomicU64::new(0));
+    let mut joins = Vec::new();
+    for _ in 0..n {
+        let mut c = server::connect(port).await?;
+        let refused = Arc::clone(&refused);
+        joins.push(tokio::spawn(async move {
+            let join = "SELECT COUNT(*) FROM big a CROSS JOIN big b WHERE a.v + b.v = 0";
+            if server::rows_of(&mut c, join).await.is_err() {
+                refused.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut ms = Vec::new();
+    for sql in ["SELECT 1"; 10].into_iter().chain(["SELECT SUM(v) FROM small"; 10]) {
+        let start = Instant::now();
+        server::rows_of(&mut client, sql).await?;
+        ms.push(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    ms.sort_by(f64::total_cmp);
+    let (median, slowest) = (ms[ms.len() / 2], ms[ms.len() - 1]);
+    let refused = refused.load(Ordering::Relaxed);
+    println!("| {n} cross joins running or waiting | ms |");
+    println!("|---|---:|");
+    println!("| small statements, median of 20 | {median:.1} |");
+    println!("| small statements, slowest | {slowest:.1} |");
+    println!("{{\"joins\":{n},\"refused\":{refused},\"median_ms\":{median:.2},\"max_ms\":{slowest:.2}}}");
+    for join in joins {
+        join.abort();
+    }
+    drop(server);
     Ok(())
 }

@@ -10,20 +10,24 @@
 //! [`Refused`] (`ResourceExhausted` to a client), naming the bound.
 //!
 //! ```text
-//!   physical plan ──estimate──▶ light (≤ LIGHT_ROWS rows through its operators) ──▶ light lane: N slots + queue
-//!                         └───▶ heavy (more, or unknown)                        ──▶ heavy lane: N slots + queue
+//!   physical plan ──bound──▶ light (≤ LIGHT_ROWS rows through its operators) ──▶ light lane: N slots + queue
+//!                       └───▶ heavy (more, or unknown)                        ──▶ heavy lane: N slots + queue
 //! ```
 //!
-//! Small statements are not starved by large ones: the estimate (from
-//! DataFusion's statistics of every operator, which quiverdb's scans give
-//! exactly) puts `SELECT 1`, metadata queries and statements over small
-//! tables in their own lane, whose slots large statements never take. A
-//! statement whose size cannot be estimated waits in the heavy lane.
-//! A statement runs on its lane's own threads (see [`Slot::execute`]), and
-//! holds its slot until its result stream is drained, fails or is dropped:
-//! a client that goes away frees the slot at once and cancels the work,
-//! which stops at its next yield. Each lane has as many threads as cores,
-//! so such work never takes more of the machine than its lane's share.
+//! Small statements are not starved by large ones: an upper bound on the
+//! rows through a statement's operators (the rows quiverdb's scans read,
+//! the sum of their inputs for filters, aggregates, sorts and the like,
+//! the product for joins) puts `SELECT 1`, metadata queries and statements
+//! over small tables in their own lane, whose slots large statements never
+//! take. A statement whose bound is not known (an `UNNEST`, a table
+//! function without statistics) waits in the heavy lane.
+//!
+//! A heavy statement runs on the heavy lane's own threads (see
+//! [`Slot::execute`]), as many as cores, so an operator that computes for
+//! long between two yields never holds the threads that read requests and
+//! run light statements. A statement holds its slot until its result
+//! stream is drained, fails or is dropped: a client that goes away frees
+//! the slot at once and cancels the work, which stops at its next yield.
 
 use std::fmt;
 use std::future::Future;
@@ -36,7 +40,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::exec::{QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
@@ -74,32 +78,15 @@ pub enum Weight {
 }
 
 impl Weight {
-    /// The weight of a physical plan: light when DataFusion's statistics
-    /// estimate every operator's output (for quiverdb's scans: the rows
-    /// they read) and those add up to at most [`LIGHT_ROWS`] rows.
+    /// The weight of a physical plan: light when the rows its operators
+    /// output, bounded from below upwards, add up to at most
+    /// [`LIGHT_ROWS`] (see [`output_bound`]).
     pub fn of_plan(plan: &Arc<dyn ExecutionPlan>) -> Self {
-        let statistics = StatisticsContext::new();
-        let whole = StatisticsArgs::new();
-        let mut rows = 0usize;
-        let mut pending: Vec<&Arc<dyn ExecutionPlan>> = vec![plan];
-        while let Some(node) = pending.pop() {
-            // quiverdb's scans count what they read (an aggregation or a
-            // top-k outputs far fewer rows).
-            let out = match rows_read(node.as_ref()) {
-                Some(read) => read,
-                None => {
-                    let Ok(stats) = statistics.compute(node.as_ref(), &whole) else { return Self::Heavy };
-                    let Some(&out) = stats.num_rows.get_value() else { return Self::Heavy };
-                    out
-                }
-            };
-            rows = rows.saturating_add(out);
-            if rows > LIGHT_ROWS {
-                return Self::Heavy;
-            }
-            pending.extend(node.children());
+        let mut total = 0usize;
+        match output_bound(plan, &mut total) {
+            Some(_) if total <= LIGHT_ROWS => Self::Light,
+            _ => Self::Heavy,
         }
-        Self::Light
     }
 
     /// The weight of a statement that changes data, before it is planned
@@ -128,6 +115,70 @@ impl Weight {
     }
 }
 
+/// Operators that output at most the rows of their inputs together.
+const NO_MORE_THAN_INPUTS: [&str; 18] = [
+    "ProjectionExec",
+    "FilterExec",
+    "AggregateExec",
+    "SortExec",
+    "PartialSortExec",
+    "SortPreservingMergeExec",
+    "CoalescePartitionsExec",
+    "CoalesceBatchesExec",
+    "RepartitionExec",
+    "GlobalLimitExec",
+    "LocalLimitExec",
+    "UnionExec",
+    "InterleaveExec",
+    "WindowAggExec",
+    "BoundedWindowAggExec",
+    "CooperativeExec",
+    "QuiverAggregateExec",
+    "QuiverTopKExec",
+];
+
+/// Joins: at most the product of their inputs.
+const JOINS: [&str; 6] = [
+    "HashJoinExec",
+    "NestedLoopJoinExec",
+    "CrossJoinExec",
+    "SortMergeJoinExec",
+    "SymmetricHashJoinExec",
+    "PiecewiseMergeJoinExec",
+];
+
+/// An upper bound on the rows `plan` outputs, its operators' bounds added
+/// to `total` on the way: quiverdb's scans count the rows they read,
+/// other leaves their statistics (when exact or estimated), operators that
+/// pass on at most their inputs the sum of those, joins the product.
+/// `None` when a bound is not known (an operator that may output more than
+/// it reads, such as `UNNEST`, or a leaf without statistics), or once
+/// `total` passes [`LIGHT_ROWS`].
+#[recursive::recursive]
+fn output_bound(plan: &Arc<dyn ExecutionPlan>, total: &mut usize) -> Option<usize> {
+    let out = if let Some(read) = rows_read(plan.as_ref()) {
+        read
+    } else if plan.children().is_empty() {
+        let stats = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new()).ok()?;
+        *stats.num_rows.get_value()?
+    } else {
+        let name = plan.name();
+        let mut inputs = Vec::with_capacity(plan.children().len());
+        for child in plan.children() {
+            inputs.push(output_bound(child, total)?);
+        }
+        if NO_MORE_THAN_INPUTS.contains(&name) {
+            inputs.iter().fold(0usize, |a, b| a.saturating_add(*b))
+        } else if JOINS.contains(&name) {
+            inputs.iter().fold(1usize, |a, b| a.saturating_mul(*b))
+        } else {
+            return None;
+        }
+    };
+    *total = total.saturating_add(out);
+    (*total <= LIGHT_ROWS).then_some(out)
+}
+
 /// The rows one of quiverdb's scan plans reads from its table (the live
 /// rows of the shards it scans); `None` for other plans.
 fn rows_read(plan: &dyn ExecutionPlan) -> Option<usize> {
@@ -146,20 +197,20 @@ fn rows_read(plan: &dyn ExecutionPlan) -> Option<usize> {
 pub struct Refused(String);
 
 /// One lane: its slots, how many wait for them, and the threads its
-/// statements run on.
+/// statements run on (`None`: the caller's).
 #[derive(Debug)]
 struct Lane {
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
-    threads: Threads,
+    threads: Option<Threads>,
 }
 
-/// A lane's own tokio runtime. Statements run on their lane's threads, not
-/// on the threads that serve connections: an operator that computes for
-/// seconds between two yields (a nested-loop join over large batches)
-/// holds one of its lane's threads, while requests are still read and
-/// planned, and the other lane's statements still run (the OS shares the
-/// cores among all threads).
+/// The heavy lane's own tokio runtime. Its statements run on these
+/// threads, not on the threads that serve connections: an operator that
+/// computes for seconds between two yields (a nested-loop join over large
+/// batches) holds one of them, while requests are still read and planned
+/// and light statements still run (the OS shares the cores among all
+/// threads).
 struct Threads(Option<tokio::runtime::Runtime>);
 
 impl fmt::Debug for Threads {
@@ -208,17 +259,17 @@ pub struct Admission {
 }
 
 impl Admission {
-    /// Lanes with the bounds of `options` (`max_running` at least 1), each
-    /// with a runtime of as many threads as there are cores.
+    /// Lanes with the bounds of `options` (`max_running` at least 1). The
+    /// heavy lane gets a runtime of as many threads as there are cores;
+    /// light statements run on the caller's threads (they are small, and
+    /// a hop to other threads costs each about half a millisecond).
     pub fn new(options: AdmissionOptions) -> std::io::Result<Self> {
-        let lane = |name| -> std::io::Result<Lane> {
-            Ok(Lane {
-                slots: Arc::new(Semaphore::new(options.max_running.max(1))),
-                waiting: AtomicUsize::new(0),
-                threads: Threads::new(name)?,
-            })
+        let lane = |threads| Lane {
+            slots: Arc::new(Semaphore::new(options.max_running.max(1))),
+            waiting: AtomicUsize::new(0),
+            threads,
         };
-        Ok(Self { light: lane("light")?, heavy: lane("heavy")?, options })
+        Ok(Self { light: lane(None), heavy: lane(Some(Threads::new("heavy")?)), options })
     }
 
     /// The bounds this admission enforces.
@@ -245,7 +296,7 @@ impl Admission {
     /// wait passes the timeout. Dropping the future leaves the queue.
     pub async fn admit(&self, weight: Weight) -> Result<Slot, Refused> {
         let lane = self.lane(weight);
-        let slot = |permit| Slot { permit, threads: lane.threads.handle() };
+        let slot = |permit| Slot { permit, threads: lane.threads.as_ref().map(Threads::handle) };
         if let Ok(permit) = Arc::clone(&lane.slots).try_acquire_owned() {
             return Ok(slot(permit));
         }
@@ -292,7 +343,7 @@ impl Drop for Waiting<'_> {
 #[derive(Debug)]
 pub struct Slot {
     permit: OwnedSemaphorePermit,
-    threads: tokio::runtime::Handle,
+    threads: Option<tokio::runtime::Handle>,
 }
 
 /// Result batches a lane's thread sends ahead of the reader.
@@ -305,8 +356,22 @@ impl Slot {
     /// compute for a while between two), on its lane's threads.
     pub fn execute(self, plan: Arc<dyn ExecutionPlan>, task: Arc<TaskContext>) -> SendableRecordBatchStream {
         let schema = plan.schema();
+        let Some(threads) = self.threads else {
+            // Here, holding the slot as long as the stream.
+            let permit = self.permit;
+            return match execute_stream(plan, task) {
+                Ok(stream) => Box::pin(RecordBatchStreamAdapter::new(
+                    schema,
+                    stream.map(move |batch| {
+                        let _held = &permit;
+                        batch
+                    }),
+                )),
+                Err(e) => Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::once(async { Err(e) }))),
+            };
+        };
         let (tx, rx) = tokio::sync::mpsc::channel(AHEAD);
-        let driver = self.threads.spawn(async move {
+        let driver = threads.spawn(async move {
             let mut stream = match execute_stream(plan, task) {
                 Ok(stream) => stream,
                 Err(e) => {
@@ -331,12 +396,20 @@ impl Slot {
     /// Runs `work` on the lane's threads, holding this slot until it ends;
     /// dropping the returned future cancels it (at its next yield).
     /// `Err` if `work` panicked.
-    pub async fn run<T: Send + 'static>(
-        self,
-        work: impl Future<Output = T> + Send + 'static,
-    ) -> Result<T, tokio::task::JoinError> {
-        let mut running = Cancel(self.threads.spawn(work));
-        let done = (&mut running.0).await;
+    pub async fn run<T: Send + 'static>(self, work: impl Future<Output = T> + Send + 'static) -> Result<T, String> {
+        let done = match self.threads {
+            None => std::panic::AssertUnwindSafe(work).catch_unwind().await.map_err(|panic| {
+                panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into())
+            }),
+            Some(threads) => {
+                let mut running = Cancel(threads.spawn(work));
+                (&mut running.0).await.map_err(|e| e.to_string())
+            }
+        };
         drop(self.permit);
         done
     }
@@ -459,5 +532,12 @@ mod tests {
         assert_eq!(weight("SELECT * FROM (VALUES (1), (2), (3)) t(x) WHERE x > 1").await, Weight::Light);
         // generate_series' statistics are not known.
         assert_eq!(weight("SELECT count(*) FROM generate_series(1, 10000000000)").await, Weight::Heavy);
+        // Joins count the product of their inputs.
+        ctx.sql("CREATE TABLE m AS SELECT value AS v FROM generate_series(1, 1000)").await.unwrap();
+        assert_eq!(weight("SELECT v, COUNT(*) FROM m GROUP BY v ORDER BY v").await, Weight::Light);
+        assert_eq!(weight("SELECT * FROM (VALUES (1), (2)) a(x) JOIN m ON a.x = m.v").await, Weight::Light);
+        assert_eq!(weight("SELECT COUNT(*) FROM m a, m b WHERE a.v + b.v = 0").await, Weight::Heavy);
+        // An operator that may output more than it reads is not known.
+        assert_eq!(weight("SELECT unnest([v, v]) FROM m").await, Weight::Heavy);
     }
 }
