@@ -149,8 +149,12 @@ impl OpenConnections {
         activity
     }
 
-    fn forget(&self, peer: &SocketAddr) {
-        if let Ok(mut by_peer) = self.by_peer.lock() {
+    /// Forgets `peer`'s connection `activity` (not a newer connection from
+    /// the same address).
+    fn forget(&self, peer: &SocketAddr, activity: &Arc<Activity>) {
+        if let Ok(mut by_peer) = self.by_peer.lock()
+            && by_peer.get(peer).is_some_and(|known| std::ptr::eq(known.as_ptr(), Arc::as_ptr(activity)))
+        {
             by_peer.remove(peer);
         }
     }
@@ -177,7 +181,7 @@ pub(crate) struct Limited {
 
 impl Drop for Limited {
     fn drop(&mut self) {
-        self.open.forget(&self.peer);
+        self.open.forget(&self.peer, &self.activity);
     }
 }
 
