@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
@@ -45,8 +46,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::exec::{QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
 
-/// The most rows a statement's operators may pass, all estimated outputs
-/// added up, for it to wait in the light lane.
+/// The most rows a statement's operators may pass, their bounds added up
+/// (see [`Weight::of_plan`]), for it to wait in the light lane.
 pub const LIGHT_ROWS: usize = 1 << 17;
 
 /// How many statements run at once and how many may wait.
@@ -82,11 +83,7 @@ impl Weight {
     /// output, bounded from below upwards, add up to at most
     /// [`LIGHT_ROWS`] (see [`output_bound`]).
     pub fn of_plan(plan: &Arc<dyn ExecutionPlan>) -> Self {
-        let mut total = 0usize;
-        match output_bound(plan, &mut total) {
-            Some(_) if total <= LIGHT_ROWS => Self::Light,
-            _ => Self::Heavy,
-        }
+        if output_bound(plan, &mut 0).is_some() { Self::Light } else { Self::Heavy }
     }
 
     /// The weight of a statement that changes data, before it is planned
@@ -96,11 +93,7 @@ impl Weight {
             let mut found = false;
             let _ = plan.apply_with_subqueries(|node| {
                 found |= matches!(node, LogicalPlan::TableScan(_));
-                Ok(if found {
-                    datafusion::common::tree_node::TreeNodeRecursion::Stop
-                } else {
-                    datafusion::common::tree_node::TreeNodeRecursion::Continue
-                })
+                Ok(if found { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
             });
             found
         };
@@ -115,8 +108,9 @@ impl Weight {
     }
 }
 
-/// Operators that output at most the rows of their inputs together.
-const NO_MORE_THAN_INPUTS: [&str; 18] = [
+/// Operators that output at most the rows of their inputs together
+/// (quiverdb's own scan plans are bounded by [`rows_read`]).
+const NO_MORE_THAN_INPUTS: [&str; 16] = [
     "ProjectionExec",
     "FilterExec",
     "AggregateExec",
@@ -133,8 +127,6 @@ const NO_MORE_THAN_INPUTS: [&str; 18] = [
     "WindowAggExec",
     "BoundedWindowAggExec",
     "CooperativeExec",
-    "QuiverAggregateExec",
-    "QuiverTopKExec",
 ];
 
 /// Joins: at most the product of their inputs.
@@ -211,7 +203,11 @@ struct Lane {
 /// batches) holds one of them, while requests are still read and planned
 /// and light statements still run (the OS shares the cores among all
 /// threads).
-struct Threads(Option<tokio::runtime::Runtime>);
+struct Threads {
+    /// Taken when dropped.
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+}
 
 impl fmt::Debug for Threads {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -229,14 +225,7 @@ impl Threads {
             .thread_stack_size(crate::THREAD_STACK_BYTES)
             .enable_all()
             .build()?;
-        Ok(Self(Some(runtime)))
-    }
-
-    fn handle(&self) -> tokio::runtime::Handle {
-        match &self.0 {
-            Some(runtime) => runtime.handle().clone(),
-            None => unreachable!("a lane's runtime lives as long as the lane"),
-        }
+        Ok(Self { handle: runtime.handle().clone(), runtime: Some(runtime) })
     }
 }
 
@@ -244,7 +233,7 @@ impl Drop for Threads {
     fn drop(&mut self) {
         // Dropped where blocking is not allowed (inside the server's own
         // runtime): running statements are cancelled at their next yield.
-        if let Some(runtime) = self.0.take() {
+        if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
     }
@@ -272,11 +261,6 @@ impl Admission {
         Ok(Self { light: lane(None), heavy: lane(Some(Threads::new("heavy")?)), options })
     }
 
-    /// The bounds this admission enforces.
-    pub fn options(&self) -> &AdmissionOptions {
-        &self.options
-    }
-
     /// Statements running and waiting in the lane of `weight`.
     pub fn load(&self, weight: Weight) -> (usize, usize) {
         let lane = self.lane(weight);
@@ -296,7 +280,7 @@ impl Admission {
     /// wait passes the timeout. Dropping the future leaves the queue.
     pub async fn admit(&self, weight: Weight) -> Result<Slot, Refused> {
         let lane = self.lane(weight);
-        let slot = |permit| Slot { permit, threads: lane.threads.as_ref().map(Threads::handle) };
+        let slot = |permit| Slot { permit, threads: lane.threads.as_ref().map(|t| t.handle.clone()) };
         if let Ok(permit) = Arc::clone(&lane.slots).try_acquire_owned() {
             return Ok(slot(permit));
         }
@@ -350,10 +334,11 @@ pub struct Slot {
 const AHEAD: usize = 2;
 
 impl Slot {
-    /// Executes `plan` on the lane's threads. The slot is held until the
+    /// Executes `plan` on the lane's threads (the heavy lane's runtime, or
+    /// the caller's for the light lane). The slot is held until the
     /// returned stream ends (drained or failed) or is dropped, which
     /// cancels the execution: it stops at its next yield (an operator may
-    /// compute for a while between two), on its lane's threads.
+    /// compute for a while between two).
     pub fn execute(self, plan: Arc<dyn ExecutionPlan>, task: Arc<TaskContext>) -> SendableRecordBatchStream {
         let schema = plan.schema();
         let Some(threads) = self.threads else {
@@ -393,7 +378,8 @@ impl Slot {
         Box::pin(RecordBatchStreamAdapter::new(schema, batches))
     }
 
-    /// Runs `work` on the lane's threads, holding this slot until it ends;
+    /// Runs `work` on the lane's threads (as [`Self::execute`]), holding
+    /// this slot until it ends;
     /// dropping the returned future cancels it (at its next yield).
     /// `Err` if `work` panicked.
     pub async fn run<T: Send + 'static>(self, work: impl Future<Output = T> + Send + 'static) -> Result<T, String> {

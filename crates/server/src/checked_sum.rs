@@ -7,8 +7,10 @@
 //! `sum` in every quiverdb session so that the aggregations DataFusion runs
 //! itself (over a join, an expression, a subquery, a window) check too.
 //! It keeps the name `sum`, so quiverdb's pushdown still finds it; only
-//! sums of `Int64` and `UInt64` change (with or without DISTINCT),
-//! everything else (decimals, floats, intervals) is DataFusion's own.
+//! sums of `Int64` and `UInt64` change (with or without DISTINCT, except
+//! `SUM(DISTINCT …)` over a sliding window frame, which stays DataFusion's
+//! and wraps), everything else (decimals, floats, intervals) is
+//! DataFusion's own.
 //!
 //! Sums are kept in 128 bits and checked when they are handed on (a
 //! partial sum to the final aggregation, or the result), so values that
@@ -54,6 +56,14 @@ fn checked(args: &AccumulatorArgs<'_>) -> bool {
     !args.is_distinct && integer(args)
 }
 
+/// A checked sum of the integer type `args` return.
+fn sum_accumulator(args: &AccumulatorArgs<'_>) -> Box<dyn Accumulator> {
+    match args.return_field.data_type() {
+        DataType::Int64 => Box::new(SumAccumulator::<Int64Type>::default()),
+        _ => Box::new(SumAccumulator::<UInt64Type>::default()),
+    }
+}
+
 /// Whether `args` sum integers.
 fn integer(args: &AccumulatorArgs<'_>) -> bool {
     matches!(args.return_field.data_type(), DataType::Int64 | DataType::UInt64)
@@ -82,10 +92,7 @@ impl AggregateUDFImpl for CheckedSum {
         if !checked(&args) {
             return self.inner.accumulator(args);
         }
-        Ok(match args.return_field.data_type() {
-            DataType::Int64 => Box::new(SumAccumulator::<Int64Type>::default()),
-            _ => Box::new(SumAccumulator::<UInt64Type>::default()),
-        })
+        Ok(sum_accumulator(&args))
     }
 
     fn state_fields(&self, args: StateFieldsArgs<'_>) -> Result<Vec<FieldRef>> {
@@ -110,10 +117,7 @@ impl AggregateUDFImpl for CheckedSum {
         if !checked(&args) {
             return self.inner.create_sliding_accumulator(args);
         }
-        Ok(match args.return_field.data_type() {
-            DataType::Int64 => Box::new(SumAccumulator::<Int64Type>::default()),
-            _ => Box::new(SumAccumulator::<UInt64Type>::default()),
-        })
+        Ok(sum_accumulator(&args))
     }
 
     fn reverse_expr(&self) -> ReversedUDAF {
