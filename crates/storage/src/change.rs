@@ -23,9 +23,10 @@ use crate::types::RecId;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum TableChange {
     /// One transaction: if `truncate`, every row it started from was
-    /// removed first; then its appends, and its deletes (each as shard,
-    /// shard version and record ids of the rows it started from).
-    Commit { truncate: bool, appends: Vec<RecordBatch>, deletes: Vec<ShardDeletes> },
+    /// removed first; then its appends (the parts it `staged` in the log
+    /// ahead of its commit, then `appends`), and its deletes (each as
+    /// shard, shard version and record ids of the rows it started from).
+    Commit { truncate: bool, staged: Option<Staged>, appends: Vec<RecordBatch>, deletes: Vec<ShardDeletes> },
     /// A shard rebuild was published: it was built from shard version
     /// `version` with `delta_len` delta rows and the ids in `deleted` dead.
     ///
@@ -33,6 +34,31 @@ pub(crate) enum TableChange {
     /// rebuild at the same place renumbers the rows exactly as the original
     /// did, so every delete logged after it names the same rows.
     Rebuild { shard: u64, version: u64, delta_len: u32, deleted: Vec<RecId> },
+}
+
+/// The appends a transaction wrote to the log ahead of its commit
+/// ([`ChangeLog::stage`]): the transaction's id in the log (its first
+/// part's position), and how many parts and rows it wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Staged {
+    pub(crate) txn: u64,
+    pub(crate) parts: u64,
+    pub(crate) rows: u64,
+}
+
+/// An open transaction's staged appends: what its commit names, and what
+/// keeps the log from removing the parts before that commit is logged.
+#[derive(Debug)]
+pub(crate) struct Staging {
+    pub(crate) staged: Staged,
+    _hold: Box<dyn std::fmt::Debug + Send + Sync>,
+}
+
+impl Staging {
+    /// A transaction's first staged part: `hold` keeps it in the log.
+    pub(crate) fn new(staged: Staged, hold: impl std::fmt::Debug + Send + Sync + 'static) -> Self {
+        Self { staged, _hold: Box::new(hold) }
+    }
 }
 
 /// Record ids deleted from one shard version.
@@ -52,6 +78,19 @@ pub(crate) trait ChangeLog: std::fmt::Debug + Send + Sync {
     /// Waits until everything up to `position` is as durable as the log
     /// promises.
     fn commit(&self, position: u64) -> Result<()>;
+
+    /// Writes `batches`, appended to table `table` by a transaction not
+    /// committed yet, to the log now (not waiting for a sync), so a bulk
+    /// load's log is written while its rows still arrive rather than all
+    /// at its commit, and its batches need not be held until then.
+    /// `staging` is `None` before the transaction's first part; its
+    /// commit names what it ends as. Replay applies the parts only with
+    /// the commit naming them: a transaction that never commits leaves
+    /// parts that nothing applies.
+    fn stage(&self, table: &str, staging: &mut Option<Staging>, batches: &[RecordBatch]) -> Result<()>;
+
+    /// The bytes of appends a transaction holds before it stages them.
+    fn stage_bytes(&self) -> usize;
 }
 
 /// Where a table's changes go.
@@ -61,8 +100,10 @@ pub(crate) enum TableLog {
     #[default]
     Off,
     /// Kept until the table is published, then logged with its creation
-    /// (see [`crate::Database::create_table_with`]).
-    Capture(Vec<TableChange>),
+    /// (see [`crate::Database::create_table_with`]); bulk appends are
+    /// staged in `log` meanwhile, and `holds` keeps their parts until the
+    /// creation is logged.
+    Capture { changes: Vec<TableChange>, log: Arc<dyn ChangeLog>, holds: Vec<Staging> },
     /// Written to a log.
     On(Arc<dyn ChangeLog>),
 }
@@ -73,16 +114,36 @@ impl TableLog {
         !matches!(self, TableLog::Off)
     }
 
-    /// Logs `change` of table `table`; for a log, the position to commit
-    /// before acknowledging.
-    pub(crate) fn write(&mut self, table: &str, change: TableChange) -> Result<Option<u64>> {
+    /// Logs `change` of table `table` (with the staging of the appends it
+    /// names, if any); for a log, the position to commit before
+    /// acknowledging.
+    pub(crate) fn write(&mut self, table: &str, change: TableChange, staging: Option<Staging>) -> Result<Option<u64>> {
         match self {
             TableLog::Off => Ok(None),
-            TableLog::Capture(changes) => {
+            TableLog::Capture { changes, holds, .. } => {
                 changes.push(change);
+                holds.extend(staging);
                 Ok(None)
             }
+            // Once the commit is appended, its parts need no hold.
             TableLog::On(log) => log.append(table, &change).map(Some),
+        }
+    }
+
+    /// Stages `batches` of table `table` in the log (see [`ChangeLog::stage`]).
+    pub(crate) fn stage(&self, table: &str, staging: &mut Option<Staging>, batches: &[RecordBatch]) -> Result<()> {
+        match self {
+            TableLog::Off => Err(crate::error::Error::Internal("staged appends of a table that logs nothing".into())),
+            TableLog::Capture { log, .. } | TableLog::On(log) => log.stage(table, staging, batches),
+        }
+    }
+
+    /// The bytes of appends a transaction holds before it stages them
+    /// ([`ChangeLog::stage_bytes`]).
+    pub(crate) fn stage_bytes(&self) -> usize {
+        match self {
+            TableLog::Off => usize::MAX,
+            TableLog::Capture { log, .. } | TableLog::On(log) => log.stage_bytes(),
         }
     }
 

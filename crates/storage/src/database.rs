@@ -240,9 +240,9 @@ impl Database {
     fn log_creation(&self, table: &Table, replace: bool) -> Result<Option<u64>> {
         let Some(durable) = self.durable() else { return Ok(None) };
         let mut writer = table.core().lock()?;
-        let fill = match writer.replace_log(TableLog::Off) {
-            TableLog::Capture(changes) => changes,
-            _ => Vec::new(),
+        let (fill, holds) = match writer.replace_log(TableLog::Off) {
+            TableLog::Capture { changes, holds, .. } => (changes, holds),
+            _ => (Vec::new(), Vec::new()),
         };
         let record = LogRecord::CreateTable {
             name: table.name().into(),
@@ -252,6 +252,8 @@ impl Database {
             fill,
         };
         let lsn = durable.append(&record)?;
+        // The creation names the parts its fill staged: they need no hold now.
+        drop(holds);
         writer.replace_log(TableLog::On(durable.change_log()));
         writer.set_uid(lsn);
         Ok(Some(lsn))
@@ -285,9 +287,10 @@ impl Database {
             return Err(Error::TableExists(name.into()).into());
         }
         let table = Table::create(name, schema, options, self.inner.background.clone())?;
-        if self.durable().is_some() {
+        if let Some(durable) = self.durable() {
             // Its changes are logged with its creation.
-            table.core().lock()?.replace_log(TableLog::Capture(Vec::new()));
+            let capture = TableLog::Capture { changes: Vec::new(), log: durable.change_log(), holds: Vec::new() };
+            table.core().lock()?.replace_log(capture);
         }
         let out = fill(&table)?;
         let mut catalog = self.catalog_mut()?;

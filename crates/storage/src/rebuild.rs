@@ -184,7 +184,7 @@ fn publish(table: &TableCore, snap: &ShardState, main: Main) -> Result<()> {
         let deleted = snap.deletes.as_ref().map_or_else(Vec::new, |d| d.ids(snap.rows()));
         let change =
             TableChange::Rebuild { shard: data.id.0, version: data.version, delta_len: snap.delta_len as u32, deleted };
-        writer.log_mut().write(table.name(), change)?;
+        writer.log_mut().write(table.name(), change, None)?;
     }
     let new_data = Arc::new(ShardData::new(data.id, data.version + 1, data.capacity, main, delta));
     new_data.delta.commit(carried);

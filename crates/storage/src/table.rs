@@ -25,7 +25,7 @@ use arrow_buffer::BooleanBufferBuilder;
 use arrow_schema::{Schema, SchemaRef};
 
 use crate::background::Background;
-use crate::change::{ShardDeletes, TableChange, TableLog};
+use crate::change::{ShardDeletes, Staging, TableChange, TableLog};
 use crate::delta::Delta;
 use crate::error::{Error, Result};
 use crate::ingest::{decoded, encode_value, validate_batch};
@@ -43,20 +43,42 @@ use crate::types::{RecId, TableSchema, Value};
 #[derive(Debug, Default)]
 struct PendingLog {
     truncate: bool,
+    /// Appends written to the log already.
+    staging: Option<Staging>,
+    /// Appends not written yet, and their size in memory.
     appends: Vec<RecordBatch>,
+    append_bytes: usize,
     /// Shard id → (shard version, ids).
     deletes: BTreeMap<u64, (u64, Vec<RecId>)>,
 }
 
 impl PendingLog {
     fn is_empty(&self) -> bool {
-        !self.truncate && self.appends.is_empty() && self.deletes.is_empty()
+        !self.truncate && self.staging.is_none() && self.appends.is_empty() && self.deletes.is_empty()
     }
 
-    fn into_change(self) -> TableChange {
+    fn push(&mut self, batch: RecordBatch) {
+        self.append_bytes += batch.get_array_memory_size();
+        self.appends.push(batch);
+    }
+
+    /// Writes the appends held to `log` once they are large enough.
+    fn stage_if_large(&mut self, table: &str, log: &TableLog) -> Result<()> {
+        if self.append_bytes < log.stage_bytes() {
+            return Ok(());
+        }
+        log.stage(table, &mut self.staging, &self.appends)?;
+        self.appends.clear();
+        self.append_bytes = 0;
+        Ok(())
+    }
+
+    /// The change to log, and the staging its commit names.
+    fn into_change(self) -> (TableChange, Option<Staging>) {
         let deletes =
             self.deletes.into_iter().map(|(shard, (version, ids))| ShardDeletes { shard, version, ids }).collect();
-        TableChange::Commit { truncate: self.truncate, appends: self.appends, deletes }
+        let staged = self.staging.as_ref().map(|s| s.staged);
+        (TableChange::Commit { truncate: self.truncate, staged, appends: self.appends, deletes }, self.staging)
     }
 }
 
@@ -345,7 +367,8 @@ impl<'t> Transaction<'t> {
         if let Some(log) = &mut self.log
             && n > 0
         {
-            log.appends.push(crate::durable::record::log_form(batch));
+            log.push(crate::durable::record::log_form(batch));
+            log.stage_if_large(self.table.name(), self.writer.log())?;
         }
         Ok(n)
     }
@@ -383,7 +406,8 @@ impl<'t> Transaction<'t> {
                 .collect::<Result<Vec<_>>>()?;
             let one = arrow_array::RecordBatchOptions::new().with_row_count(Some(1));
             let batch = RecordBatch::try_new_with_options(Arc::clone(schema.arrow()), columns, &one)?;
-            log.appends.push(batch);
+            log.push(batch);
+            log.stage_if_large(self.table.name(), self.writer.log())?;
         }
         self.work.shards.get_mut(idx).delta_len += 1;
         self.appended.push(idx);
@@ -529,10 +553,13 @@ impl<'t> Transaction<'t> {
         }
         let table: &'t TableCore = self.table;
         let lsn = match self.log.take() {
-            Some(log) if !log.is_empty() => match self.writer.log_mut().write(table.name(), log.into_change()) {
-                Ok(lsn) => lsn,
-                Err(e) => return Err(self.abort(e)),
-            },
+            Some(log) if !log.is_empty() => {
+                let (change, staging) = log.into_change();
+                match self.writer.log_mut().write(table.name(), change, staging) {
+                    Ok(lsn) => lsn,
+                    Err(e) => return Err(self.abort(e)),
+                }
+            }
             _ => None,
         };
         let durable = lsn.zip(self.writer.log().log().cloned());

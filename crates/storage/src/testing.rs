@@ -29,6 +29,16 @@ pub fn set_log_frame_bytes(db: &Database, bytes: usize) {
     }
 }
 
+/// Makes transactions of `db` write their appends to the log ahead of
+/// their commit once they hold `bytes` of them (as they do at 8 MiB), so
+/// tests reach staged parts with little data. No effect on an in-memory
+/// database.
+pub fn set_log_stage_bytes(db: &Database, bytes: usize) {
+    if let Some(durable) = db.durable_for_tests() {
+        durable.wal().set_stage_bytes(bytes);
+    }
+}
+
 /// Opens the data directory `dir` through `io` (for tests that inject
 /// faults), with no directory lock.
 pub fn open_with_io(io: Arc<dyn StorageIo>, dir: impl AsRef<Path>, options: DurableOptions) -> Result<Database> {

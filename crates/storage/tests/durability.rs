@@ -15,7 +15,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type};
 use arrow_array::*;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use quiverdb_storage::testing::{SimulatedIo, StorageIo, open_with_io, set_log_frame_bytes};
+use quiverdb_storage::testing::{SimulatedIo, StorageIo, open_with_io, set_log_frame_bytes, set_log_stage_bytes};
 use quiverdb_storage::{
     Alteration, Database, DurableOptions, Error, RecId, ShardId, SyncMode, Table, TableOptions, TableSnapshot, Value,
 };
@@ -995,4 +995,113 @@ fn added_and_dropped_columns_survive_a_restart() {
         let db = open_with_io(Arc::new(io.clone()), dir, durable(SyncMode::Always)).unwrap();
         assert_eq!(contents(&db.table("t").unwrap()), expected, "checkpoint: {checkpoint}");
     }
+}
+
+/// A transaction appending `batches` batches of `n` rows; the rows.
+fn bulk(t: &mut quiverdb_storage::Transaction<'_>, rng: &mut StdRng, next_id: &mut i64, batches: usize) -> Vec<Row> {
+    let mut all = Vec::new();
+    for _ in 0..batches {
+        let rows = random_rows(rng, next_id, 40);
+        t.append(&batch(&rows)).unwrap();
+        all.extend(rows);
+    }
+    all
+}
+
+#[test]
+fn bulk_transactions_stage_their_appends_and_recover_whole() {
+    let io = SimulatedIo::default();
+    let dir = Path::new("/data");
+    let options = durable(SyncMode::Always);
+    let db = open_with_io(Arc::new(io.clone()), dir, options).unwrap();
+    // Parts of ~2 KB: every transaction below writes dozens ahead of its commit.
+    set_log_stage_bytes(&db, 2000);
+    let table_options = TableOptions::default().with_shard_capacity(300).with_background_rebuild(false);
+    let t = db.create_table("t", &schema(), table_options.clone()).unwrap();
+    let (mut rng, mut next_id) = (StdRng::seed_from_u64(31), 0);
+    let mut expected = Vec::new();
+
+    let records = db.log_stats().unwrap().records;
+    expected.extend(t.transaction(|t| Ok(bulk(t, &mut rng, &mut next_id, 30))).unwrap());
+    let parts = db.log_stats().unwrap().records - records;
+    assert!(parts > 10, "a bulk transaction wrote {parts} log records");
+
+    // Staged, then rolled back: its parts are in the log, nothing applies them.
+    let failed = t.transaction(|t| {
+        bulk(t, &mut rng, &mut next_id, 20);
+        Err::<(), _>(Error::Internal("rolled back".into()))
+    });
+    assert!(failed.is_err());
+    // Staged, then truncated in the same transaction: only what follows counts.
+    let kept = t
+        .transaction(|t| {
+            bulk(t, &mut rng, &mut next_id, 20);
+            t.truncate();
+            Ok(bulk(t, &mut rng, &mut next_id, 15))
+        })
+        .unwrap();
+    expected = kept;
+    let more = random_rows(&mut rng, &mut next_id, 10);
+    t.append(&batch(&more)).unwrap();
+    expected.extend(more);
+
+    // A table filled while checkpoints run: its first parts precede the
+    // checkpoint (in segments it would remove), its creation follows it.
+    let mut filled = Vec::new();
+    db.create_table_with("u", &schema(), table_options, false, |u| {
+        u.transaction(|txn| {
+            filled.extend(bulk(txn, &mut rng, &mut next_id, 25));
+            db.checkpoint()?;
+            let between = random_rows(&mut rng, &mut next_id, 20);
+            t.append(&batch(&between))?;
+            expected.extend(between);
+            filled.extend(bulk(txn, &mut rng, &mut next_id, 25));
+            db.checkpoint()?;
+            Ok(())
+        })
+    })
+    .unwrap();
+    io.crash(0);
+    drop((t, db));
+
+    let db = open_with_io(Arc::new(io.clone()), dir, options).unwrap();
+    assert_eq!(sorted(rows(&db.table("t").unwrap())), sorted(expected.clone()));
+    assert_eq!(sorted(rows(&db.table("u").unwrap())), sorted(filled.clone()));
+    // Writing goes on; a checkpoint after it removes what no transaction needs.
+    set_log_stage_bytes(&db, 2000);
+    let t = db.table("t").unwrap();
+    expected.extend(t.transaction(|t| Ok(bulk(t, &mut rng, &mut next_id, 30))).unwrap());
+    db.checkpoint().unwrap();
+    drop((t, db));
+    let db = open_with_io(Arc::new(io.clone()), dir, options).unwrap();
+    assert_eq!(sorted(rows(&db.table("t").unwrap())), sorted(expected));
+    assert_eq!(sorted(rows(&db.table("u").unwrap())), sorted(filled));
+}
+
+#[test]
+fn parts_of_a_transaction_cut_off_by_a_crash_are_not_applied() {
+    let io = SimulatedIo::default();
+    let dir = Path::new("/data");
+    let options = durable(SyncMode::Always);
+    let db = open_with_io(Arc::new(io.clone()), dir, options).unwrap();
+    set_log_stage_bytes(&db, 2000);
+    let table_options = TableOptions::default().with_shard_capacity(300).with_background_rebuild(false);
+    let t = db.create_table("t", &schema(), table_options.clone()).unwrap();
+    let other = db.create_table("other", &schema(), table_options).unwrap();
+    let (mut rng, mut next_id) = (StdRng::seed_from_u64(32), 0);
+    let committed = random_rows(&mut rng, &mut next_id, 100);
+    t.append(&batch(&committed)).unwrap();
+    let other_rows = random_rows(&mut rng, &mut next_id, 5);
+    let _ = t.transaction(|txn| {
+        bulk(txn, &mut rng, &mut next_id, 30);
+        // Another table's commit syncs the log, parts included; then the
+        // power goes before this transaction commits.
+        other.append(&batch(&other_rows))?;
+        io.crash(0);
+        Err::<(), _>(Error::Internal("the power went".into()))
+    });
+    drop((t, other, db));
+    let db = open_with_io(Arc::new(io.clone()), dir, options).unwrap();
+    assert_eq!(rows(&db.table("t").unwrap()), committed);
+    assert_eq!(rows(&db.table("other").unwrap()), other_rows);
 }

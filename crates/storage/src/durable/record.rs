@@ -9,6 +9,14 @@
 //! (rebuilds are deterministic in the ids they assign, whatever encodings
 //! they pick).
 //!
+//! A transaction's appends are written in its commit record, or, once
+//! they grow large (a bulk load), ahead of it as it runs: as staged parts
+//! ([`LogRecord::Stage`]) tagged with the transaction's id in the log (its
+//! first part's LSN), which its commit names with their count and rows.
+//! Replay applies the parts with the commit, in its place; parts of a
+//! transaction that never committed (aborted, or cut off by a crash) are
+//! applied by nothing.
+//!
 //! Payloads are little-endian, length-prefixed fields; batches are Arrow
 //! IPC streams. Decoding checks every length: a payload that does not
 //! parse is an error, never a panic.
@@ -23,7 +31,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use super::damage::Damage;
 use super::frame::FrameBuf;
 use super::wal::Wal;
-use crate::change::{ChangeLog, ShardDeletes, TableChange};
+use crate::change::{ChangeLog, ShardDeletes, Staged, Staging, TableChange};
 use crate::error::{Error, Result};
 use crate::names::ColumnChange;
 use crate::state::TableOptions;
@@ -51,6 +59,10 @@ pub(crate) enum LogRecord {
     DropSchema { name: String, cascade: bool },
     /// A change to the rows of table `table`.
     Change { table: String, change: TableChange },
+    /// Appends to table `table` that the open transaction `txn` staged
+    /// ahead of its commit ([`ChangeLog::stage`]); `txn` 0 in its first
+    /// part, whose LSN is the transaction's id.
+    Stage { table: String, txn: u64, appends: Vec<RecordBatch> },
 }
 
 /// A table's creation, with options as format version 1 wrote them (no
@@ -70,6 +82,10 @@ const DROP_VIEW: u8 = 8;
 const CREATE_SCHEMA: u8 = 9;
 const ALTER_TABLE: u8 = 12;
 const DROP_SCHEMA: u8 = 10;
+/// A commit naming parts staged ahead of it.
+const COMMIT_STAGED: u8 = 13;
+/// A staged part of an open transaction's appends.
+pub(crate) const STAGE: u8 = 14;
 
 /// Why a payload did not decode (where the reader was is added by
 /// [`LogRecord::decode`]).
@@ -152,6 +168,7 @@ impl LogRecord {
                 DROP_SCHEMA
             }
             LogRecord::Change { table, change } => encode_change(table, change, buf)?,
+            LogRecord::Stage { table, txn, appends } => encode_stage(table, *txn, appends, buf)?,
         })
     }
 
@@ -208,19 +225,21 @@ impl LogRecord {
                 LogRecord::AlterTable { name, new_name, schema, options, change }
             }
             DROP_SCHEMA => LogRecord::DropSchema { name: r.str()?, cascade: r.flag()? },
-            COMMIT => {
+            COMMIT | COMMIT_STAGED => {
                 let table = r.str()?;
                 let truncate = r.flag()?;
-                let mut appends = Vec::new();
-                for _ in 0..r.count(8)? {
-                    appends.extend(from_ipc(r.bytes()?)?.1);
-                }
+                let staged = match kind {
+                    COMMIT_STAGED => Some(Staged { txn: r.u64()?, parts: r.u64()?, rows: r.u64()? }),
+                    _ => None,
+                };
+                let appends = r.runs()?;
                 let n = r.count(20)?;
                 let deletes = (0..n)
                     .map(|_| Ok(ShardDeletes { shard: r.u64()?, version: r.u64()?, ids: r.ids()? }))
                     .collect::<Result<Vec<_>, DecodeError>>()?;
-                LogRecord::Change { table, change: TableChange::Commit { truncate, appends, deletes } }
+                LogRecord::Change { table, change: TableChange::Commit { truncate, staged, appends, deletes } }
             }
+            STAGE => LogRecord::Stage { table: r.str()?, txn: r.u64()?, appends: r.runs()? },
             REBUILD => {
                 let table = r.str()?;
                 let (shard, version) = (r.u64()?, r.u64()?);
@@ -240,16 +259,15 @@ impl LogRecord {
 /// Appends the payload of `change` to table `table` to `buf`; its frame type.
 fn encode_change(table: &str, change: &TableChange, buf: &mut FrameBuf) -> Result<u8, ArrowError> {
     Ok(match change {
-        TableChange::Commit { truncate, appends, deletes } => {
+        TableChange::Commit { truncate, staged, appends, deletes } => {
             put_str(buf.bytes(), table);
             buf.bytes().push(u8::from(*truncate));
-            // One IPC stream per run of batches with the same schema
-            // (appends may differ in string layout or field nullability).
-            let runs = appends.chunk_by(|a, b| a.schema() == b.schema()).collect::<Vec<_>>();
-            put_u64(buf.bytes(), runs.len() as u64);
-            for run in runs {
-                put_ipc(buf, &run[0].schema(), run)?;
+            if let Some(staged) = staged {
+                put_u64(buf.bytes(), staged.txn);
+                put_u64(buf.bytes(), staged.parts);
+                put_u64(buf.bytes(), staged.rows);
             }
+            put_runs(buf, appends)?;
             let out = buf.bytes();
             put_u64(out, deletes.len() as u64);
             for d in deletes {
@@ -257,7 +275,7 @@ fn encode_change(table: &str, change: &TableChange, buf: &mut FrameBuf) -> Resul
                 put_u64(out, d.version);
                 put_ids(out, &d.ids);
             }
-            COMMIT
+            if staged.is_some() { COMMIT_STAGED } else { COMMIT }
         }
         TableChange::Rebuild { shard, version, delta_len, deleted } => {
             let out = buf.bytes();
@@ -269,6 +287,27 @@ fn encode_change(table: &str, change: &TableChange, buf: &mut FrameBuf) -> Resul
             REBUILD
         }
     })
+}
+
+/// Appends the payload of a staged part of transaction `txn` (0: its
+/// first) to `buf`; its frame type.
+fn encode_stage(table: &str, txn: u64, appends: &[RecordBatch], buf: &mut FrameBuf) -> Result<u8, ArrowError> {
+    put_str(buf.bytes(), table);
+    put_u64(buf.bytes(), txn);
+    put_runs(buf, appends)?;
+    Ok(STAGE)
+}
+
+/// Appends `batches` as one IPC stream per run of batches with the same
+/// schema (appends may differ in string layout or field nullability),
+/// after their count.
+fn put_runs(buf: &mut FrameBuf, batches: &[RecordBatch]) -> Result<(), ArrowError> {
+    let runs = batches.chunk_by(|a, b| a.schema() == b.schema()).collect::<Vec<_>>();
+    put_u64(buf.bytes(), runs.len() as u64);
+    for run in runs {
+        put_ipc(buf, &run[0].schema(), run)?;
+    }
+    Ok(())
 }
 
 /// Appends `record` to `wal`, encoded in place; its log position.
@@ -285,6 +324,31 @@ impl ChangeLog for Wal {
 
     fn commit(&self, position: u64) -> Result<()> {
         Wal::commit(self, position)
+    }
+
+    fn stage(&self, table: &str, staging: &mut Option<Staging>, batches: &[RecordBatch]) -> Result<()> {
+        // Pinned before the first part is appended, so no checkpoint
+        // removes it before the commit naming it is logged.
+        let pin = if staging.is_none() { Some(self.pin()?) } else { None };
+        let txn = staging.as_ref().map_or(0, |s| s.staged.txn);
+        let lsn = self.append_with(|out| encode_stage(table, txn, batches, out).map_err(Error::from))?;
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+        match (staging.as_mut(), pin) {
+            (Some(s), _) => {
+                s.staged.parts += 1;
+                s.staged.rows += rows;
+            }
+            (None, Some(pin)) => {
+                *staging = Some(Staging::new(Staged { txn: lsn, parts: 1, rows }, pin));
+            }
+            (None, None) => return Err(Error::Internal("a staged part without a pin".into())),
+        }
+        // Written now, while the rest of the transaction still arrives.
+        self.write_through(lsn)
+    }
+
+    fn stage_bytes(&self) -> usize {
+        Wal::stage_bytes(self)
     }
 }
 
@@ -483,6 +547,15 @@ impl<'a> Reader<'a> {
         (0..n).map(|_| self.str()).collect()
     }
 
+    /// Batches as [`put_runs`] wrote them.
+    pub(crate) fn runs(&mut self) -> Result<Vec<RecordBatch>, DecodeError> {
+        let mut batches = Vec::new();
+        for _ in 0..self.count(8)? {
+            batches.extend(from_ipc(self.bytes()?)?.1);
+        }
+        Ok(batches)
+    }
+
     pub(crate) fn ids(&mut self) -> Result<Vec<u32>, DecodeError> {
         let n = self.count(4)?;
         let bytes = self.take(n * 4)?;
@@ -539,9 +612,20 @@ mod tests {
                     .with_unique(["name", "id"]),
                 replace: true,
                 fill: vec![
-                    TableChange::Commit { truncate: false, appends: vec![b.clone()], deletes: vec![] },
+                    TableChange::Commit { truncate: false, staged: None, appends: vec![b.clone()], deletes: vec![] },
                     TableChange::Rebuild { shard: 0, version: 0, delta_len: 3, deleted: vec![] },
-                    TableChange::Commit { truncate: true, appends: vec![batch(&[4], &[None])], deletes: vec![] },
+                    TableChange::Commit {
+                        truncate: true,
+                        staged: None,
+                        appends: vec![batch(&[4], &[None])],
+                        deletes: vec![],
+                    },
+                    TableChange::Commit {
+                        truncate: false,
+                        staged: Some(Staged { txn: 7, parts: 2, rows: 20 }),
+                        appends: vec![],
+                        deletes: vec![],
+                    },
                 ],
             },
             LogRecord::CreateTable {
@@ -579,10 +663,19 @@ mod tests {
             LogRecord::DropSchema { name: "s".into(), cascade: true },
             change(TableChange::Commit {
                 truncate: false,
-                appends: vec![b.clone(), b.clone(), views(), b],
+                staged: None,
+                appends: vec![b.clone(), b.clone(), views(), b.clone()],
                 deletes: vec![ShardDeletes { shard: 0, version: 3, ids: vec![1, 7, 65_535] }],
             }),
-            change(TableChange::Commit { truncate: true, appends: vec![], deletes: vec![] }),
+            change(TableChange::Commit {
+                truncate: true,
+                staged: Some(Staged { txn: 41, parts: 3, rows: 9_000 }),
+                appends: vec![b.clone()],
+                deletes: vec![ShardDeletes { shard: 2, version: 0, ids: vec![4] }],
+            }),
+            LogRecord::Stage { table: "t".into(), txn: 0, appends: vec![b.clone(), views()] },
+            LogRecord::Stage { table: "t".into(), txn: 41, appends: vec![b] },
+            change(TableChange::Commit { truncate: true, staged: None, appends: vec![], deletes: vec![] }),
             change(TableChange::Rebuild { shard: 2, version: 1, delta_len: 900, deleted: vec![0, 5] }),
         ]
     }
@@ -651,6 +744,7 @@ mod tests {
         let big = batch(&ids, &names);
         let commit = TableChange::Commit {
             truncate: false,
+            staged: None,
             appends: vec![big.clone(), big.slice(100, 9_000), views(), big.clone()],
             deletes: vec![ShardDeletes { shard: 1, version: 2, ids: vec![3] }],
         };

@@ -45,8 +45,8 @@ use super::damage::Damage;
 use super::frame::HEADER as FRAME_HEADER;
 use super::io::{StorageIo, write_atomically};
 use super::lock::DirLock;
-use super::record::{LogRecord, append_record, from_ipc, ipc};
-use super::wal::{LogStats, SEGMENT_BYTES, SyncMode, Wal};
+use super::record::{LogRecord, Reader, STAGE, append_record, from_ipc, ipc};
+use super::wal::{LogStats, Record, SEGMENT_BYTES, SyncMode, Wal};
 use crate::background::Background;
 use crate::change::{ChangeLog, TableChange, TableLog};
 use crate::delta::Delta;
@@ -428,19 +428,33 @@ pub(crate) fn recover(
         return Err(Damage::new(0, what).in_file(&wal_dir));
     }
     let mut replayed = 0;
-    let to_replay = contents.records.iter().filter(|r| r.lsn > catalog.lsn).count();
+    let to_replay = contents.records.iter().filter(|r| r.lsn > catalog.lsn && r.kind != STAGE).count();
     if to_replay > 0 {
         tracing::info!("recovery: replaying {to_replay} log records after record {}", catalog.lsn);
     }
     let mut reported = Instant::now();
-    for record in contents.records.iter().filter(|r| r.lsn > catalog.lsn) {
+    // Staged parts are applied with the commit naming them, which may
+    // follow the checkpoint while they precede it (the log keeps them).
+    let mut staged = StagedParts::default();
+    for record in &contents.records {
+        if record.kind == STAGE {
+            staged.add(record)?;
+            continue;
+        }
+        if record.lsn <= catalog.lsn {
+            continue;
+        }
         if reported.elapsed() >= PROGRESS_EVERY {
             tracing::info!("recovery: {replayed} of {to_replay} log records replayed");
             reported = Instant::now();
         }
         let payload_at = record.offset + FRAME_HEADER as u64;
-        let decoded = LogRecord::decode(record.kind, &record.payload)
+        let mut decoded = LogRecord::decode(record.kind, &record.payload)
             .map_err(|d| d.shifted(payload_at).in_file(&record.segment))?;
+        staged.resolve(&mut decoded).map_err(|what| {
+            let what = format!("log record {}: {what}", record.lsn);
+            Damage { offset: record.offset, what }.in_file(&record.segment)
+        })?;
         replay.apply(record.lsn, decoded).map_err(|e| {
             let what = format!("log record {} cannot be replayed: {e}", record.lsn);
             Damage { offset: record.offset, what }.in_file(&record.segment)
@@ -448,6 +462,10 @@ pub(crate) fn recover(
         replayed += 1;
     }
 
+    let orphans = staged.unfinished(catalog.lsn);
+    if orphans > 0 {
+        tracing::info!("recovery: {orphans} staged parts of transactions that never committed are not applied");
+    }
     tracing::info!(
         "recovery: done in {:.2} s ({} tables from the checkpoint, {replayed} log records replayed{})",
         started.elapsed().as_secs_f64(),
@@ -637,14 +655,86 @@ impl Replay<'_> {
                 let table = self.tables.get(&table).ok_or(Error::TableNotFound(table))?;
                 replay_on(table, &change)
             }
+            // Applied with the commit naming it (see `StagedParts`).
+            LogRecord::Stage { .. } => Ok(()),
         }
+    }
+}
+
+/// The staged parts of the log ([`LogRecord::Stage`]) while it is replayed:
+/// by transaction id, the records holding them, in order.
+#[derive(Default)]
+struct StagedParts<'r> {
+    parts: std::collections::HashMap<u64, Vec<&'r Record>>,
+}
+
+impl<'r> StagedParts<'r> {
+    /// Notes a staged part (decoding only its table and transaction).
+    fn add(&mut self, record: &'r Record) -> Result<()> {
+        let mut r = Reader { bytes: &record.payload, at: 0 };
+        let txn = r.str().and_then(|_| r.u64()).map_err(|what| {
+            Damage::new(r.at, what).shifted(record.offset + FRAME_HEADER as u64).in_file(&record.segment)
+        })?;
+        self.parts.entry(if txn == 0 { record.lsn } else { txn }).or_default().push(record);
+        Ok(())
+    }
+
+    /// Puts the staged appends of every commit `record` holds before its
+    /// own, checking that the parts are all there.
+    fn resolve(&mut self, record: &mut LogRecord) -> std::result::Result<(), String> {
+        match record {
+            LogRecord::Change { table, change } => self.resolve_change(table, change),
+            LogRecord::CreateTable { name, fill, .. } => fill.iter_mut().try_for_each(|c| self.resolve_change(name, c)),
+            _ => Ok(()),
+        }
+    }
+
+    fn resolve_change(&mut self, table: &str, change: &mut TableChange) -> std::result::Result<(), String> {
+        let TableChange::Commit { staged, appends, .. } = change else { return Ok(()) };
+        let Some(wanted) = staged.take() else { return Ok(()) };
+        let parts = self.parts.remove(&wanted.txn).unwrap_or_default();
+        if parts.len() as u64 != wanted.parts {
+            return Err(format!(
+                "it commits {} staged parts of transaction {}, the log holds {}",
+                wanted.parts,
+                wanted.txn,
+                parts.len()
+            ));
+        }
+        let mut batches = Vec::new();
+        for part in parts {
+            let damaged =
+                |what: String| format!("its staged part, log record {} at offset {}: {what}", part.lsn, part.offset);
+            match LogRecord::decode(STAGE, &part.payload).map_err(|d| damaged(d.to_string()))? {
+                LogRecord::Stage { table: of, appends, .. } if of == table => batches.extend(appends),
+                LogRecord::Stage { table: of, .. } => {
+                    return Err(damaged(format!("the part is of table '{of}', the commit of '{table}'")));
+                }
+                _ => return Err(damaged("not a staged part".into())),
+            }
+        }
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+        if rows != wanted.rows {
+            return Err(format!(
+                "it commits {} staged rows of transaction {}, its parts hold {rows}",
+                wanted.rows, wanted.txn
+            ));
+        }
+        batches.append(appends);
+        *appends = batches;
+        Ok(())
+    }
+
+    /// Parts after `lsn` that no commit named.
+    fn unfinished(&self, lsn: u64) -> usize {
+        self.parts.values().flatten().filter(|r| r.lsn > lsn).count()
     }
 }
 
 /// Applies a logged change to `table`.
 fn replay_on(table: &Table, change: &TableChange) -> Result<()> {
     match change {
-        TableChange::Commit { truncate, appends, deletes } => table.transaction(|t| {
+        TableChange::Commit { truncate, appends, deletes, .. } => table.transaction(|t| {
             if *truncate {
                 t.truncate();
             }

@@ -31,7 +31,13 @@
 //! segment; reading joins them back into one record. Each frame takes an
 //! LSN, and a record's LSN is its last frame's. Parts without their last
 //! frame at the end of the log are a torn tail.
+//!
+//! A transaction may write its appends ahead of its commit (staged parts,
+//! see [`super::record`]): it [`Wal::pin`]s the log first, and
+//! [`Wal::remove_through`] keeps the segments from the pin on, whatever a
+//! checkpoint covers, until the record that commits the parts is appended.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
@@ -57,6 +63,12 @@ const WRITEBACK_BYTES: u64 = 4 << 20;
 
 /// The next segment, prepared (full of zeros; synced with `always`) but not in use yet.
 const PREPARED: &str = "next-segment";
+
+/// A transaction holding this many bytes of appends not logged yet writes
+/// them to the log ahead of its commit (see [`crate::change::ChangeLog::stage`]):
+/// large enough that the parts cost little, small enough that a bulk
+/// load's log is written while its rows arrive.
+const STAGE_BYTES: usize = 8 << 20;
 
 /// A flushed buffer up to this size is kept for the next flush.
 const SPARE_BYTES: usize = 64 << 20;
@@ -208,6 +220,31 @@ struct Inner {
     /// The largest frame payload written: a larger record is split
     /// ([`frame::MAX_PAYLOAD`]; tests lower it).
     frame_bytes: AtomicUsize,
+    /// [`STAGE_BYTES`] (tests lower it).
+    stage_bytes: AtomicUsize,
+    /// Pinned LSNs (each with its number of pins): segments holding them
+    /// or anything after are kept.
+    pins: Mutex<BTreeMap<u64, usize>>,
+}
+
+/// Keeps the log's segments from an LSN on (see [`Wal::pin`]) until dropped.
+#[derive(Debug)]
+pub(crate) struct LogPin {
+    inner: Weak<Inner>,
+    lsn: u64,
+}
+
+impl Drop for LogPin {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.upgrade() else { return };
+        let Ok(mut pins) = inner.pins.lock() else { return };
+        if let Some(n) = pins.get_mut(&self.lsn) {
+            *n -= 1;
+            if *n == 0 {
+                pins.remove(&self.lsn);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -334,6 +371,8 @@ impl Wal {
             flushed: Condvar::new(),
             lock: OnceLock::new(),
             frame_bytes: AtomicUsize::new(frame::MAX_PAYLOAD),
+            stage_bytes: AtomicUsize::new(STAGE_BYTES),
+            pins: Mutex::default(),
         };
         let segment = match &contents.end {
             Some((path, offset)) if *offset < segment_bytes => {
@@ -428,6 +467,18 @@ impl Wal {
         self.inner.frame_bytes.store(bytes.clamp(1, frame::MAX_PAYLOAD), Ordering::Relaxed);
     }
 
+    /// The bytes of appends a transaction holds before it stages them.
+    pub(crate) fn stage_bytes(&self) -> usize {
+        self.inner.stage_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Makes transactions stage their appends once they hold `bytes`, so
+    /// tests stage parts without megabytes of data.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn set_stage_bytes(&self, bytes: usize) {
+        self.inner.stage_bytes.store(bytes.max(1), Ordering::Relaxed);
+    }
+
     /// Waits until record `lsn` is as durable as the sync mode promises.
     pub(crate) fn commit(&self, lsn: u64) -> Result<()> {
         let sync = self.inner.mode == SyncMode::Always;
@@ -478,9 +529,30 @@ impl Wal {
         self.inner.flushed.notify_all();
     }
 
+    /// Pins the log from the next record appended on: until the pin is
+    /// dropped, [`Wal::remove_through`] keeps the segments holding it and
+    /// everything after.
+    pub(crate) fn pin(&self) -> Result<LogPin> {
+        let lsn = self.inner.lock()?.last_lsn + 1;
+        let mut pins =
+            self.inner.pins.lock().map_err(|_| Error::Internal("a thread panicked pinning the log".into()))?;
+        *pins.entry(lsn).or_default() += 1;
+        Ok(LogPin { inner: Arc::downgrade(&self.inner), lsn })
+    }
+
+    /// Writes the records appended so far to the file without waiting for
+    /// a sync (with [`SyncMode::Always`], the next commit's sync covers them).
+    pub(crate) fn write_through(&self, lsn: u64) -> Result<()> {
+        self.inner.flush_through(lsn, false)
+    }
+
     /// Removes the segments that hold only records up to `lsn` (which a
-    /// checkpoint covers). The segment being written is always kept.
+    /// checkpoint covers) and before every pin. The segment being written
+    /// is always kept.
     pub(crate) fn remove_through(&self, lsn: u64) -> Result<()> {
+        let pinned = self.inner.pins.lock().map_err(|_| Error::Internal("a thread panicked pinning the log".into()))?;
+        let lsn = pinned.keys().next().map_or(lsn, |&first| lsn.min(first - 1));
+        drop(pinned);
         let io = self.inner.io.as_ref();
         let dir = &self.inner.dir;
         let segments = segments(io, dir)?;
