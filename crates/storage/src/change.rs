@@ -48,16 +48,15 @@ pub(crate) struct Staged {
 
 /// An open transaction's staged appends: what its commit names, and what
 /// keeps the log from removing the parts before that commit is logged.
-#[derive(Debug)]
 pub(crate) struct Staging {
     pub(crate) staged: Staged,
-    _hold: Box<dyn std::fmt::Debug + Send + Sync>,
+    /// The log's own (see [`ChangeLog::stage`]).
+    pub(crate) hold: Box<dyn std::any::Any + Send + Sync>,
 }
 
-impl Staging {
-    /// A transaction's first staged part: `hold` keeps it in the log.
-    pub(crate) fn new(staged: Staged, hold: impl std::fmt::Debug + Send + Sync + 'static) -> Self {
-        Self { staged, _hold: Box::new(hold) }
+impl std::fmt::Debug for Staging {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staging").field("staged", &self.staged).finish_non_exhaustive()
     }
 }
 

@@ -30,7 +30,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 
 use super::damage::Damage;
 use super::frame::FrameBuf;
-use super::wal::Wal;
+use super::wal::{LogPin, Wal};
 use crate::change::{ChangeLog, ShardDeletes, Staged, Staging, TableChange};
 use crate::error::{Error, Result};
 use crate::names::ColumnChange;
@@ -329,20 +329,26 @@ impl ChangeLog for Wal {
     fn stage(&self, table: &str, staging: &mut Option<Staging>, batches: &[RecordBatch]) -> Result<()> {
         // Pinned before the first part is appended, so no checkpoint
         // removes it before the commit naming it is logged.
-        let pin = if staging.is_none() { Some(self.pin()?) } else { None };
-        let txn = staging.as_ref().map_or(0, |s| s.staged.txn);
-        let lsn = self.append_with(|out| encode_stage(table, txn, batches, out).map_err(Error::from))?;
+        let pin = match staging.take() {
+            Some(s) => s,
+            None => Staging { staged: Staged { txn: 0, parts: 0, rows: 0 }, hold: Box::new(self.pin()?) },
+        };
+        let staged = pin.staged;
+        let Some(log_pin) = pin.hold.downcast_ref::<LogPin>() else {
+            return Err(Error::Internal("a staged part of another log".into()));
+        };
+        let lsn = self.append_staged(log_pin, |out| encode_stage(table, staged.txn, batches, out).map_err(Error::from));
+        // A failed part leaves the transaction as it was.
+        let lsn = match lsn {
+            Ok(lsn) => lsn,
+            Err(e) => {
+                *staging = (staged.parts > 0).then_some(pin);
+                return Err(e);
+            }
+        };
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
-        match (staging.as_mut(), pin) {
-            (Some(s), _) => {
-                s.staged.parts += 1;
-                s.staged.rows += rows;
-            }
-            (None, Some(pin)) => {
-                *staging = Some(Staging::new(Staged { txn: lsn, parts: 1, rows }, pin));
-            }
-            (None, None) => return Err(Error::Internal("a staged part without a pin".into())),
-        }
+        let txn = if staged.parts == 0 { lsn } else { staged.txn };
+        *staging = Some(Staging { staged: Staged { txn, parts: staged.parts + 1, rows: staged.rows + rows }, ..pin });
         // Written now, while the rest of the transaction still arrives.
         self.write_through(lsn)
     }

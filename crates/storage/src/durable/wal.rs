@@ -39,7 +39,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -227,22 +227,30 @@ struct Inner {
     pins: Mutex<BTreeMap<u64, usize>>,
 }
 
-/// Keeps the log's segments from an LSN on (see [`Wal::pin`]) until dropped.
+/// Keeps the log's segments from an LSN on (see [`Wal::pin`]) until
+/// dropped, and counts the bytes of the parts staged under it.
 #[derive(Debug)]
 pub(crate) struct LogPin {
     inner: Weak<Inner>,
     lsn: u64,
+    staged: AtomicU64,
 }
 
 impl Drop for LogPin {
     fn drop(&mut self) {
         let Some(inner) = self.inner.upgrade() else { return };
-        let Ok(mut pins) = inner.pins.lock() else { return };
-        if let Some(n) = pins.get_mut(&self.lsn) {
+        if let Ok(mut pins) = inner.pins.lock()
+            && let Some(n) = pins.get_mut(&self.lsn)
+        {
             *n -= 1;
             if *n == 0 {
                 pins.remove(&self.lsn);
             }
+        }
+        // The parts now count towards the next checkpoint (their commit
+        // is logged, or nothing will apply them).
+        if let Ok(mut state) = inner.lock() {
+            state.staged_open = state.staged_open.saturating_sub(*self.staged.get_mut());
         }
     }
 }
@@ -261,8 +269,10 @@ struct State {
     /// The segment being written; `None` while a flush has it.
     segment: Option<Segment>,
     failed: Option<String>,
-    /// Bytes of frames appended since open.
+    /// Bytes of frames appended since open, and of those the bytes of
+    /// staged parts whose pin is still held.
     appended_bytes: u64,
+    staged_open: u64,
     /// Records appended and syncs made since open.
     appended: u64,
     syncs: u64,
@@ -399,6 +409,7 @@ impl Wal {
             segment: Some(segment),
             failed: None,
             appended_bytes: 0,
+            staged_open: 0,
             appended: 0,
             syncs: 0,
             syncing: false,
@@ -430,6 +441,20 @@ impl Wal {
     /// they are); `write` returns the record's type. If it fails, nothing
     /// is appended.
     pub(crate) fn append_with(&self, write: impl FnOnce(&mut FrameBuf) -> Result<u8>) -> Result<u64> {
+        Ok(self.append_frames(write)?.0)
+    }
+
+    /// [`Wal::append_with`] of a staged part under `pin`: its bytes count
+    /// towards [`Wal::appended_bytes`] only once the pin is dropped.
+    pub(crate) fn append_staged(&self, pin: &LogPin, write: impl FnOnce(&mut FrameBuf) -> Result<u8>) -> Result<u64> {
+        let (lsn, bytes) = self.append_frames(write)?;
+        pin.staged.fetch_add(bytes, Ordering::Relaxed);
+        self.inner.lock()?.staged_open += bytes;
+        Ok(lsn)
+    }
+
+    /// Appends a record; its LSN and its bytes in the log.
+    fn append_frames(&self, write: impl FnOnce(&mut FrameBuf) -> Result<u8>) -> Result<(u64, u64)> {
         let mut state = self.inner.lock()?;
         if let Some(reason) = &state.failed {
             return Err(Error::ReadOnly(reason.clone()));
@@ -453,10 +478,11 @@ impl Wal {
             state.buffer.seal(start, kind);
             1
         };
-        state.appended_bytes += (frames * frame::HEADER + len) as u64;
+        let bytes = (frames * frame::HEADER + len) as u64;
+        state.appended_bytes += bytes;
         state.appended += 1;
         state.last_lsn += frames as u64;
-        Ok(state.last_lsn)
+        Ok((state.last_lsn, bytes))
     }
 
     /// Splits records larger than `bytes` into frames of at most `bytes`
@@ -514,9 +540,11 @@ impl Wal {
         Ok(LogStats { records: state.appended, bytes: state.appended_bytes, syncs: state.syncs })
     }
 
-    /// Bytes of records appended since the log was opened.
+    /// Bytes of records appended since the log was opened, but for staged
+    /// parts of transactions still open: what a checkpoint could free.
     pub(crate) fn appended_bytes(&self) -> Result<u64> {
-        Ok(self.inner.lock()?.appended_bytes)
+        let state = self.inner.lock()?;
+        Ok(state.appended_bytes - state.staged_open)
     }
 
     /// Makes the log refuse every later append and commit with
@@ -537,7 +565,7 @@ impl Wal {
         let mut pins =
             self.inner.pins.lock().map_err(|_| Error::Internal("a thread panicked pinning the log".into()))?;
         *pins.entry(lsn).or_default() += 1;
-        Ok(LogPin { inner: Arc::downgrade(&self.inner), lsn })
+        Ok(LogPin { inner: Arc::downgrade(&self.inner), lsn, staged: AtomicU64::new(0) })
     }
 
     /// Writes the records appended so far to the file without waiting for
@@ -842,6 +870,35 @@ mod tests {
         assert_eq!(records.records.iter().map(|r| r.lsn).collect::<Vec<_>>(), (1..=lsn).collect::<Vec<_>>());
         assert!(records.records.iter().all(|r| r.payload == payload));
         assert!(records.torn.is_none(), "the zeros after the last record are not a torn tail");
+    }
+
+    #[test]
+    fn pinned_segments_stay_and_staged_bytes_count_once_unpinned() {
+        let io = SimulatedIo::default();
+        let wal = open(&io, SyncMode::Always);
+        let staged = |pin: &LogPin, byte: u8| {
+            wal.append_staged(pin, |out| {
+                out.bytes().extend_from_slice(&[byte; 3000]);
+                Ok(1)
+            })
+            .unwrap()
+        };
+        let pin = wal.pin().unwrap();
+        let first = staged(&pin, 1);
+        assert_eq!(wal.appended_bytes().unwrap(), 0, "staged parts of an open transaction");
+        // Segments of 4 KiB: every record below rolls one.
+        for byte in 2..6 {
+            wal.commit(wal.append(1, &[byte; 3000]).unwrap()).unwrap();
+        }
+        let settled = wal.appended_bytes().unwrap();
+        assert_eq!(settled, 4 * (frame::HEADER + 3000) as u64);
+        wal.remove_through(wal.last_lsn().unwrap()).unwrap();
+        let kept = |io: &SimulatedIo| read_log(io, &dir()).unwrap().records.iter().map(|r| r.lsn).collect::<Vec<_>>();
+        assert_eq!(kept(&io).first(), Some(&first), "the pinned part is kept");
+        drop(pin);
+        assert_eq!(wal.appended_bytes().unwrap(), settled + (frame::HEADER + 3000) as u64);
+        wal.remove_through(wal.last_lsn().unwrap()).unwrap();
+        assert!(kept(&io).first().is_none_or(|&lsn| lsn > first), "unpinned, it goes with the checkpoint");
     }
 
     #[test]
