@@ -56,9 +56,9 @@ pub(crate) const SEGMENT_BYTES: u64 = 64 << 20;
 /// The smallest segment size a log accepts.
 pub(crate) const MIN_SEGMENT_BYTES: u64 = 4 << 10;
 
-/// Without a sync at every commit, writeback of the segment is started
-/// each time this many bytes were written, so the sync that ends a full
-/// segment finds little left to write.
+/// Writeback of the segment is started each time this many bytes were
+/// written, so the sync that ends a full segment (or, with `always`, the
+/// commit after a bulk load's staged parts) finds little left to write.
 const WRITEBACK_BYTES: u64 = 4 << 20;
 
 /// The next segment, prepared (full of zeros; synced with `always`) but not in use yet.
@@ -696,7 +696,7 @@ impl Inner {
             segment.bytes += bytes.len() as u64;
             segment.unsynced += bytes.len() as u64;
         }
-        if segment.unsynced >= WRITEBACK_BYTES && self.mode != SyncMode::Always {
+        if segment.unsynced >= WRITEBACK_BYTES {
             let at = segment.bytes;
             segment.file.start_writeback(at).map_err(|e| failed(e, at))?;
             segment.unsynced = 0;
