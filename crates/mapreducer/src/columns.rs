@@ -90,6 +90,11 @@ pub struct ShardColumns<'a> {
 }
 
 impl<'a> ShardColumns<'a> {
+    /// The shard's rows (main and delta, deleted ones included).
+    pub(crate) fn rows(&self) -> usize {
+        self.main_rows + self.delta_rows
+    }
+
     /// Opens the readers of `columns` (table column indexes) of `shard`.
     pub fn open(shard: ShardSnapshot<'a>, columns: impl IntoIterator<Item = usize>) -> Result<Self> {
         let schema = shard.schema();

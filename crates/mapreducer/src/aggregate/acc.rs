@@ -124,14 +124,27 @@ impl AccState {
     }
 
     /// Reports the accumulator's size to the spec's budget (after each
-    /// shard); a refusal becomes the accumulator's error, after which it
-    /// takes no more rows.
-    pub(super) fn charge(&mut self) {
+    /// shard, of `rows` rows); a refusal becomes the accumulator's error,
+    /// after which it takes no more rows. The size includes what its
+    /// group maps would allocate on top while as many new groups go in
+    /// (a hash table's next table is allocated before the old one is
+    /// freed): the budget refuses that growth before it happens rather
+    /// than after the memory was taken.
+    pub(super) fn charge(&mut self, rows: usize) {
         let Some(budget) = &self.spec.budget else { return };
         if self.error.is_some() {
             return;
         }
-        let size = self.size_bytes();
+        let size = self.size_bytes() + self.groups.growth_bytes(rows);
+        self.reserve(size);
+    }
+
+    /// Reports `size` bytes to the budget in place of what was reported.
+    fn reserve(&mut self, size: usize) {
+        let Some(budget) = &self.spec.budget else { return };
+        if self.error.is_some() {
+            return;
+        }
         match budget.resize(self.reported, size) {
             Ok(()) => self.reported = size,
             Err(reason) => self.error = Some(Error::ResourcesExhausted(reason)),
@@ -151,9 +164,15 @@ impl AccState {
             self.error = Some(e);
             return;
         }
+        // Both are held while the merged maps grow by up to the other's groups.
+        self.reserve(self.size_bytes() + other.size_bytes() + self.groups.growth_bytes(other.groups.len));
+        if self.error.is_some() {
+            return;
+        }
         if let Err(e) = self.merge_groups(&other) {
             self.error = Some(e);
         }
+        self.charge(0);
     }
 
     fn merge_groups(&mut self, other: &AccState) -> Result<()> {

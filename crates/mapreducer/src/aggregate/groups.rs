@@ -343,9 +343,60 @@ impl<T> HashMapKeys<T> {
     fn size_bytes(&self) -> usize {
         table_bytes(self.hash.capacity(), size_of::<(T, KeyId)>()) + self.values.capacity() * size_of::<T>()
     }
+
+    fn growth_bytes(&self, rows: usize) -> usize {
+        table_growth(self.hash.len(), self.hash.capacity(), rows, size_of::<(T, KeyId)>())
+            + vec_growth(self.values.len(), self.values.capacity(), rows, size_of::<T>())
+    }
+}
+
+/// The bytes a hash map of `len` entries of `entry` bytes in `capacity`
+/// allocates while `rows` more keys go in: its next table, which the old
+/// one is copied into (both are held meanwhile); 0 if they fit.
+fn table_growth(len: usize, capacity: usize, rows: usize, entry: usize) -> usize {
+    if len + rows <= capacity { 0 } else { table_bytes((2 * capacity).max(len + rows), entry) }
+}
+
+/// [`table_growth`] of a vector of `len` items of `item` bytes growing by up to `rows`.
+fn vec_growth(len: usize, capacity: usize, rows: usize, item: usize) -> usize {
+    if len + rows <= capacity { 0 } else { (2 * capacity).max(len + rows) * item }
+}
+
+impl KeyMap {
+    /// The bytes this map's containers allocate on top of what they hold
+    /// while up to `rows` new keys go in (see [`table_growth`]).
+    pub(crate) fn growth_bytes(&self, rows: usize) -> usize {
+        match self {
+            KeyMap::I64(m) => {
+                table_growth(m.hash.len(), m.hash.capacity(), rows, size_of::<(i64, KeyId)>())
+                    + vec_growth(m.values.len(), m.values.capacity(), rows, 8)
+            }
+            KeyMap::U64(m) | KeyMap::F64(m) => m.growth_bytes(rows),
+            KeyMap::I128(m) => m.growth_bytes(rows),
+            KeyMap::Bytes(m) => {
+                // New keys as long as the average so far.
+                let average = m.arena.len().div_ceil(m.spans.len().max(1)).max(1);
+                table_growth(m.hash.len(), m.hash.capacity(), rows, size_of::<(Box<[u8]>, KeyId)>())
+                    + vec_growth(m.spans.len(), m.spans.capacity(), rows, size_of::<(usize, usize)>())
+                    + vec_growth(m.arena.len(), m.arena.capacity(), rows * average, 1)
+            }
+        }
+    }
 }
 
 impl Groups {
+    /// The bytes the keys and the composite-key table allocate on top of
+    /// what they hold while up to `rows` new groups go in.
+    pub(crate) fn growth_bytes(&self, rows: usize) -> usize {
+        let composite = if self.keys.len() > 1 {
+            table_growth(self.composite.len(), self.composite.capacity(), rows, size_of::<([KeyId; MAX_KEYS], u32)>())
+                + vec_growth(self.tuples.len(), self.tuples.capacity(), rows, size_of::<[KeyId; MAX_KEYS]>())
+        } else {
+            0
+        };
+        self.keys.iter().map(|k| k.growth_bytes(rows)).sum::<usize>() + composite
+    }
+
     /// Heap bytes held by the keys and the composite-key table.
     pub(crate) fn size_bytes(&self) -> usize {
         self.keys.iter().map(KeyMap::size_bytes).sum::<usize>()

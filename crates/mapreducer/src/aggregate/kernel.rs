@@ -441,7 +441,7 @@ impl Kernel for AggregateKernel {
         if let Err(e) = self.flush_by_code(cols, &mut acc.0, scratch) {
             acc.0.error.get_or_insert(e);
         }
-        acc.0.charge();
+        acc.0.charge(cols.rows());
         acc
     }
 

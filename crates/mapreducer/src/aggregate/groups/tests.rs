@@ -286,3 +286,41 @@ fn composite_groups_agree_with_a_btreemap() {
     }
     assert_eq!(Groups::new(Vec::new()).len, 1, "no keys: one group");
 }
+
+/// What a map reports it will allocate while new keys go in covers what
+/// it then allocates: each time a key is about to grow the map's
+/// containers, the growth predicted for the next block of keys is at
+/// least the size the containers grow to (the old ones are still held
+/// while they do).
+#[test]
+fn predicted_growth_covers_every_reallocation() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut maps = vec![KeyMap::Bytes(BytesMap::default()), KeyMap::I64(IntMap::default())];
+    for map in &mut maps {
+        let mut grew = 0;
+        for i in 0..50_000i64 {
+            let before = map.size_bytes();
+            // For a block of keys: one key may be longer than the average.
+            let predicted = map.growth_bytes(64);
+            let text = format!("key {i} {}", "x".repeat(rng.random_range(0..24)));
+            let value = match map {
+                KeyMap::Bytes(_) => KeyValue::Bytes(text.as_bytes()),
+                _ => KeyValue::I64(i * 1_000_003),
+            };
+            map.id_of(&value).unwrap();
+            // Beyond the new key's own bytes (its box, arena bytes and span).
+            let own = match map {
+                KeyMap::Bytes(_) => 2 * text.len().next_multiple_of(16) + 32,
+                _ => 0,
+            };
+            let grown = map.size_bytes() - before;
+            // (Past the first allocations, whose minimum sizes the
+            // prediction does not model: a few hundred bytes.)
+            if grown > own && i >= 1_000 {
+                grew += 1;
+                assert!(predicted >= grown - own, "key {i}: predicted {predicted}, grew by {grown}");
+            }
+        }
+        assert!(grew > 5, "the containers grew {grew} times");
+    }
+}
