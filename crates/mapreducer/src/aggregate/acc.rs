@@ -131,8 +131,7 @@ impl AccState {
     /// freed): the budget refuses that growth before it happens rather
     /// than after the memory was taken.
     pub(super) fn charge(&mut self, rows: usize) {
-        let Some(budget) = &self.spec.budget else { return };
-        if self.error.is_some() {
+        if self.spec.budget.is_none() || self.error.is_some() {
             return;
         }
         let size = self.size_bytes() + self.groups.growth_bytes(rows);
@@ -165,9 +164,11 @@ impl AccState {
             return;
         }
         // Both are held while the merged maps grow by up to the other's groups.
-        self.reserve(self.size_bytes() + other.size_bytes() + self.groups.growth_bytes(other.groups.len));
-        if self.error.is_some() {
-            return;
+        if self.spec.budget.is_some() {
+            self.reserve(self.size_bytes() + other.size_bytes() + self.groups.growth_bytes(other.groups.len));
+            if self.error.is_some() {
+                return;
+            }
         }
         if let Err(e) = self.merge_groups(&other) {
             self.error = Some(e);
