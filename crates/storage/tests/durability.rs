@@ -1008,15 +1008,20 @@ fn bulk(t: &mut quiverdb_storage::Transaction<'_>, rng: &mut StdRng, next_id: &m
     all
 }
 
+/// A durable database on a simulated disk at `/data` whose transactions
+/// stage parts of ~2 KB (dozens per transaction below), and options for
+/// its tables.
+fn staging_database() -> (SimulatedIo, Database, TableOptions) {
+    let io = SimulatedIo::default();
+    let db = open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    set_log_stage_bytes(&db, 2000);
+    (io, db, TableOptions::default().with_shard_capacity(300).with_background_rebuild(false))
+}
+
 #[test]
 fn bulk_transactions_stage_their_appends_and_recover_whole() {
-    let io = SimulatedIo::default();
-    let dir = Path::new("/data");
-    let options = durable(SyncMode::Always);
-    let db = open_with_io(Arc::new(io.clone()), dir, options).unwrap();
-    // Parts of ~2 KB: every transaction below writes dozens ahead of its commit.
-    set_log_stage_bytes(&db, 2000);
-    let table_options = TableOptions::default().with_shard_capacity(300).with_background_rebuild(false);
+    let (io, db, table_options) = staging_database();
+    let (dir, options) = (Path::new("/data"), durable(SyncMode::Always));
     let t = db.create_table("t", &schema(), table_options.clone()).unwrap();
     let (mut rng, mut next_id) = (StdRng::seed_from_u64(31), 0);
     let mut expected = Vec::new();
@@ -1080,12 +1085,8 @@ fn bulk_transactions_stage_their_appends_and_recover_whole() {
 
 #[test]
 fn parts_of_a_transaction_cut_off_by_a_crash_are_not_applied() {
-    let io = SimulatedIo::default();
-    let dir = Path::new("/data");
-    let options = durable(SyncMode::Always);
-    let db = open_with_io(Arc::new(io.clone()), dir, options).unwrap();
-    set_log_stage_bytes(&db, 2000);
-    let table_options = TableOptions::default().with_shard_capacity(300).with_background_rebuild(false);
+    let (io, db, table_options) = staging_database();
+    let (dir, options) = (Path::new("/data"), durable(SyncMode::Always));
     let t = db.create_table("t", &schema(), table_options.clone()).unwrap();
     let other = db.create_table("other", &schema(), table_options).unwrap();
     let (mut rng, mut next_id) = (StdRng::seed_from_u64(32), 0);
