@@ -327,14 +327,14 @@ impl ChangeLog for Wal {
     }
 
     fn stage(&self, table: &str, staging: &mut Option<Staging>, batches: &[RecordBatch]) -> Result<()> {
-        // Pinned before the first part is appended, so no checkpoint
-        // removes it before the commit naming it is logged.
-        let pin = match staging.take() {
+        // The log is pinned before the first part is appended, so no
+        // checkpoint removes it before the commit naming it is logged.
+        let open = match staging.take() {
             Some(s) => s,
             None => Staging { staged: Staged { txn: 0, parts: 0, rows: 0 }, hold: Box::new(self.pin()?) },
         };
-        let staged = pin.staged;
-        let Some(log_pin) = pin.hold.downcast_ref::<LogPin>() else {
+        let staged = open.staged;
+        let Some(log_pin) = open.hold.downcast_ref::<LogPin>() else {
             return Err(Error::Internal("a staged part of another log".into()));
         };
         let lsn = self.append_staged(log_pin, |out| encode_stage(table, staged.txn, batches, out).map_err(Error::from));
@@ -342,13 +342,13 @@ impl ChangeLog for Wal {
         let lsn = match lsn {
             Ok(lsn) => lsn,
             Err(e) => {
-                *staging = (staged.parts > 0).then_some(pin);
+                *staging = (staged.parts > 0).then_some(open);
                 return Err(e);
             }
         };
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
         let txn = if staged.parts == 0 { lsn } else { staged.txn };
-        *staging = Some(Staging { staged: Staged { txn, parts: staged.parts + 1, rows: staged.rows + rows }, ..pin });
+        *staging = Some(Staging { staged: Staged { txn, parts: staged.parts + 1, rows: staged.rows + rows }, ..open });
         // Written now, while the rest of the transaction still arrives.
         self.write_through(lsn)
     }

@@ -25,7 +25,9 @@
 //!
 //! **Recovery** loads the catalog and the shard files it names (checking
 //! every checksum), then replays the log records after the checkpoint's
-//! LSN, in order, with background rebuilds paused: the log holds every
+//! LSN, in order, with background rebuilds paused (a commit after it
+//! brings the staged parts it names, which may precede it: the log keeps
+//! them, see [`super::wal::Wal::pin`]): the log holds every
 //! rebuild that happened, and replaying it renumbers rows as the original
 //! did, so logged deletes name the same rows.
 
