@@ -221,7 +221,7 @@ mod tests {
         use arrow_array::Decimal128Array;
         let check = |values: Vec<Option<i128>>, precision: u8| {
             let field = Field::new("d", DataType::Decimal128(precision, 2), true);
-            let array = Decimal128Array::from(values).with_precision_and_scale(38, 2).unwrap();
+            let array = Decimal128Array::from(values).with_precision_and_scale(precision, 2).unwrap();
             let reference = array.validate_decimal_precision(precision).is_ok();
             let got = validate_array("t", &field, &array);
             assert_eq!(got.is_ok(), reference, "{array:?} at precision {precision}: {got:?}");
