@@ -423,25 +423,32 @@ fn put_ipc(out: &mut FrameBuf, schema: &SchemaRef, batches: &[RecordBatch]) -> R
 
 /// `batch` as the log keeps it: string and binary view columns as plain
 /// offsets and bytes (the batch itself when it has none). A view takes 16
-/// bytes a value where a large offset takes 8, and Arrow IPC writes a view
-/// column's data buffers whole: slices of one array share them, so a batch
-/// a client split into messages by rows arrives with each message
-/// repeating them.
+/// bytes a value where an offset takes 4 (8 for a column of more than
+/// 2 GiB), and Arrow IPC writes a view column's data buffers whole: slices
+/// of one array share them, so a batch a client split into messages by
+/// rows arrives with each message repeating them.
 /// Replay appends the values to the same columns, whatever their layout.
 pub(crate) fn log_form(batch: &RecordBatch) -> RecordBatch {
-    let plain = |t: &arrow_schema::DataType| match t {
-        arrow_schema::DataType::Utf8View => Some(arrow_schema::DataType::LargeUtf8),
-        arrow_schema::DataType::BinaryView => Some(arrow_schema::DataType::LargeBinary),
-        _ => None,
+    use arrow_array::cast::AsArray;
+    use arrow_schema::DataType;
+    let plain = |column: &arrow_array::ArrayRef| {
+        let small = |bytes: usize| i32::try_from(bytes).is_ok();
+        match column.data_type() {
+            DataType::Utf8View if small(column.as_string_view().total_bytes_len()) => Some(DataType::Utf8),
+            DataType::Utf8View => Some(DataType::LargeUtf8),
+            DataType::BinaryView if small(column.as_binary_view().total_bytes_len()) => Some(DataType::Binary),
+            DataType::BinaryView => Some(DataType::LargeBinary),
+            _ => None,
+        }
     };
     let schema = batch.schema();
-    if !schema.fields().iter().any(|f| plain(f.data_type()).is_some()) {
+    if !schema.fields().iter().any(|f| matches!(f.data_type(), DataType::Utf8View | DataType::BinaryView)) {
         return batch.clone();
     }
     let mut fields = Vec::with_capacity(batch.num_columns());
     let mut columns = Vec::with_capacity(batch.num_columns());
     for (field, column) in schema.fields().iter().zip(batch.columns()) {
-        match plain(field.data_type()).and_then(|to| Some((arrow_cast::cast(column, &to).ok()?, to))) {
+        match plain(column).and_then(|to| Some((arrow_cast::cast(column, &to).ok()?, to))) {
             Some((cast, to)) => {
                 fields.push(field.as_ref().clone().with_data_type(to));
                 columns.push(cast);
@@ -700,7 +707,7 @@ mod tests {
         // A tenth of the rows: the slice shares all of the string bytes.
         let slice = batch.slice(100, 100);
         let logged = log_form(&slice);
-        assert_eq!(logged.column(0).data_type(), &DataType::LargeUtf8);
+        assert_eq!(logged.column(0).data_type(), &DataType::Utf8);
         let back = arrow_cast::cast(logged.column(0), &DataType::Utf8View).unwrap();
         assert_eq!(&back, slice.column(0), "the same values");
         assert!(Arc::ptr_eq(logged.column(1), slice.column(1)), "other columns as they are");
