@@ -141,6 +141,64 @@ fn a_cancelled_ingest_commits_nothing() {
     assert!(server.alive());
 }
 
+/// A column of `values` (strings, or raw bytes that are not UTF-8) as
+/// `data_type` (Utf8 or Utf8View), built without arrow's validation, as a
+/// client that does not validate would send it.
+fn text_batch(values: &[&[u8]], data_type: DataType) -> RecordBatch {
+    let binary: arrow_array::ArrayRef = match data_type {
+        DataType::Utf8View => Arc::new(arrow_array::BinaryViewArray::from_iter_values(values.iter().copied())),
+        _ => Arc::new(arrow_array::BinaryArray::from_iter_values(values.iter().copied())),
+    };
+    let data = binary.to_data().into_builder().data_type(data_type.clone());
+    // SAFETY: only encoded and sent, never read as strings here.
+    let data = unsafe { data.build_unchecked() };
+    let schema = Arc::new(Schema::new(vec![Field::new("t", data_type, false)]));
+    RecordBatch::try_new(schema, vec![arrow_array::make_array(data)]).unwrap()
+}
+
+/// Text that is not UTF-8, sent in either string layout and inline or out
+/// of line in a view, is refused with an error naming it, and creates no
+/// table; valid text of the same shapes goes in whole.
+#[test]
+fn ingested_text_that_is_not_utf8_is_refused() {
+    let mut server = Server::in_memory(&[]);
+    runtime().block_on(async {
+        let mut c = server.client().await;
+        let cases: [&[u8]; 3] =
+            [b"ok\xc3", b"a value longer than twelve bytes \xff", "ünïcode, longer than twelve".as_bytes()];
+        for data_type in [DataType::Utf8View, DataType::Utf8] {
+            for bad in cases {
+                let values: Vec<&[u8]> = vec![b"fine", bad, b"also a fine value, longer than twelve"];
+                let command = ingest_command("texts", TableNotExistOption::Create, TableExistsOption::Fail);
+                let batch = text_batch(&values, data_type.clone());
+                let got = c.execute_ingest(command, futures::stream::iter([Ok(batch)])).await;
+                let valid = std::str::from_utf8(bad).is_ok();
+                match got {
+                    Ok(rows) => {
+                        assert!(valid, "{data_type} {bad:?}: {rows} rows went in");
+                        let got = query(&mut c, "SELECT t FROM texts ORDER BY t").await.unwrap();
+                        let mut expected: Vec<&str> = values.iter().map(|v| std::str::from_utf8(v).unwrap()).collect();
+                        expected.sort_unstable();
+                        let got = arrow_cast::cast(got.column(0), &DataType::Utf8).unwrap();
+                        assert_eq!(got.as_string::<i32>().iter().flatten().collect::<Vec<_>>(), expected);
+                        update(&mut c, "DROP TABLE texts").await.unwrap();
+                    }
+                    Err(e) => {
+                        let status = status_of(Err::<(), _>(e));
+                        assert!(!valid, "{data_type} {bad:?}: {status:?}");
+                        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+                        assert!(status.message().contains("UTF-8") || status.message().contains("utf-8"), "{status:?}");
+                        let tables = "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'texts'";
+                        let got = query(&mut c, tables).await.unwrap();
+                        assert_eq!(got.column(0).as_primitive::<Int64Type>().value(0), 0, "{data_type} {bad:?}");
+                    }
+                }
+            }
+        }
+    });
+    assert!(server.alive());
+}
+
 /// Reads from `conn` until the server closes it (end of stream or reset),
 /// for at most `within`; whether it did.
 fn closed_by_server(conn: &mut std::net::TcpStream, within: Duration) -> bool {

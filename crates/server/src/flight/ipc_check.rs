@@ -12,11 +12,13 @@
 //! and refuses those with an error naming the field and the problem.
 //!
 //! What arrow validates on its own (offsets within their values, UTF-8,
-//! null counts, dictionary keys, run ends, union type ids) is left to it:
-//! the checker stands only between a header and the places where arrow
-//! would panic, and it bounds what decoding may allocate: buffers lie within
-//! the body, arrays have fewer than 2^31 values, and what the compressed
-//! buffers of a message expand to is capped.
+//! null counts, dictionary keys, run ends, union type ids) is left to it
+//! (or, for flat batches, to `super::incoming`, which builds their arrays
+//! before validating them): the checker stands only between a header and
+//! the places where arrow would panic, and it bounds what decoding may
+//! allocate: buffers lie within the body and hold the values, offsets or
+//! views their arrays' lengths need, arrays have fewer than 2^31 values,
+//! and what the compressed buffers of a message expand to is capped.
 
 use std::collections::HashMap;
 
@@ -412,7 +414,7 @@ impl Walk<'_> {
                 let count = usize::try_from(count).map_err(|_| format!("field '{name}': {count} data buffers"))?;
                 let (len, nulls) = self.node(name)?;
                 self.validity(name, len, nulls)?;
-                self.values(name, "views", size_of::<u128>())?;
+                self.values(name, "views", size_of::<u128>(), len)?;
                 (0..count).try_for_each(|_| self.buffer(name, "data").map(|_| ()))
             }
             DataType::FixedSizeList(child, size) => {
@@ -440,15 +442,23 @@ impl Walk<'_> {
             DataType::Dictionary(key, _) => {
                 let (len, nulls) = self.node(name)?;
                 self.validity(name, len, nulls)?;
-                self.values(name, "keys", key.primitive_width().unwrap_or(1))
+                self.values(name, "keys", key.primitive_width().unwrap_or(1), len)
             }
             DataType::Union(members, mode) => self.union(name, members, *mode),
             data_type => {
                 let (len, nulls) = self.node(name)?;
                 self.validity(name, len, nulls)?;
-                match data_type.primitive_width() {
-                    Some(width) => self.values(name, "values", width),
-                    None => self.buffer(name, "values").map(|_| ()),
+                match data_type {
+                    DataType::Boolean => self.bits(name, len),
+                    DataType::FixedSizeBinary(width) => {
+                        let width =
+                            usize::try_from(*width).map_err(|_| format!("field '{name}': {width}-byte values"))?;
+                        self.bytes(name, "values", width, len)
+                    }
+                    _ => match data_type.primitive_width() {
+                        Some(width) => self.values(name, "values", width, len),
+                        None => self.buffer(name, "values").map(|_| ()),
+                    },
                 }
             }
         }
@@ -460,9 +470,11 @@ impl Walk<'_> {
     fn list(&mut self, name: &str, width: usize, view: bool, child: Option<&FieldRef>) -> Result<(), String> {
         let (len, nulls) = self.node(name)?;
         self.validity(name, len, nulls)?;
-        self.values(name, "offsets", width)?;
         if view {
-            self.values(name, "sizes", width)?;
+            self.values(name, "offsets", width, len)?;
+            self.values(name, "sizes", width, len)?;
+        } else {
+            self.offsets(name, width, len)?;
         }
         match child {
             Some(child) => self.array(child),
@@ -517,17 +529,34 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// A buffer of `width`-byte values, which arrow-data reads as a slice of
-    /// them: it panics on a partial one.
-    fn values(&mut self, name: &str, what: &str, width: usize) -> Result<(), String> {
-        let buffer = self.buffer(name, what)?;
-        if buffer.len % width != 0 {
-            return Err(format!(
-                "field '{name}': a {what} buffer of {} bytes, not a whole number of {width}-byte values",
-                buffer.len
-            ));
-        }
-        Ok(())
+    /// A buffer of at least `count` values of `width` bytes, which
+    /// arrow-data reads as a slice of them: it panics on a partial one.
+    /// Arrow's validation refuses a shorter buffer too; checked here, the
+    /// arrays of a flat batch can be built before it runs (see
+    /// `super::incoming`).
+    fn values(&mut self, name: &str, what: &str, width: usize, count: usize) -> Result<(), String> {
+        let len = self.buffer(name, what)?.len;
+        whole(name, what, len, width)?;
+        enough(name, what, len, width, count)
+    }
+
+    /// The offsets of `count` strings or lists: one more than `count`,
+    /// or none at all for none.
+    fn offsets(&mut self, name: &str, width: usize, count: usize) -> Result<(), String> {
+        let len = self.buffer(name, "offsets")?.len;
+        whole(name, "offsets", len, width)?;
+        if count == 0 && len == 0 { Ok(()) } else { enough(name, "offsets", len, width, count + 1) }
+    }
+
+    /// A buffer of at least `count` values of `width` bytes, read as bytes.
+    fn bytes(&mut self, name: &str, what: &str, width: usize, count: usize) -> Result<(), String> {
+        let len = self.buffer(name, what)?.len;
+        enough(name, what, len, width, count)
+    }
+
+    /// A bitmap of at least `count` bits.
+    fn bits(&mut self, name: &str, count: usize) -> Result<(), String> {
+        self.bytes(name, "values", 1, count.div_ceil(8))
     }
 
     /// The next buffer, as arrow-ipc's `read_buffer` reads it: a slice of
@@ -576,6 +605,24 @@ impl Walk<'_> {
         self.decompressed = self.decompressed.checked_add(bytes).filter(|&total| total <= self.max_decompressed)?;
         Some(())
     }
+}
+
+/// Refuses a buffer of `len` bytes that ends inside a `width`-byte value.
+fn whole(name: &str, what: &str, len: usize, width: usize) -> Result<(), String> {
+    if !len.is_multiple_of(width) {
+        return Err(format!(
+            "field '{name}': a {what} buffer of {len} bytes, not a whole number of {width}-byte values"
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a buffer of `len` bytes too short for `count` values of `width` bytes.
+fn enough(name: &str, what: &str, len: usize, width: usize, count: usize) -> Result<(), String> {
+    if count.checked_mul(width).is_none_or(|needed| len < needed) {
+        return Err(format!("field '{name}': a {what} buffer of {len} bytes for {count} values of {width} bytes"));
+    }
+    Ok(())
 }
 
 /// What LZ4 frames decompress to, and the block buffers the LZ4 decoder

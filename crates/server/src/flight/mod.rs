@@ -58,6 +58,7 @@ mod auth;
 mod connections;
 mod dispatch;
 mod handle;
+mod incoming;
 mod ipc_check;
 mod metadata;
 mod plans;

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
-use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
@@ -61,7 +60,7 @@ use crate::many::{as_one_statement, as_one_update, bind_delete_where, bind_inser
 use crate::retained::row_bytes;
 use crate::session::DEFAULT_CATALOG;
 
-use super::ipc_check::IpcChecker;
+use super::incoming::IncomingBatches;
 
 /// Memory one bound parameter value takes beyond its Arrow data (measured:
 /// 200,000 rows of a BIGINT and a VARCHAR bound to an INSERT peaked at
@@ -656,7 +655,7 @@ impl QuiverFlightSql {
     ) -> Result<(SchemaRef, Vec<RecordBatch>), Status> {
         let mut stream = self.batch_stream(request);
         let mut batches = Vec::new();
-        while let Some(batch) = Self::next_batch(&mut stream).await? {
+        while let Some(batch) = stream.next().await? {
             batches.push(batch);
         }
         let schema = match (stream.schema(), batches.first()) {
@@ -668,32 +667,10 @@ impl QuiverFlightSql {
     }
 
     /// The record batches of a DoPut, decoded as they arrive. Each message
-    /// is checked before arrow-ipc decodes it ([`IpcChecker`]): a client's
+    /// is checked before arrow-ipc decodes it ([`super::ipc_check::IpcChecker`]): a client's
     /// lengths, offsets and types must hold up against the bytes sent.
-    fn batch_stream(&self, request: Request<PeekableFlightDataStream>) -> FlightRecordBatchStream {
-        let mut checker = IpcChecker::new(self.max_decompressed);
-        // A DoPut's first message may carry only the command (no Arrow
-        // data): the arrow-rs client sends a prepared update that way.
-        let input = request
-            .into_inner()
-            .try_filter(|data| futures::future::ready(!data.data_header.is_empty()))
-            .map(move |data| {
-                let data = data?;
-                checker
-                    .check(&data.data_header, &data.data_body)
-                    .map_err(|e| Status::invalid_argument(format!("malformed Arrow data: {e}")))?;
-                Ok(data)
-            })
-            .map_err(|s| FlightError::Tonic(Box::new(s)));
-        FlightRecordBatchStream::new_from_flight_data(input)
-    }
-
-    /// The next batch of `stream`; a malformed one is an error.
-    async fn next_batch(stream: &mut FlightRecordBatchStream) -> Result<Option<RecordBatch>, Status> {
-        stream.next().await.transpose().map_err(|e| match e {
-            FlightError::Tonic(status) => *status,
-            other => Status::invalid_argument(format!("malformed Arrow data: {other}")),
-        })
+    fn batch_stream(&self, request: Request<PeekableFlightDataStream>) -> IncomingBatches {
+        IncomingBatches::new(request.into_inner().boxed(), self.max_decompressed)
     }
 
     /// Parameters sent in a DoPut, as one batch (`None` if none were sent).
@@ -1145,7 +1122,7 @@ impl FlightSqlService for QuiverFlightSql {
         // (the request is never held whole); the table appears, or the
         // rows commit, only once the last one is in.
         let mut stream = self.batch_stream(request);
-        let first = Self::next_batch(&mut stream).await?;
+        let first = stream.next().await?;
         let schema = match (stream.schema(), &first) {
             (Some(schema), _) => Arc::clone(schema),
             (None, Some(batch)) => batch.schema(),
@@ -1197,7 +1174,7 @@ impl FlightSqlService for QuiverFlightSql {
                     // The writer failed; its error is reported below.
                     return Ok(());
                 }
-                next = Self::next_batch(&mut stream).await?;
+                next = stream.next().await?;
             }
             let _ = tx.send(Incoming::End).await;
             Ok::<(), Status>(())

@@ -154,20 +154,50 @@ impl Decoder {
 }
 
 /// Runs `messages` through the checker and, where it accepts them,
-/// arrow-ipc: fails if arrow-ipc panics on a message the checker accepted.
+/// arrow-ipc and the server's decoding: fails if either panics on a
+/// message the checker accepted, or if the server's decoding (which skips
+/// arrow's validation for flat batches and validates them itself)
+/// accepts what arrow refuses, refuses what it accepts, or decodes a
+/// batch arrow's full validation finds invalid.
 fn assert_no_panic(messages: &[Message], case: &str) {
     let mut checker = IpcChecker::new(LIMIT);
     let mut decoder = Decoder::default();
+    let mut decoding = super::super::incoming::Decoding::default();
     for (header, body) in messages {
         if checker.check(header, body).is_err() {
             return;
         }
-        match catch_unwind(AssertUnwindSafe(|| decoder.decode(header, body))) {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => return,
+        let arrow = match catch_unwind(AssertUnwindSafe(|| decoder.decode(header, body))) {
+            Ok(outcome) => outcome,
             Err(_) => panic!("arrow-ipc panicked on a message the checker accepted: {case}"),
+        };
+        let ours = match catch_unwind(AssertUnwindSafe(|| decoding.decode(header, bytes::Bytes::copy_from_slice(body))))
+        {
+            Ok(outcome) => outcome,
+            Err(_) => panic!("the server's decoding panicked on a message the checker accepted: {case}"),
+        };
+        assert_eq!(ours.is_ok(), arrow.is_ok(), "{case}: ours {ours:?}, arrow's {arrow:?}");
+        match ours {
+            Ok(Some(batch)) => {
+                for column in batch.columns() {
+                    column.to_data().validate_full().unwrap_or_else(|e| panic!("{case}: decoded, but invalid: {e}"));
+                }
+                assert_eq!(Some(&batch), decoder.batch.as_ref(), "{case}");
+            }
+            Ok(None) => {}
+            Err(_) => return,
         }
     }
+}
+
+/// The columns of [`batch`] the server decodes without arrow's validation.
+fn flat_batch() -> RecordBatch {
+    let batch = batch();
+    let flat: Vec<usize> = (0..batch.num_columns())
+        .filter(|&i| super::super::incoming::is_flat(batch.schema().field(i).data_type()))
+        .collect();
+    assert!(flat.len() > 10, "most columns are flat");
+    batch.project(&flat).unwrap()
 }
 
 /// Whether arrow-ipc, unchecked, panics decoding `messages`.
@@ -267,8 +297,9 @@ fn streams_arrow_ipc_writes_pass_and_decode() {
 
 #[test]
 fn header_byte_flips_never_reach_a_panic() {
-    for (compression, flips) in [(None, &[0x01, 0xFF][..]), (Some(CompressionType::LZ4_FRAME), &[0xFF][..])] {
-        let messages = stream(&batch(), compression);
+    let cases = [(None, &[0x01, 0xFF][..]), (Some(CompressionType::LZ4_FRAME), &[0xFF][..])];
+    for ((compression, flips), batch) in cases.into_iter().flat_map(|c| [(c, batch()), (c, flat_batch())]) {
+        let messages = stream(&batch, compression);
         for (i, (header, _)) in messages.iter().enumerate() {
             for at in 0..header.len() {
                 for &flip in flips {
@@ -284,8 +315,9 @@ fn header_byte_flips_never_reach_a_panic() {
 #[test]
 fn body_byte_flips_and_cuts_never_reach_a_panic() {
     let mut rng = StdRng::seed_from_u64(0x1dc);
-    for compression in [None, Some(CompressionType::LZ4_FRAME), Some(CompressionType::ZSTD)] {
-        let messages = stream(&batch(), compression);
+    let compressions = [None, Some(CompressionType::LZ4_FRAME), Some(CompressionType::ZSTD)];
+    for (compression, batch) in compressions.into_iter().flat_map(|c| [(c, batch()), (c, flat_batch())]) {
+        let messages = stream(&batch, compression);
         for _ in 0..1500 {
             let mut case = messages.clone();
             let i = rng.random_range(1..case.len());
@@ -379,4 +411,44 @@ fn batches_before_the_schema_are_refused() {
         let err = IpcChecker::new(LIMIT).check(header, body).unwrap_err();
         assert!(err.contains("before the schema"), "{err}");
     }
+}
+
+/// A buffer too short for its array is refused before any array is built
+/// (arrow's validation refuses it too, later): the server builds the
+/// arrays of a flat batch before validating them.
+#[test]
+fn buffers_short_of_their_arrays_are_refused() {
+    let messages = stream(&flat_batch(), None);
+    let (header, body) = messages.last().unwrap().clone();
+    let buffers: Vec<ipc::Buffer> = ipc::root_as_message(&header)
+        .unwrap()
+        .header_as_record_batch()
+        .unwrap()
+        .buffers()
+        .unwrap()
+        .iter()
+        .copied()
+        .collect();
+    let fields = flat_batch().schema().fields().len();
+    let mut refused = 0;
+    // Each buffer in turn loses a byte: one the layout needs in full (the
+    // values, offsets and views of each field) is refused, naming its
+    // field; the others (string data, padded bitmaps) decode or fail as
+    // arrow's validation says.
+    for at in 0..buffers.len() {
+        if buffers[at].length() == 0 {
+            continue;
+        }
+        let shorter = edited(&header, |_, b, _| b[at] = ipc::Buffer::new(b[at].offset(), b[at].length() - 1));
+        let mut case = messages.clone();
+        *case.last_mut().unwrap() = (shorter, body.clone());
+        match verdict(&case) {
+            Err(e) => {
+                assert!(e.contains(" of ") && e.contains("field '"), "{e}");
+                refused += 1;
+            }
+            Ok(()) => assert_no_panic(&case, &format!("buffer {at} a byte short")),
+        }
+    }
+    assert!(refused >= fields, "{refused} of {} buffers refused", buffers.len());
 }
