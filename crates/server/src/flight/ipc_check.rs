@@ -711,4 +711,4 @@ fn lz4_length(block: &[u8], at: &mut usize) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -8,7 +8,6 @@ use arrow_array::{
     ArrayRef, BinaryViewArray, BooleanArray, Date32Array, Decimal128Array, FixedSizeBinaryArray, Int64Array,
     LargeStringArray, NullArray, RecordBatch, StringArray, StringViewArray,
 };
-use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions};
 use arrow_schema::{DataType, Field, Schema};
 
 use super::*;
@@ -50,13 +49,7 @@ fn flat_batch() -> RecordBatch {
 
 /// `batch` as arrow-ipc writes it: schema, then the batch.
 fn messages(batch: &RecordBatch) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let options = IpcWriteOptions::default();
-    let generator = IpcDataGenerator::default();
-    let mut tracker = DictionaryTracker::new(false);
-    let schema = generator.schema_to_bytes_with_dictionary_tracker(&batch.schema(), &mut tracker, &options);
-    let (dictionaries, encoded) =
-        generator.encode(batch, &mut tracker, &options, &mut IpcWriteContext::default()).unwrap();
-    std::iter::once(schema).chain(dictionaries).chain([encoded]).map(|m| (m.ipc_message, m.arrow_data)).collect()
+    super::super::ipc_check::tests::stream(batch, None)
 }
 
 /// Decodes `messages` as the server does; the last batch.

@@ -26,7 +26,7 @@ use super::*;
 const LIMIT: usize = 16 << 20;
 
 /// One message: its flatbuffer header and its body.
-type Message = (Vec<u8>, Vec<u8>);
+pub(in crate::flight) type Message = (Vec<u8>, Vec<u8>);
 
 /// Six rows with an array of each layout the checker walks, most with nulls.
 fn batch() -> RecordBatch {
@@ -107,7 +107,7 @@ fn batch() -> RecordBatch {
 }
 
 /// `batch` as arrow-ipc writes it: the schema, the dictionaries, the batch.
-fn stream(batch: &RecordBatch, compression: Option<CompressionType>) -> Vec<Message> {
+pub(in crate::flight) fn stream(batch: &RecordBatch, compression: Option<CompressionType>) -> Vec<Message> {
     let options = IpcWriteOptions::default().try_with_compression(compression).unwrap();
     let generator = IpcDataGenerator::default();
     let mut tracker = DictionaryTracker::new(false);
