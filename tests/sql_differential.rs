@@ -162,7 +162,7 @@ const TYPES: &[Ty] = &[
 
 /// The strings values are drawn from: prefixes of each other (for LIKE),
 /// the empty string, a LIKE wildcard character, a multi-byte character.
-const STRINGS: &[&str] = &["", "a", "ab", "abc", "b", "ba", "p", "pq", "pqr", "Zed", "é", "a_c", "x y"];
+const STRINGS: &[&str] = &["", "a", "ab", "abc", "b", "ba", "p", "pq", "pqr", "Zed", "é", "a_c", "a%c", "x y", "pqabc"];
 
 #[derive(Debug, Clone)]
 struct Column {
@@ -583,8 +583,10 @@ impl Gen {
                 _ => format!("{col} = {}", self.lit(Ty::Bool)),
             },
             Class::Str => {
-                let pattern =
-                    *self.pick(&["p%", "a%", "ab%", "%b", "a_", "%", "", "ab", "_", "%q%", "a\\_c", "é%", "A%"]);
+                let pattern = *self.pick(&[
+                    "p%", "a%", "ab%", "%b", "a_", "%", "", "ab", "_", "%q%", "a\\_c", "é%", "A%", "%b%", "a%c",
+                    "%a%b%", "%\\%%", "a\\%c", "p%q%r", "%é", "%%", "a%%c", "%c", "%ab%c", "a%a", "pq%%abc%",
+                ]);
                 let not = if self.chance(0.25) { "NOT " } else { "" };
                 match self.rng.random_range(0..7) {
                     0..=2 => format!("{col} {not}LIKE '{pattern}'"),

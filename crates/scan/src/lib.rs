@@ -57,6 +57,7 @@
 
 mod error;
 mod filter;
+mod like;
 mod mutate;
 mod ordered;
 mod parallel;
@@ -64,6 +65,7 @@ mod predicate;
 mod unordered;
 
 pub use error::{Error, Result};
+pub use like::LikePattern;
 pub use mutate::{delete_where, matching_records, update_where};
 pub use ordered::{OrderBy, SortKey, scan_order};
 pub use parallel::THREAD_STACK_BYTES;

@@ -10,6 +10,7 @@ use quiverdb_mapreducer::{Domain, MapExpr, Scalar};
 use quiverdb_storage::TableSchema;
 
 use crate::error::{Error, Result};
+use crate::like::LikePattern;
 
 /// A comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,12 +83,13 @@ pub enum Predicate {
     IsNull(MapExpr),
     /// `expr IS NOT NULL`.
     IsNotNull(MapExpr),
-    /// `column [NOT] LIKE 'prefix%'` on a string or binary column.
-    LikePrefix {
+    /// `column [NOT] LIKE pattern` on a string or binary column, for a
+    /// pattern of literals and `%` wildcards.
+    Like {
         /// The tested column (a plain column reference).
         expr: MapExpr,
-        /// The literal prefix.
-        prefix: Vec<u8>,
+        /// The pattern.
+        pattern: LikePattern,
         /// `NOT LIKE`.
         negated: bool,
     },
@@ -136,7 +138,7 @@ impl Predicate {
             | Predicate::InList { expr, .. }
             | Predicate::IsNull(expr)
             | Predicate::IsNotNull(expr)
-            | Predicate::LikePrefix { expr, .. } => expr.columns(out),
+            | Predicate::Like { expr, .. } => expr.columns(out),
             Predicate::And(v) | Predicate::Or(v) => v.iter().for_each(|p| p.columns(out)),
             Predicate::Not(p) => p.columns(out),
         }
@@ -184,7 +186,7 @@ impl Predicate {
                 values.iter().try_for_each(|v| check(&t, v))
             }
             Predicate::IsNull(expr) | Predicate::IsNotNull(expr) => expr_type(expr).map(|_| ()),
-            Predicate::LikePrefix { expr, .. } => {
+            Predicate::Like { expr, .. } => {
                 let t = expr_type(expr)?;
                 if Domain::of(&t).is_some() {
                     return Err(Error::InvalidPredicate(format!("LIKE on {t}")));
@@ -223,8 +225,8 @@ impl std::fmt::Display for Predicate {
             }
             Predicate::IsNull(e) => write!(f, "{e} IS NULL"),
             Predicate::IsNotNull(e) => write!(f, "{e} IS NOT NULL"),
-            Predicate::LikePrefix { expr, prefix, negated } => {
-                write!(f, "{expr} {}LIKE '{}%'", if *negated { "NOT " } else { "" }, String::from_utf8_lossy(prefix))
+            Predicate::Like { expr, pattern, negated } => {
+                write!(f, "{expr} {}LIKE '{pattern}'", if *negated { "NOT " } else { "" })
             }
             Predicate::And(v) => f.write_str(&join(v, " AND ")),
             Predicate::Or(v) => f.write_str(&join(v, " OR ")),

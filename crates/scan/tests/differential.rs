@@ -33,7 +33,8 @@ use quiverdb_mapreducer::{
     Scalar,
 };
 use quiverdb_scan::{
-    CmpOp, OrderBy, Predicate, ScanOptions, SortKey, candidate_shards, delete_where, scan, scan_order, update_where,
+    CmpOp, LikePattern, OrderBy, Predicate, ScanOptions, SortKey, candidate_shards, delete_where, scan, scan_order,
+    update_where,
 };
 use quiverdb_storage::{Database, EncodingKind, RecId, Table, TableOptions, TableSnapshot, Value};
 use rand::rngs::StdRng;
@@ -792,13 +793,30 @@ fn eval_pred(p: &Predicate, row: &Row) -> Option<bool> {
         }
         Predicate::IsNull(e) => Some(eval(e, row).is_none()),
         Predicate::IsNotNull(e) => Some(eval(e, row).is_some()),
-        Predicate::LikePrefix { expr, prefix, negated } => match eval(expr, row)? {
-            V::S(b) => neg(Some(b.starts_with(prefix)), *negated),
+        Predicate::Like { expr, pattern, negated } => match eval(expr, row)? {
+            V::S(b) => neg(Some(like(pattern.parts(), &b)), *negated),
             v => panic!("LIKE on {v:?}"),
         },
         Predicate::And(v) => and3(v.iter().map(|p| eval_pred(p, row))),
         Predicate::Or(v) => or3(v.iter().map(|p| eval_pred(p, row))),
         Predicate::Not(p) => eval_pred(p, row).map(|b| !b),
+    }
+}
+
+/// `v LIKE parts[0]%parts[1]%…`, by trying every place each `%` can end.
+fn like(parts: &[Vec<u8>], v: &[u8]) -> bool {
+    // `v` follows a `%`.
+    fn after_wildcard(parts: &[Vec<u8>], v: &[u8]) -> bool {
+        match parts {
+            [] => true,
+            [last] => v.ends_with(last),
+            [p, more @ ..] => (0..=v.len()).any(|i| v[i..].starts_with(p) && after_wildcard(more, &v[i + p.len()..])),
+        }
+    }
+    match parts {
+        [] => v.is_empty(),
+        [only] => v == only.as_slice(),
+        [first, more @ ..] => v.starts_with(first) && after_wildcard(more, &v[first.len()..]),
     }
 }
 
@@ -1043,6 +1061,30 @@ fn gen_prefix(rng: &mut StdRng, c: usize, rows: &[Row]) -> Vec<u8> {
         .to_vec()
 }
 
+/// A LIKE pattern: a prefix, or one to four literal parts (pieces of the
+/// rows' values, or fixed strings) between `%`s.
+fn gen_like(rng: &mut StdRng, c: usize, rows: &[Row]) -> LikePattern {
+    if rng.random_bool(0.3) {
+        return LikePattern::prefix(&gen_prefix(rng, c, rows));
+    }
+    let n = rng.random_range(1..=4);
+    let parts = (0..n)
+        .map(|_| {
+            if rng.random_bool(0.6)
+                && !rows.is_empty()
+                && let Some(V::S(b)) = &pick(rng, rows)[c]
+            {
+                // Any bytes of a value, also ones that cut a character.
+                let start = rng.random_range(0..=b.len());
+                let len = rng.random_range(0..=(b.len() - start).min(4));
+                return b[start..start + len].to_vec();
+            }
+            pick(rng, &[&b""[..], &b""[..], b"a", b"0", b"_", b"%", "ü".as_bytes(), b"\xff", b"name"]).to_vec()
+        })
+        .collect();
+    LikePattern::from_parts(parts)
+}
+
 fn gen_op(rng: &mut StdRng) -> CmpOp {
     *pick(rng, &[CmpOp::Eq, CmpOp::NotEq, CmpOp::Lt, CmpOp::LtEq, CmpOp::Gt, CmpOp::GtEq])
 }
@@ -1071,7 +1113,7 @@ fn gen_leaf(rng: &mut StdRng, rows: &[Row]) -> Predicate {
         }
         75..90 => {
             let c = *pick(rng, &[S, S, T]);
-            Predicate::LikePrefix { expr: col(c), prefix: gen_prefix(rng, c, rows), negated: rng.random_bool(0.3) }
+            Predicate::Like { expr: col(c), pattern: gen_like(rng, c, rows), negated: rng.random_bool(0.3) }
         }
         90..94 => Predicate::Const(rng.random_bool(0.5)),
         _ => {
@@ -2174,8 +2216,8 @@ fn invalid_predicates_are_errors() {
         Predicate::InList { expr: col(A), values: vec![Scalar::Int(1), Scalar::Bytes(b"2".to_vec())], negated: false },
         Predicate::Between { expr: col(S), low: Scalar::Bytes(b"a".to_vec()), high: Scalar::Int(3), negated: false },
         Predicate::Between { expr: col(B), low: Scalar::Int(1), high: Scalar::Decimal(3), negated: true },
-        Predicate::LikePrefix { expr: col(A), prefix: b"1".to_vec(), negated: false },
-        Predicate::LikePrefix { expr: ar(col(A), ArithOp::Add, col(A)), prefix: b"1".to_vec(), negated: false },
+        Predicate::Like { expr: col(A), pattern: LikePattern::prefix(b"1"), negated: false },
+        Predicate::Like { expr: ar(col(A), ArithOp::Add, col(A)), pattern: LikePattern::prefix(b"1"), negated: false },
         Predicate::cmp(ar(col(A), ArithOp::Add, col(B)), CmpOp::Eq, Scalar::Int(1)),
         Predicate::cmp(col(99), CmpOp::Eq, Scalar::Int(1)),
         Predicate::IsNull(col(99)),
@@ -2302,7 +2344,12 @@ fn three_valued_logic_corner_cases() {
         ]))),
         Predicate::cmp(ar(a(), ArithOp::Add, lit(Scalar::Null, Ty::I64)), CmpOp::NotEq, Scalar::Int(0)),
         Predicate::IsNull(ar(a(), ArithOp::Mul, lit(Scalar::Int(2), Ty::I64))),
-        Predicate::Not(Box::new(Predicate::LikePrefix { expr: col(S), prefix: vec![], negated: false })),
+        Predicate::Not(Box::new(Predicate::Like { expr: col(S), pattern: LikePattern::prefix(b""), negated: false })),
+        Predicate::Not(Box::new(Predicate::Like {
+            expr: col(S),
+            pattern: LikePattern::from_parts(vec![vec![], b"a".to_vec(), vec![]]),
+            negated: true,
+        })),
     ];
     for rebuild in [false, true] {
         let (_db, t) = small_table(rows.clone(), rebuild);

@@ -18,7 +18,7 @@ use datafusion::physical_expr::expressions::{
 };
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use quiverdb_mapreducer::{ArithOp, MapExpr, Scalar};
-use quiverdb_scan::{CmpOp, Predicate};
+use quiverdb_scan::{CmpOp, LikePattern, Predicate};
 use quiverdb_storage::TableSchema;
 
 use crate::checked::udf_op;
@@ -56,12 +56,6 @@ fn arith_op(op: Operator) -> Option<ArithOp> {
         Operator::Modulo => ArithOp::Rem,
         _ => return None,
     })
-}
-
-/// `prefix` if `pattern` is `prefix%` with no other wildcard.
-fn like_prefix(pattern: &str) -> Option<&str> {
-    let prefix = pattern.strip_suffix('%')?;
-    (!prefix.contains(['%', '_', '\\'])).then_some(prefix)
 }
 
 /// Translates DataFusion expressions over one table.
@@ -170,18 +164,8 @@ impl<'a> Translator<'a> {
                 let m = self.map(expr)?;
                 m.as_column()?;
                 let Expr::Literal(p, _) = pattern.as_ref() else { return None };
-                let pattern = p.try_as_str().flatten()?;
-                match like_prefix(pattern) {
-                    Some(prefix) => {
-                        Predicate::LikePrefix { expr: m, prefix: prefix.as_bytes().to_vec(), negated: *negated }
-                    }
-                    // No wildcard at all: equality.
-                    None if !pattern.contains(['%', '_', '\\']) => {
-                        let p = Predicate::cmp(m, CmpOp::Eq, Scalar::Bytes(pattern.as_bytes().to_vec()));
-                        if *negated { p.negate() } else { p }
-                    }
-                    None => return None,
-                }
+                let pattern = LikePattern::parse(p.try_as_str().flatten()?)?;
+                Predicate::Like { expr: m, pattern, negated: *negated }
             }
             _ => return None,
         })
@@ -215,13 +199,8 @@ impl<'a> Translator<'a> {
                 let m = self.map(expr)?;
                 m.as_column()?;
                 let Expr::Literal(p, _) = pattern.as_ref() else { return None };
-                let pattern = p.try_as_str().flatten()?;
-                let end = pattern.find(['%', '_', '\\'])?;
-                (end > 0).then(|| Predicate::LikePrefix {
-                    expr: m,
-                    prefix: pattern.as_bytes()[..end].to_vec(),
-                    negated: false,
-                })
+                let pattern = LikePattern::necessary(p.try_as_str().flatten()?);
+                Some(Predicate::Like { expr: m, pattern, negated: false })
             }
             _ => None,
         }
@@ -337,8 +316,7 @@ impl<'a> Translator<'a> {
             let m = self.physical_map(l.expr())?;
             m.as_column()?;
             let pattern = l.pattern().downcast_ref::<PLiteral>()?.value().try_as_str().flatten()?;
-            let prefix = like_prefix(pattern)?;
-            return Some(Predicate::LikePrefix { expr: m, prefix: prefix.as_bytes().to_vec(), negated: l.negated() });
+            return Some(Predicate::Like { expr: m, pattern: LikePattern::parse(pattern)?, negated: l.negated() });
         }
         None
     }

@@ -10,6 +10,7 @@ use quiverdb_storage::main::StrDictionary;
 use quiverdb_storage::main::Zone;
 use quiverdb_storage::types::{KeyNative, PhysicalType, prefix_key};
 
+use crate::like::{LikeMatcher, LikePattern};
 use crate::predicate::CmpOp;
 
 /// Inclusive range of ordinals (see [`ordinal`]); empty when `lo > hi`.
@@ -39,6 +40,12 @@ pub(super) enum ByteTest {
         null_in_list: bool,
     },
     Prefix(Vec<u8>),
+    /// A LIKE pattern with a wildcard not only at its end; `prefix` is its
+    /// required prefix.
+    Like {
+        prefix: Vec<u8>,
+        matcher: LikeMatcher,
+    },
 }
 
 /// An order-preserving i128 of a domain value (floats by IEEE total order).
@@ -197,6 +204,7 @@ impl ByteTest {
             }
             ByteTest::Set { values, .. } => values.binary_search_by(|x| x.as_slice().cmp(v)).is_ok(),
             ByteTest::Prefix(p) => v.starts_with(p),
+            ByteTest::Like { matcher, .. } => matcher.test(v),
         }
     }
 
@@ -210,6 +218,10 @@ impl ByteTest {
         let upper = |v: &[u8]| {
             let i = dict.lower_bound(v);
             if i < dict.dict_len() && dict.value(i) == v { i + 1 } else { i }
+        };
+        let prefix_codes = |p: &[u8]| {
+            let lo = dict.lower_bound(p) as u64;
+            (lo, prefix_successor(p).map_or(n, |s| dict.lower_bound(&s) as u64))
         };
         let code_range = |lo: u64, hi_excl: u64| {
             if lo >= hi_excl { KeyTest::nothing() } else { KeyTest::range(lo, hi_excl - 1) }
@@ -232,9 +244,13 @@ impl ByteTest {
                 KeyTest::set(codes)
             }
             ByteTest::Prefix(p) => {
-                let lo = dict.lower_bound(p) as u64;
-                let hi = prefix_successor(p).map_or(n, |s| dict.lower_bound(&s) as u64);
+                let (lo, hi) = prefix_codes(p);
                 code_range(lo, hi)
+            }
+            // Each dictionary entry that can match is tested once.
+            ByteTest::Like { prefix, matcher } => {
+                let (lo, hi) = prefix_codes(prefix);
+                KeyTest::set((lo..hi).filter(|&i| matcher.test(dict.value(i as usize))).collect())
             }
         }
     }
@@ -247,10 +263,21 @@ impl ByteTest {
                     && hi.as_ref().is_none_or(|(v, _)| z.min <= prefix_key(v))
             }
             ByteTest::Set { values, .. } => values.iter().any(|v| (z.min..=z.max).contains(&prefix_key(v))),
-            ByteTest::Prefix(p) => {
+            ByteTest::Prefix(p) | ByteTest::Like { prefix: p, .. } => {
                 let lo = prefix_key(p);
                 z.max >= lo && prefix_successor(p).is_none_or(|s| z.min <= prefix_key(&s))
             }
+        }
+    }
+}
+
+impl ByteTest {
+    /// The test of `LIKE pattern`.
+    pub(super) fn like(pattern: &LikePattern) -> Self {
+        match pattern.as_literal() {
+            Some(v) => ByteTest::Range { lo: Some((v.to_vec(), true)), hi: Some((v.to_vec(), true)) },
+            None if pattern.is_prefix() => ByteTest::Prefix(pattern.required_prefix().to_vec()),
+            None => ByteTest::Like { prefix: pattern.required_prefix().to_vec(), matcher: pattern.matcher() },
         }
     }
 }

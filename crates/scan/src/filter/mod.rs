@@ -300,9 +300,9 @@ fn prepare_node(p: &Predicate, schema: &TableSchema) -> Result<Prep> {
             })?;
             if *negated { not(node) } else { node }
         }
-        Predicate::LikePrefix { expr, prefix, negated } => {
+        Predicate::Like { expr, pattern, negated } => {
             let node = leaf(expr, schema, |ctx| match ctx {
-                Ctx::Bytes => Some(Test::Bytes(ByteTest::Prefix(prefix.clone()))),
+                Ctx::Bytes => Some(Test::Bytes(ByteTest::like(pattern))),
                 Ctx::Ord(..) => None,
             })?;
             if *negated { not(node) } else { node }
