@@ -31,7 +31,8 @@
 //! "error"}]}`. A query that fails on a side is reported in its row and the
 //! run goes on; the exit code is non-zero when an answer differs, misses
 //! the answer set's row count or failed. `--query q06` runs one query;
-//! `--explain 1` prints each query's physical plan on both sides first.
+//! `--explain 1` prints each query's physical plan on both sides first,
+//! `--explain 2` the plan with the metrics of one run (`EXPLAIN ANALYZE`).
 
 #[path = "common/seed.rs"]
 mod seed;
@@ -43,13 +44,11 @@ mod tpch;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::RecordBatch;
-use datafusion::catalog::MemTable;
-use datafusion::physical_plan::displayable;
+use datafusion::physical_plan::display::DisplayableExecutionPlan;
+use datafusion::physical_plan::{collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
-use quiverdb::{Database, SessionOptions, TableOptions};
+use quiverdb::{Database, SessionOptions};
 use timing::{BoxError, measure, plan, rows};
-use tpchgen::q_and_a::{answers_sf1, queries};
 
 /// Runs of each query before the measured ones: one, not `seed_bench`'s
 /// three, as these queries run for milliseconds to seconds rather than
@@ -58,103 +57,6 @@ const WARM_UP: usize = 1;
 
 /// Characters of an error shown in the table (stderr gets all of it).
 const ERROR_CHARS: usize = 120;
-
-/// One TPC-H query, ready to run.
-struct TpchQuery {
-    /// `q01` … `q22`.
-    name: String,
-    /// Statements run before the timed one (Q15's `CREATE VIEW`).
-    setup: Vec<String>,
-    /// The timed `SELECT`.
-    select: String,
-    /// Statements run after it (Q15's `DROP VIEW`).
-    teardown: Vec<String>,
-    /// Rows of the answer set (at scale factor 1 only).
-    answer_rows: Option<usize>,
-}
-
-/// The values of query `number`'s parameters `:1`, `:2`, …: the
-/// validation values of the TPC-H specification (section 2.4), with which
-/// the SF 1 answer set was made. Q11's fraction is 0.0001 / SF.
-fn parameters(number: i32, sf: f64) -> Vec<String> {
-    let values: &[&str] = match number {
-        1 => &["90"],
-        2 => &["15", "BRASS", "EUROPE"],
-        3 => &["BUILDING", "1995-03-15"],
-        4 => &["1993-07-01"],
-        5 => &["ASIA", "1994-01-01"],
-        6 => &["1994-01-01", "0.06", "24"],
-        7 => &["FRANCE", "GERMANY"],
-        8 => &["BRAZIL", "AMERICA", "ECONOMY ANODIZED STEEL"],
-        9 => &["green"],
-        10 => &["1993-10-01"],
-        11 => return vec!["GERMANY".to_string(), (0.0001 / sf).to_string()],
-        12 => &["MAIL", "SHIP", "1994-01-01"],
-        13 => &["special", "requests"],
-        14 => &["1995-09-01"],
-        15 => &["1996-01-01"],
-        16 => &["Brand#45", "MEDIUM POLISHED", "49", "14", "23", "45", "19", "3", "36", "9"],
-        17 => &["Brand#23", "MED BOX"],
-        18 => &["300"],
-        19 => &["Brand#12", "Brand#23", "Brand#34", "1", "10", "20"],
-        20 => &["forest", "1994-01-01", "CANADA"],
-        21 => &["SAUDI ARABIA"],
-        22 => &["13", "31", "23", "29", "30", "18", "17"],
-        _ => &[],
-    };
-    values.iter().map(|&v| v.to_string()).collect()
-}
-
-/// The rows qgen keeps of query `number` (its `:n` directive, which the
-/// query texts leave out).
-fn row_limit(number: i32) -> Option<usize> {
-    match number {
-        2 | 18 | 21 => Some(100),
-        3 => Some(10),
-        10 => Some(20),
-        _ => None,
-    }
-}
-
-/// Rows of an answer-set text: its non-blank lines but the header.
-fn answer_set_rows(text: &str) -> usize {
-    text.lines().filter(|l| !l.trim().is_empty()).count().saturating_sub(1)
-}
-
-/// Query `number` at scale factor `sf`, from `tpchgen`'s template.
-fn tpch_query(number: i32, sf: f64) -> Result<TpchQuery, BoxError> {
-    let name = format!("q{number:02}");
-    let template = queries::query(number).ok_or_else(|| format!("no TPC-H query {number}"))?;
-    // Q15's view is named after the query stream (`revenue:s`); there is one.
-    let mut sql = template.replace(":s", "0");
-    // Highest first, so that `:1` does not take the start of `:10`.
-    for (i, value) in parameters(number, sf).iter().enumerate().rev() {
-        sql = sql.replace(&format!(":{}", i + 1), value);
-    }
-    if sql.contains(':') {
-        return Err(format!("{name}: a parameter is left unsubstituted").into());
-    }
-    // Q1's `interval '90' day (3)`: DataFusion refuses a leading precision.
-    let sql = sql.replace(" day (3)", " day");
-    let statements: Vec<&str> = sql.split(';').map(str::trim).filter(|s| !s.is_empty()).collect();
-    let main = statements
-        .iter()
-        .position(|s| s.to_ascii_lowercase().starts_with("select"))
-        .ok_or_else(|| format!("{name} has no SELECT"))?;
-    let mut select = statements[main].to_string();
-    if let Some(n) = row_limit(number) {
-        select = format!("{select}\nlimit {n}");
-    }
-    let owned = |texts: &[&str]| texts.iter().map(|&t| t.to_string()).collect::<Vec<_>>();
-    let at_sf_1 = (sf - 1.0).abs() < f64::EPSILON;
-    Ok(TpchQuery {
-        name,
-        setup: owned(&statements[..main]),
-        select,
-        teardown: owned(&statements[main + 1..]),
-        answer_rows: if at_sf_1 { answers_sf1::answer(number).map(answer_set_rows) } else { None },
-    })
-}
 
 /// The number of `--query` (`q06`, `Q6` or `6`).
 fn query_number(text: &str) -> Result<i32, String> {
@@ -179,22 +81,29 @@ async fn statement(ctx: &SessionContext, sql: &str) -> Result<(), BoxError> {
 }
 
 /// Runs `query` on `ctx` (the `side`): its setup, the timed `SELECT`
-/// (its plan printed first when `explain`), and its teardown, which runs
+/// (its plan printed first when `explain` is 1, after a run with its
+/// metrics when it is 2), and its teardown, which runs
 /// even when the `SELECT` failed so that the next query starts clean.
 async fn run_query(
     ctx: &SessionContext,
     side: &str,
-    query: &TpchQuery,
+    query: &tpch::TpchQuery,
     runs: usize,
-    explain: bool,
+    explain: usize,
 ) -> Result<Answer, BoxError> {
     for sql in &query.setup {
         statement(ctx, sql).await?;
     }
     let measured = async {
-        if explain {
+        if explain > 0 {
             let physical = plan(ctx, &query.select).await?;
-            println!("{} on {side}:\n{}", query.name, displayable(physical.as_ref()).indent(false));
+            if explain > 1 {
+                collect(Arc::clone(&physical), ctx.task_ctx()).await?;
+                let shown = DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(false);
+                println!("{} on {side}, with the metrics of one run:\n{shown}", query.name);
+            } else {
+                println!("{} on {side}:\n{}", query.name, displayable(physical.as_ref()).indent(false));
+            }
         }
         let (plan_ms, exec_ms, batches) = measure(ctx, &query.select, WARM_UP, runs).await?;
         let mut rows = rows(&batches)?;
@@ -215,7 +124,7 @@ async fn run_query(
 
 /// A query's result on both sides.
 struct Outcome {
-    query: TpchQuery,
+    query: tpch::TpchQuery,
     quiverdb: Result<Answer, String>,
     memtable: Result<Answer, String>,
 }
@@ -300,31 +209,6 @@ fn json_string(s: &str) -> String {
     out
 }
 
-/// Creates `table` in `db` with its batches' schema, appends them and
-/// rebuilds it into main storage (as `seed::load_sql_table` does).
-fn load_quiverdb(db: &Database, table: &tpch::Table) -> Result<(), BoxError> {
-    let first = table.batches.first().ok_or_else(|| format!("TPC-H table {} has no rows", table.name))?;
-    let stored = db.create_table(table.name, &first.schema(), TableOptions::default())?;
-    for batch in &table.batches {
-        stored.append(batch)?;
-    }
-    stored.rebuild()?;
-    db.wait_for_background_rebuilds();
-    Ok(())
-}
-
-/// Registers `table` in `ctx` as a `MemTable`, its batches round-robin
-/// over `partitions` partitions.
-fn register_memtable(ctx: &SessionContext, table: &tpch::Table, partitions: usize) -> Result<(), BoxError> {
-    let first = table.batches.first().ok_or_else(|| format!("TPC-H table {} has no rows", table.name))?;
-    let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions];
-    for (i, b) in table.batches.iter().enumerate() {
-        parts[i % partitions].push(b.clone());
-    }
-    ctx.register_table(table.name, Arc::new(MemTable::try_new(first.schema(), parts)?))?;
-    Ok(())
-}
-
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let flags = seed::flags()?;
@@ -337,13 +221,13 @@ async fn main() -> Result<(), BoxError> {
     }
     let partitions = seed::flag(&flags, "partitions", 2)?.max(1);
     let runs = seed::flag(&flags, "runs", 3)?.max(1);
-    let explain = seed::flag(&flags, "explain", 0)? != 0;
+    let explain = seed::flag(&flags, "explain", 0)?;
     let only = match flags.iter().find(|(n, _)| n == "query") {
         None => None,
         Some((_, v)) => Some(query_number(v)?),
     };
     let to_run =
-        (1..=22).filter(|&n| only.is_none_or(|o| o == n)).map(|n| tpch_query(n, sf)).collect::<Result<Vec<_>, _>>()?;
+        (1..=22).filter(|&n| only.is_none_or(|o| o == n)).map(|n| tpch::query(n, sf)).collect::<Result<Vec<_>, _>>()?;
 
     let start = Instant::now();
     let threads = std::thread::available_parallelism().map_or(2, usize::from);
@@ -355,7 +239,7 @@ async fn main() -> Result<(), BoxError> {
     let start = Instant::now();
     let db = Database::new();
     for table in &tables {
-        load_quiverdb(&db, table)?;
+        tpch::load_quiverdb(&db, table)?;
     }
     let quiverdb_load_s = start.elapsed().as_secs_f64();
     let quiver = quiverdb::session_context_with(
@@ -367,7 +251,7 @@ async fn main() -> Result<(), BoxError> {
     let config = SessionConfig::new().with_target_partitions(partitions).with_batch_size(seed::BATCH_ROWS);
     let memtable = SessionContext::new_with_config(config);
     for table in &tables {
-        register_memtable(&memtable, table, partitions)?;
+        tpch::register_memtable(&memtable, table, partitions)?;
     }
     let memtable_load_s = start.elapsed().as_secs_f64();
     eprintln!("loaded: quiverdb {quiverdb_load_s:.1} s, MemTable {memtable_load_s:.2} s");

@@ -4,16 +4,22 @@
 //! TPC-H's types (Int64 keys, Decimal128(15, 2) money, Date32 dates,
 //! Utf8View text).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
+use datafusion::catalog::MemTable;
+use datafusion::prelude::SessionContext;
+use quiverdb::{Database, TableOptions};
 use tpchgen::generators::{
     CustomerGenerator, LineItemGenerator, NationGenerator, OrderGenerator, PartGenerator, PartSuppGenerator,
     RegionGenerator, SupplierGenerator,
 };
+use tpchgen::q_and_a::{answers_sf1, queries};
 use tpchgen_arrow::{
     CustomerArrow, LineItemArrow, NationArrow, OrderArrow, PartArrow, PartSuppArrow, RegionArrow, SupplierArrow,
 };
+
+type BoxError = Box<dyn std::error::Error>;
 
 /// The eight tables, smallest first.
 pub(crate) const TABLES: [&str; 8] =
@@ -95,4 +101,126 @@ pub(crate) fn generate(sf: f64, batch_rows: usize, threads: usize) -> Vec<Table>
         tables[t].batches.extend(batches);
     }
     tables
+}
+
+/// One TPC-H query, ready to run.
+pub(crate) struct TpchQuery {
+    /// `q01` … `q22`.
+    pub(crate) name: String,
+    /// Statements run before the timed one (Q15's `CREATE VIEW`).
+    pub(crate) setup: Vec<String>,
+    /// The timed `SELECT`.
+    pub(crate) select: String,
+    /// Statements run after it (Q15's `DROP VIEW`).
+    pub(crate) teardown: Vec<String>,
+    /// Rows of the answer set (at scale factor 1 only).
+    pub(crate) answer_rows: Option<usize>,
+}
+
+/// The values of query `number`'s parameters `:1`, `:2`, …: the
+/// validation values of the TPC-H specification (section 2.4), with which
+/// the SF 1 answer set was made. Q11's fraction is 0.0001 / SF.
+fn parameters(number: i32, sf: f64) -> Vec<String> {
+    let values: &[&str] = match number {
+        1 => &["90"],
+        2 => &["15", "BRASS", "EUROPE"],
+        3 => &["BUILDING", "1995-03-15"],
+        4 => &["1993-07-01"],
+        5 => &["ASIA", "1994-01-01"],
+        6 => &["1994-01-01", "0.06", "24"],
+        7 => &["FRANCE", "GERMANY"],
+        8 => &["BRAZIL", "AMERICA", "ECONOMY ANODIZED STEEL"],
+        9 => &["green"],
+        10 => &["1993-10-01"],
+        11 => return vec!["GERMANY".to_string(), (0.0001 / sf).to_string()],
+        12 => &["MAIL", "SHIP", "1994-01-01"],
+        13 => &["special", "requests"],
+        14 => &["1995-09-01"],
+        15 => &["1996-01-01"],
+        16 => &["Brand#45", "MEDIUM POLISHED", "49", "14", "23", "45", "19", "3", "36", "9"],
+        17 => &["Brand#23", "MED BOX"],
+        18 => &["300"],
+        19 => &["Brand#12", "Brand#23", "Brand#34", "1", "10", "20"],
+        20 => &["forest", "1994-01-01", "CANADA"],
+        21 => &["SAUDI ARABIA"],
+        22 => &["13", "31", "23", "29", "30", "18", "17"],
+        _ => &[],
+    };
+    values.iter().map(|&v| v.to_string()).collect()
+}
+
+/// The rows qgen keeps of query `number` (its `:n` directive, which the
+/// query texts leave out).
+fn row_limit(number: i32) -> Option<usize> {
+    match number {
+        2 | 18 | 21 => Some(100),
+        3 => Some(10),
+        10 => Some(20),
+        _ => None,
+    }
+}
+
+/// Rows of an answer-set text: its non-blank lines but the header.
+fn answer_set_rows(text: &str) -> usize {
+    text.lines().filter(|l| !l.trim().is_empty()).count().saturating_sub(1)
+}
+
+/// Query `number` at scale factor `sf`, from `tpchgen`'s template.
+pub(crate) fn query(number: i32, sf: f64) -> Result<TpchQuery, BoxError> {
+    let name = format!("q{number:02}");
+    let template = queries::query(number).ok_or_else(|| format!("no TPC-H query {number}"))?;
+    // Q15's view is named after the query stream (`revenue:s`); there is one.
+    let mut sql = template.replace(":s", "0");
+    // Highest first, so that `:1` does not take the start of `:10`.
+    for (i, value) in parameters(number, sf).iter().enumerate().rev() {
+        sql = sql.replace(&format!(":{}", i + 1), value);
+    }
+    if sql.contains(':') {
+        return Err(format!("{name}: a parameter is left unsubstituted").into());
+    }
+    // Q1's `interval '90' day (3)`: DataFusion refuses a leading precision.
+    let sql = sql.replace(" day (3)", " day");
+    let statements: Vec<&str> = sql.split(';').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let main = statements
+        .iter()
+        .position(|s| s.to_ascii_lowercase().starts_with("select"))
+        .ok_or_else(|| format!("{name} has no SELECT"))?;
+    let mut select = statements[main].to_string();
+    if let Some(n) = row_limit(number) {
+        select = format!("{select}\nlimit {n}");
+    }
+    let owned = |texts: &[&str]| texts.iter().map(|&t| t.to_string()).collect::<Vec<_>>();
+    let at_sf_1 = (sf - 1.0).abs() < f64::EPSILON;
+    Ok(TpchQuery {
+        name,
+        setup: owned(&statements[..main]),
+        select,
+        teardown: owned(&statements[main + 1..]),
+        answer_rows: if at_sf_1 { answers_sf1::answer(number).map(answer_set_rows) } else { None },
+    })
+}
+
+/// Creates `table` in `db` with its batches' schema, appends them and
+/// rebuilds it into main storage (as `seed::load_sql_table` does).
+pub(crate) fn load_quiverdb(db: &Database, table: &Table) -> Result<(), BoxError> {
+    let first = table.batches.first().ok_or_else(|| format!("TPC-H table {} has no rows", table.name))?;
+    let stored = db.create_table(table.name, &first.schema(), TableOptions::default())?;
+    for batch in &table.batches {
+        stored.append(batch)?;
+    }
+    stored.rebuild()?;
+    db.wait_for_background_rebuilds();
+    Ok(())
+}
+
+/// Registers `table` in `ctx` as a `MemTable`, its batches round-robin
+/// over `partitions` partitions.
+pub(crate) fn register_memtable(ctx: &SessionContext, table: &Table, partitions: usize) -> Result<(), BoxError> {
+    let first = table.batches.first().ok_or_else(|| format!("TPC-H table {} has no rows", table.name))?;
+    let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions];
+    for (i, b) in table.batches.iter().enumerate() {
+        parts[i % partitions].push(b.clone());
+    }
+    ctx.register_table(table.name, Arc::new(MemTable::try_new(first.schema(), parts)?))?;
+    Ok(())
 }

@@ -56,6 +56,7 @@
 //! map expressions and kernels is `quiverdb-server`'s job.
 
 mod error;
+mod estimate;
 mod filter;
 mod like;
 mod mutate;
@@ -65,6 +66,7 @@ mod predicate;
 mod unordered;
 
 pub use error::{Error, Result};
+pub use estimate::estimate_matches;
 pub use like::LikePattern;
 pub use mutate::{delete_where, matching_records, update_where};
 pub use ordered::{OrderBy, SortKey, scan_order};

@@ -6,6 +6,8 @@ use quiverdb_mapreducer::{Bits, LANES, Scratch};
 use quiverdb_storage::block::KeyTest;
 use quiverdb_storage::types::{KeyNative, PhysicalType};
 
+use super::leaf::OrdTest;
+
 /// Delta rows of chunk `chunk` that pass a key test.
 pub(super) fn delta_keys(
     delta: &quiverdb_storage::DeltaColumnReader<'_>,
@@ -42,4 +44,20 @@ pub(super) fn delta_keys(
         PhysicalType::Decimal128 | PhysicalType::Bytes => return Bits::EMPTY,
     }
     test.mask(keys, len)
+}
+
+/// Delta rows of chunk `chunk` of a decimal column whose values pass `test`.
+pub(super) fn delta_decimals(
+    delta: &quiverdb_storage::DeltaColumnReader<'_>,
+    chunk: usize,
+    len: usize,
+    test: &OrdTest,
+) -> Bits {
+    let mut out = Bits::EMPTY;
+    for (i, &v) in delta.values::<i128>(chunk).iter().take(len).enumerate() {
+        if test.test(v) {
+            out.set(i);
+        }
+    }
+    out
 }

@@ -33,7 +33,7 @@ use quiverdb_storage::block::KeyTest;
 use quiverdb_storage::types::{KeyNative, PhysicalType};
 use quiverdb_storage::{ShardSnapshot, TableSchema};
 
-use self::block::delta_keys;
+use self::block::{delta_decimals, delta_keys};
 use self::leaf::{
     ByteTest, OrdRange, OrdTest, key_range, literal_ordinal, literal_range, ord_to_key, ordinal, type_range,
     widen_f32_test, zero_span,
@@ -65,15 +65,18 @@ pub(crate) struct Tri {
 enum Node {
     /// A constant; `None` is NULL.
     Const(Option<bool>),
-    /// A numeric column (not decimal) by keys; `codes` is the test on a
+    /// A numeric column by keys; `codes` is the test on a
     /// dictionary-encoded main column's codes; with `null_in_list` (an
-    /// IN-list holding NULL) a key that fails is NULL, not FALSE.
+    /// IN-list holding NULL) a key that fails is NULL, not FALSE. A decimal
+    /// column is one only in a shard whose main holds it as `i64` keys;
+    /// `decimal` is then the test on its delta's `i128` values.
     Keys {
         col: usize,
         physical: PhysicalType,
         test: KeyTest,
         null_in_list: bool,
         codes: Option<KeyTest>,
+        decimal: Option<OrdTest>,
     },
     /// A string or binary column; `codes` for a dictionary-encoded main.
     Bytes {
@@ -195,19 +198,72 @@ fn instantiate(p: &Prep, schema: &TableSchema, cols: &ShardColumns<'_>) -> Resul
         Prep::Const(c) => Node::Const(*c),
         Prep::Keys { col, physical, test, null_in_list } => {
             let codes = cols.column(*col).main().and_then(|m| m.keys()).and_then(|k| k.code_test(test));
-            Node::Keys { col: *col, physical: *physical, test: test.clone(), null_in_list: *null_in_list, codes }
+            Node::Keys {
+                col: *col,
+                physical: *physical,
+                test: test.clone(),
+                null_in_list: *null_in_list,
+                codes,
+                decimal: None,
+            }
         }
         Prep::Bytes { col, test } => {
             let codes = cols.column(*col).main().and_then(|m| m.string_dictionary()).map(|d| test.codes(d));
             Node::Bytes { col: *col, test: test.clone(), codes }
         }
         Prep::IsNull { col } => Node::IsNull { col: *col },
-        Prep::Expr { expr, test } => Node::Expr { expr: CompiledExpr::compile(expr, schema)?, test: test.clone() },
+        Prep::Expr { expr, test } => match decimal_keys(expr, test, schema, cols) {
+            Some(node) => node,
+            None => Node::Expr { expr: CompiledExpr::compile(expr, schema)?, test: test.clone() },
+        },
         Prep::ExprIsNull(expr) => Node::ExprIsNull(CompiledExpr::compile(expr, schema)?),
         Prep::And(v) => Node::And(all(v)?),
         Prep::Or(v) => Node::Or(all(v)?),
         Prep::Not(p) => Node::Not(Box::new(instantiate(p, schema, cols)?)),
     })
+}
+
+/// The test of a plain decimal column as a key test, in a shard whose
+/// main column holds `i64` keys (every value fits) or that has no main:
+/// main blocks are then tested on their encoding (and zone maps) as an
+/// integer column is, delta chunks on their `i128` values; `None` for
+/// anything else.
+fn decimal_keys(expr: &MapExpr, test: &OrdTest, schema: &TableSchema, cols: &ShardColumns<'_>) -> Option<Node> {
+    let col = expr.as_column()?;
+    if schema.physical(col) != PhysicalType::Decimal128 {
+        return None;
+    }
+    let main = cols.column(col).main();
+    let keys = main.and_then(|m| m.keys());
+    if main.is_some() && keys.is_none() {
+        return None;
+    }
+    // Keyed values all fit `i64`: the `Int64` key test is exact on them.
+    let (key_test, null_in_list) = key_test(PhysicalType::Int64, test.clone());
+    let codes = keys.and_then(|k| k.code_test(&key_test));
+    Some(Node::Keys {
+        col,
+        physical: PhysicalType::Decimal128,
+        test: key_test,
+        null_in_list,
+        codes,
+        decimal: Some(test.clone()),
+    })
+}
+
+/// A test on ordinals as one on the keys of a column of `p` (values
+/// beyond the type's range pass nothing), and whether a NULL is in its
+/// IN-list.
+fn key_test(physical: PhysicalType, test: OrdTest) -> (KeyTest, bool) {
+    match test {
+        OrdTest::Range(r) => (key_range(physical, r), false),
+        OrdTest::Set { values, null_in_list } => {
+            let (tmin, tmax) = type_range(physical);
+            let keys =
+                values.into_iter().filter(|o| (tmin..=tmax).contains(o)).map(|o| ord_to_key(physical, o)).collect();
+            (KeyTest::set(keys), null_in_list)
+        }
+    }
 }
 
 fn prepare_node(p: &Predicate, schema: &TableSchema) -> Result<Prep> {
@@ -335,18 +391,7 @@ fn leaf(expr: &MapExpr, schema: &TableSchema, make: impl Fn(Ctx) -> Option<Test>
         (Some(domain), Some(col)) if schema.physical(col) != PhysicalType::Decimal128 => {
             let physical = schema.physical(col);
             let Some(Test::Ord(test)) = make(Ctx::Ord(physical, domain)) else { return Err(invalid()) };
-            let (test, null_in_list) = match test {
-                OrdTest::Range(r) => (key_range(physical, r), false),
-                OrdTest::Set { values, null_in_list } => {
-                    let (tmin, tmax) = type_range(physical);
-                    let keys = values
-                        .into_iter()
-                        .filter(|o| (tmin..=tmax).contains(o))
-                        .map(|o| ord_to_key(physical, o))
-                        .collect();
-                    (KeyTest::set(keys), null_in_list)
-                }
-            };
+            let (test, null_in_list) = key_test(physical, test);
             Ok(Prep::Keys { col, physical, test, null_in_list })
         }
         (Some(domain), _) => {
@@ -455,7 +500,7 @@ fn leaf_cond(
 ) -> Result<Option<Leaf>> {
     let Step { cols, side, len, sel } = step;
     let (col, null_in_list) = match node {
-        Node::Keys { col, physical, test, null_in_list, codes } => {
+        Node::Keys { col, physical, test, null_in_list, codes, decimal } => {
             let src = cols.column(*col);
             match side {
                 Side::Main(block) => {
@@ -465,7 +510,12 @@ fn leaf_cond(
                         .ok_or_else(|| Error::Internal("key test on a main block without keys".into()))?;
                     keys.filter_block(block, len, test, codes.as_ref(), scratch.keys_mut(), cond);
                 }
-                Side::Delta(chunk) => *cond = delta_keys(src.delta(), *physical, chunk, len, test, scratch),
+                Side::Delta(chunk) => {
+                    *cond = match decimal {
+                        Some(exact) => delta_decimals(src.delta(), chunk, len, exact),
+                        None => delta_keys(src.delta(), *physical, chunk, len, test, scratch),
+                    }
+                }
             }
             (*col, *null_in_list)
         }

@@ -23,6 +23,10 @@ use super::{ScanSource, leaf_plan, shard_groups, write_shards};
 use crate::error::Error;
 use crate::stats::statistics;
 
+/// Main blocks (1,024 rows each) that a filtered scan's row estimate
+/// evaluates per partition (see [`quiverdb_scan::estimate_matches`]).
+const ESTIMATE_BLOCKS: usize = 16;
+
 /// Filters handed to a scan that quiverdb cannot evaluate exactly, run by
 /// DataFusion on the gathered rows. DataFusion may rewrite a filter it was
 /// told the scan handles exactly (`f IN (true)` becomes `f`) and then drop
@@ -137,6 +141,14 @@ impl QuiverScanExec {
         let stats = self.stats[p].get_or_init(|| {
             let inexact = self.source.filtered() || self.has_residual() || self.limit.is_some();
             let mut s = statistics(&self.source.snapshot, &self.groups[p], &self.projection, inexact);
+            // A filtered scan's rows, estimated (the planner picks join
+            // sides by them); an estimate that fails leaves all the rows.
+            if let Some(filter) = &self.source.filter
+                && let Ok(n) =
+                    quiverdb_scan::estimate_matches(&self.source.snapshot, &self.groups[p], filter, ESTIMATE_BLOCKS)
+            {
+                s.num_rows = s.num_rows.min(&datafusion::common::stats::Precision::Inexact(n.ceil() as usize));
+            }
             if let Some(l) = self.limit {
                 s.num_rows = s.num_rows.min(&datafusion::common::stats::Precision::Inexact(l));
             }
