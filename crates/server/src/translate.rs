@@ -13,8 +13,8 @@ use datafusion::common::ScalarValue;
 use datafusion::logical_expr::expr::{Between, Cast, InList, Like};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use datafusion::physical_expr::expressions::{
-    BinaryExpr as PBinary, CastExpr, Column as PColumn, InListExpr, IsNotNullExpr, IsNullExpr, LikeExpr,
-    Literal as PLiteral, NotExpr,
+    BinaryExpr as PBinary, CaseExpr, CastExpr, Column as PColumn, DynamicFilterPhysicalExpr, InListExpr, IsNotNullExpr,
+    IsNullExpr, LikeExpr, Literal as PLiteral, NotExpr,
 };
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use quiverdb_mapreducer::{ArithOp, MapExpr, Scalar};
@@ -245,6 +245,49 @@ impl<'a> Translator<'a> {
         }
         if let Some(c) = e.downcast_ref::<CastExpr>() {
             return Some(self.physical_map(c.expr())?.cast(c.cast_type().clone()));
+        }
+        None
+    }
+
+    /// A condition every row passing the physical `e` passes, for
+    /// skipping rows before `e` itself is known or evaluated: `e` when it
+    /// translates exactly, the parts of an AND that translate, both sides
+    /// of an OR, every branch of a CASE (a row passes one of them), and a
+    /// dynamic filter's current expression.
+    pub(crate) fn physical_necessary(&self, e: &Arc<dyn PhysicalExpr>) -> Option<Predicate> {
+        let p = self.physical_necessary_inner(e)?;
+        self.validated(p)
+    }
+
+    fn physical_necessary_inner(&self, e: &Arc<dyn PhysicalExpr>) -> Option<Predicate> {
+        if let Some(d) = e.downcast_ref::<DynamicFilterPhysicalExpr>() {
+            return self.physical_necessary_inner(&d.current().ok()?);
+        }
+        if let Some(p) = self.physical_predicate(e) {
+            return Some(p);
+        }
+        if let Some(b) = e.downcast_ref::<PBinary>() {
+            return match b.op() {
+                Operator::And => {
+                    match (self.physical_necessary_inner(b.left()), self.physical_necessary_inner(b.right())) {
+                        (Some(l), Some(r)) => Some(l.and(r)),
+                        (Some(p), None) | (None, Some(p)) => Some(p),
+                        (None, None) => None,
+                    }
+                }
+                Operator::Or => {
+                    Some(self.physical_necessary_inner(b.left())?.or(self.physical_necessary_inner(b.right())?))
+                }
+                _ => None,
+            };
+        }
+        if let Some(c) = e.downcast_ref::<CaseExpr>() {
+            // Without an ELSE, a row no WHEN matches is NULL: not passing.
+            let mut branches = Vec::new();
+            for t in c.when_then_expr().iter().map(|(_, t)| t).chain(c.else_expr()) {
+                branches.push(self.physical_necessary_inner(t)?);
+            }
+            return Some(Predicate::Or(branches));
         }
         None
     }

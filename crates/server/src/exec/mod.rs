@@ -124,12 +124,13 @@ pub(crate) fn shard_groups(snapshot: &TableSnapshot, shards: &[usize], partition
     groups
 }
 
-/// The boilerplate of a leaf plan (no children, no expressions).
+/// The boilerplate of a leaf plan: no children, and no expressions, or
+/// those of the field named by `expressions = field` (a `Vec` of physical
+/// expressions, which DataFusion looks through to find who consumes a
+/// dynamic filter).
 macro_rules! leaf_plan {
     () => {
-        fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
-            Vec::new()
-        }
+        leaf_plan!(@children);
 
         fn apply_expressions(
             &self,
@@ -138,6 +139,29 @@ macro_rules! leaf_plan {
             ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion>,
         ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
             Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        }
+    };
+    (expressions = $field:ident) => {
+        leaf_plan!(@children);
+
+        fn apply_expressions(
+            &self,
+            f: &mut dyn FnMut(
+                &std::sync::Arc<dyn datafusion::physical_plan::PhysicalExpr>,
+            ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
+            use datafusion::common::tree_node::TreeNodeRecursion;
+            for e in &self.$field {
+                if f(e)? == TreeNodeRecursion::Stop {
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        }
+    };
+    (@children) => {
+        fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            Vec::new()
         }
 
         fn with_new_children(

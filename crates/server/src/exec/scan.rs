@@ -7,21 +7,28 @@ use arrow_array::{RecordBatch, RecordBatchOptions};
 use arrow_schema::SchemaRef;
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::common::Statistics;
+use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties, StatisticsArgs,
 };
+use quiverdb_mapreducer::MapExpr;
 use quiverdb_mapreducer::{GatherKernel, GatherSpec};
-use quiverdb_scan::ScanCursor;
+use quiverdb_scan::{Predicate, ScanCursor};
 
 use super::dml::residual_mask;
 use super::stream::{Step, stepped_stream};
 use super::{ScanSource, leaf_plan, shard_groups, write_shards};
 use crate::error::Error;
 use crate::stats::statistics;
+use crate::translate::Translator;
 
 /// Main blocks (1,024 rows each) that a filtered scan's row estimate
 /// evaluates per partition (see [`quiverdb_scan::estimate_matches`]).
@@ -57,6 +64,12 @@ pub struct QuiverScanExec {
     properties: Arc<PlanProperties>,
     /// Statistics per partition, and of the whole scan at the end.
     stats: Vec<OnceLock<Arc<Statistics>>>,
+    /// Filters a hash join (or a TopK) pushed down after planning, over
+    /// the scan's output columns: what its build side holds, known only at
+    /// run time. Read when the scan starts (after the build side is done),
+    /// and applied as far as quiverdb can evaluate them: rows that fail
+    /// cannot join, so dropping them early is exact whatever is left out.
+    dynamic: Vec<Arc<dyn PhysicalExpr>>,
 }
 
 impl QuiverScanExec {
@@ -87,7 +100,35 @@ impl QuiverScanExec {
             Boundedness::Bounded,
         ));
         let stats = (0..=groups.len()).map(|_| OnceLock::new()).collect();
-        Ok(Self { source, projection, residual, limit, groups, spec, properties, stats })
+        Ok(Self { source, projection, residual, limit, groups, spec, properties, stats, dynamic: Vec::new() })
+    }
+
+    /// The same scan with the dynamic filters `more` added.
+    fn with_dynamic(&self, more: impl IntoIterator<Item = Arc<dyn PhysicalExpr>>) -> Self {
+        Self {
+            source: self.source.clone(),
+            projection: self.projection.clone(),
+            residual: self.residual.clone(),
+            limit: self.limit,
+            groups: self.groups.clone(),
+            spec: Arc::clone(&self.spec),
+            properties: Arc::clone(&self.properties),
+            stats: (0..self.stats.len()).map(|_| OnceLock::new()).collect(),
+            dynamic: self.dynamic.iter().cloned().chain(more).collect(),
+        }
+    }
+
+    /// The scan's filter with what quiverdb can evaluate of the dynamic
+    /// filters' current values added.
+    fn filter_now(&self) -> Option<Predicate> {
+        let inputs: Vec<Option<MapExpr>> = self.projection.iter().map(|&c| Some(MapExpr::Column(c))).collect();
+        let translator = Translator::physical(self.source.snapshot.schema(), &inputs);
+        self.dynamic.iter().filter_map(|d| translator.physical_necessary(d)).fold(self.source.filter.clone(), |f, p| {
+            Some(match f {
+                Some(f) => f.and(p),
+                None => p,
+            })
+        })
     }
 
     /// True if DataFusion evaluates some of the scan's filters on its rows.
@@ -131,6 +172,10 @@ impl DisplayAs for QuiverScanExec {
         if let Some(l) = self.limit {
             write!(f, ", limit={l}")?;
         }
+        if !self.dynamic.is_empty() {
+            let shown: Vec<String> = self.dynamic.iter().map(|d| d.to_string()).collect();
+            write!(f, ", dynamic_filters=[{}]", shown.join(", "))?;
+        }
         write_shards(f, &self.groups, self.source.snapshot.num_shards())
     }
 }
@@ -167,13 +212,13 @@ impl ExecutionPlan for QuiverScanExec {
         &self.properties
     }
 
-    leaf_plan!();
+    leaf_plan!(expressions = dynamic);
 
     fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let shards = self.groups.get(partition).cloned().ok_or_else(|| {
             datafusion::error::DataFusionError::Internal(format!("QuiverScanExec has no partition {partition}"))
         })?;
-        let source = self.source.clone();
+        let mut source = self.source.clone();
         let spec = Arc::clone(&self.spec);
         let residual = self.residual.clone();
         let width = self.projection.len();
@@ -188,10 +233,21 @@ impl ExecutionPlan for QuiverScanExec {
         // reserves no more than it holds.
         let live: usize = shards.iter().map(|&s| source.snapshot.shard(s).live_rows()).sum();
         let acc = self.spec.new_acc_for(scan_limit.map_or(live, |l| l.min(live)));
-        let mut cursor =
-            Some(ScanCursor::new(source.snapshot, source.filter, &options, kernel, acc).map_err(Error::from)?);
+        // Opened on the first poll: a hash join polls its probe side once
+        // its build side is done, so its dynamic filter is then known.
+        let dynamic = (!self.dynamic.is_empty()).then(|| self.with_dynamic([]));
+        let mut open = Some(move || {
+            if let Some(scan) = dynamic {
+                source.filter = scan.filter_now();
+            }
+            ScanCursor::new(source.snapshot, source.filter, &options, kernel, acc).map_err(Error::from)
+        });
+        let mut cursor = None;
         // One shard per step: its batches go out before the next is read.
         Ok(stepped_stream(Arc::clone(&schema), move |queue| {
+            if let Some(open) = open.take() {
+                cursor = Some(open()?);
+            }
             let Some(mut c) = cursor.take().filter(|_| left > 0) else { return Ok(Step::Done) };
             let batches = if c.advance().map_err(Error::from)? {
                 let batches = c.acc_mut().map_err(Error::from)?.take_batches().map_err(Error::from)?;
@@ -242,6 +298,29 @@ impl ExecutionPlan for QuiverScanExec {
 
     fn supports_limit_pushdown(&self) -> bool {
         false
+    }
+
+    /// Takes the dynamic filters pushed after planning (see `dynamic`);
+    /// other filters stay where they are. A scan with a limit takes none:
+    /// filtering before the limit would change which rows it keeps.
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let filters: Vec<Arc<dyn PhysicalExpr>> =
+            child_pushdown_result.parent_filters.into_iter().map(|f| f.filter).collect();
+        let take = |f: &Arc<dyn PhysicalExpr>| {
+            phase == FilterPushdownPhase::Post
+                && self.limit.is_none()
+                && f.downcast_ref::<DynamicFilterPhysicalExpr>().is_some()
+        };
+        let pushed = filters.iter().map(|f| if take(f) { PushedDown::Yes } else { PushedDown::No }).collect();
+        let taken: Vec<Arc<dyn PhysicalExpr>> = filters.iter().filter(|f| take(f)).cloned().collect();
+        let updated: Option<Arc<dyn ExecutionPlan>> =
+            (!taken.is_empty()).then(|| Arc::new(self.with_dynamic(taken)) as Arc<dyn ExecutionPlan>);
+        Ok(FilterPushdownPropagation { filters: pushed, updated_node: updated })
     }
 }
 
