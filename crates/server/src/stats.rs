@@ -5,7 +5,8 @@
 //! Row counts are exact (deletes are exact). A column's min, max and null
 //! count are exact when the covered shards have no deleted rows (storage's
 //! bounds cover deleted rows too); with deletions they are reported as
-//! inexact bounds, and with a pushed filter everything is inexact.
+//! inexact bounds, and with a pushed filter everything is inexact (the
+//! scan then estimates its row count: `QuiverScanExec`'s statistics).
 
 use arrow_schema::DataType;
 use datafusion::common::stats::Precision;
