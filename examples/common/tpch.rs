@@ -224,3 +224,29 @@ pub(crate) fn register_memtable(ctx: &SessionContext, table: &Table, partitions:
     ctx.register_table(table.name, Arc::new(MemTable::try_new(first.schema(), parts)?))?;
     Ok(())
 }
+
+/// Generates the eight tables at scale factor `sf` straight into `db`,
+/// one part at a time (each part's batches appended, then dropped), then
+/// rebuilds them into main storage; returns the rows loaded.
+pub(crate) fn generate_into(db: &Database, sf: f64, batch_rows: usize) -> Result<usize, BoxError> {
+    let mut rows = 0;
+    for name in TABLES {
+        let n = parts(name, sf);
+        let mut stored = None;
+        for part in 1..=n {
+            for batch in generate_part(name, sf, part, n, batch_rows) {
+                if stored.is_none() {
+                    stored = Some(db.create_table(name, &batch.schema(), TableOptions::default())?);
+                }
+                if let Some(t) = &stored {
+                    rows += t.append(&batch)?;
+                }
+            }
+        }
+        if let Some(t) = &stored {
+            t.rebuild()?;
+        }
+        db.wait_for_background_rebuilds();
+    }
+    Ok(rows)
+}

@@ -12,8 +12,9 @@
 //! SQL runs: an integer result that leaves its type's width is an overflow
 //! error, and so is integer division or remainder by zero (on active,
 //! non-null lanes only); floats follow IEEE; `Float32` is rounded after every operation,
-//! which gives exactly `f32` arithmetic. Decimals support `+` and `-` at
-//! one precision and scale, and fail on leaving the precision. Casts fail
+//! which gives exactly `f32` arithmetic. Decimals support `+`, `-` and `*`
+//! with Arrow's result types (see [`decimal_result`]), and fail on leaving
+//! the result's precision. Casts fail
 //! when a value does not fit the target type (as SQL `CAST` does).
 
 use arrow_schema::DataType;
@@ -181,6 +182,9 @@ impl MapExpr {
             }
             MapExpr::Arith { op, left, right } => {
                 let (l, r) = (left.data_type(schema)?, right.data_type(schema)?);
+                if let (DataType::Decimal128(..), DataType::Decimal128(..)) = (&l, &r) {
+                    return decimal_result(*op, &l, &r);
+                }
                 if l != r {
                     return Err(Error::InvalidExpression(format!(
                         "operands of {op} have different types: {l} and {r} (cast one first)"
@@ -188,9 +192,6 @@ impl MapExpr {
                 }
                 if !arithmetic_type(&l) {
                     return Err(Error::Unsupported(format!("arithmetic on {l}")));
-                }
-                if matches!(l, DataType::Decimal128(..)) && !matches!(op, ArithOp::Add | ArithOp::Sub) {
-                    return Err(Error::Unsupported(format!("decimal {op}")));
                 }
                 Ok(l)
             }
@@ -201,6 +202,31 @@ impl MapExpr {
             }
         }
     }
+}
+
+/// The type of `l op r` for two decimals, by Arrow's rules (which
+/// DataFusion's plans follow): `+` and `-` at the larger scale, with one
+/// more integer digit than the wider operand; `*` at the sum of the scales
+/// with the sum of the precisions plus one; precisions capped at 38.
+/// Division and remainder are left to DataFusion.
+fn decimal_result(op: ArithOp, l: &DataType, r: &DataType) -> Result<DataType> {
+    const MAX: u8 = 38;
+    let (DataType::Decimal128(p1, s1), DataType::Decimal128(p2, s2)) = (l, r) else {
+        return Err(Error::Internal("decimal_result of non-decimals".into()));
+    };
+    let (p1, s1, p2, s2) = (*p1 as i16, *s1 as i16, *p2 as i16, *s2 as i16);
+    let (p, s) = match op {
+        ArithOp::Add | ArithOp::Sub => {
+            let s = s1.max(s2);
+            (s + (p1 - s1).max(p2 - s2) + 1, s)
+        }
+        ArithOp::Mul => (p1 + p2 + 1, s1 + s2),
+        ArithOp::Div | ArithOp::Rem => return Err(Error::Unsupported(format!("decimal {op}"))),
+    };
+    if !(0..=MAX as i16).contains(&s) || s1 < 0 || s2 < 0 {
+        return Err(Error::Unsupported(format!("{l} {op} {r}: a scale outside 0..=38")));
+    }
+    Ok(DataType::Decimal128(p.clamp(1, MAX as i16) as u8, s as i8))
 }
 
 /// Types arithmetic is defined on.
@@ -365,11 +391,21 @@ impl Node {
         let kind = match expr {
             MapExpr::Column(i) => NodeKind::Column(*i),
             MapExpr::Literal { value, .. } => NodeKind::Literal(value.to_num(domain)),
-            MapExpr::Arith { op, left, right } => NodeKind::Arith {
-                op: *op,
-                left: Box::new(Node::compile(left, schema)?),
-                right: Box::new(Node::compile(right, schema)?),
-            },
+            MapExpr::Arith { op, left, right } => {
+                // Decimal operands of `+` and `-` are first brought to the
+                // result's scale (a cast, exact or failing).
+                let operand = |e: &MapExpr| -> Result<Node> {
+                    match (&data_type, e.data_type(schema)?) {
+                        (DataType::Decimal128(_, s), DataType::Decimal128(_, es))
+                            if matches!(op, ArithOp::Add | ArithOp::Sub) && es != *s =>
+                        {
+                            Node::compile(&e.clone().cast(data_type.clone()), schema)
+                        }
+                        _ => Node::compile(e, schema),
+                    }
+                };
+                NodeKind::Arith { op: *op, left: Box::new(operand(left)?), right: Box::new(operand(right)?) }
+            }
             MapExpr::Cast { expr, .. } => NodeKind::Cast(Box::new(Node::compile(expr, schema)?)),
         };
         // Literals never fill their vector; don't allocate one.
@@ -511,6 +547,7 @@ fn i128_op(op: ArithOp, x: i128, y: i128) -> Option<i128> {
     match op {
         ArithOp::Add => x.checked_add(y),
         ArithOp::Sub => x.checked_sub(y),
+        ArithOp::Mul => x.checked_mul(y),
         _ => None,
     }
 }
