@@ -36,6 +36,10 @@ pub fn session_context(db: &Database) -> SessionContext {
     session_context_with(db, SessionOptions::default())
 }
 
+/// Build-side keys per partition a hash join's dynamic filter lists
+/// (DataFusion's default is 150).
+const INLIST_PUSHDOWN_KEYS: usize = 1024;
+
 /// [`session_context`] with options.
 pub fn session_context_with(db: &Database, options: SessionOptions) -> SessionContext {
     session_parts(db, options).0
@@ -58,6 +62,11 @@ fn session_over(schema: Arc<QuiverSchema>, options: &SessionOptions) -> SessionC
     if options.target_partitions > 0 {
         config = config.with_target_partitions(options.target_partitions);
     }
+    // A hash join hands its build side's keys to the probe scan as a list
+    // (rather than a hash-table lookup the scan cannot evaluate) up to this
+    // many per partition: quiverdb's scans test such a list on zone maps
+    // and on encoded keys (a bitset when the keys span at most 2^20).
+    config.options_mut().optimizer.hash_join_inlist_pushdown_max_distinct_values = INLIST_PUSHDOWN_KEYS;
     if let Some(limit) = options.max_table_memory {
         config = config.with_extension(Arc::new(TableMemoryLimit::new(schema.database().clone(), limit)));
     }
