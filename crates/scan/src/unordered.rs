@@ -57,6 +57,32 @@ impl Selection<'_> {
     }
 }
 
+/// What phase 1 did on the shards it scanned, for `EXPLAIN ANALYZE`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanCounts {
+    /// Shards scanned.
+    pub shards: usize,
+    /// Main blocks skipped by their zone maps (no record could pass).
+    pub blocks_pruned: usize,
+    /// Main blocks taken whole by their zone maps (every record passes).
+    pub blocks_whole: usize,
+    /// Main blocks and delta chunks the filter was evaluated on.
+    pub blocks_filtered: usize,
+    /// Records selected for the reducer (before a limit cuts them).
+    pub rows_selected: usize,
+}
+
+impl ScanCounts {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &ScanCounts) {
+        self.shards += other.shards;
+        self.blocks_pruned += other.blocks_pruned;
+        self.blocks_whole += other.blocks_whole;
+        self.blocks_filtered += other.blocks_filtered;
+        self.rows_selected += other.rows_selected;
+    }
+}
+
 /// Whether phase 1 goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Flow {
@@ -68,14 +94,16 @@ pub(crate) enum Flow {
 /// each block in record order.
 ///
 /// `prune(block)` is asked before each main block is read; returning true
-/// skips it (an ordered scan's top-k threshold uses this).
+/// skips it (an ordered scan's top-k threshold uses this). Returns what it
+/// did (see [`ScanCounts`]).
 pub(crate) fn select(
     shard: ShardSnapshot<'_>,
     mut filter: Option<&mut ShardFilter<'_>>,
     id_buffer: usize,
     mut prune: impl FnMut(usize) -> bool,
     mut emit: impl FnMut(Selection<'_>) -> Result<Flow>,
-) -> Result<()> {
+) -> Result<ScanCounts> {
+    let mut counts = ScanCounts { shards: 1, ..ScanCounts::default() };
     let main_rows = shard.main().rows();
     let delta_rows = shard.delta_len();
     let deletes = shard.deletes();
@@ -114,6 +142,7 @@ pub(crate) fn select(
                 Side::Main(block) => {
                     let z = f.zone(block);
                     if !z.t {
+                        counts.blocks_pruned += 1;
                         continue;
                     }
                     z.f || z.n
@@ -123,18 +152,22 @@ pub(crate) fn select(
             if evaluate {
                 f.eval(side, live.as_ref(), &mut mask)?;
                 masked = true;
+                counts.blocks_filtered += 1;
+            } else {
+                counts.blocks_whole += 1;
             }
         }
         let count = if masked { mask.count() } else { len };
         if count == 0 {
             continue;
         }
+        counts.rows_selected += count;
         let start_id = start as RecId;
         let dense = count == len || (count >= SPARSE_ROWS && id_buffer == LANES);
         if dense && n_ids > 0 {
             // Keep record order: what was buffered goes first.
             if emit(Selection::Ids(&ids[..n_ids]))? == Flow::Stop {
-                return Ok(());
+                return Ok(counts);
             }
             n_ids = 0;
         }
@@ -170,13 +203,13 @@ pub(crate) fn select(
             false => unreachable!("count < len implies a mask"),
         };
         if flow == Flow::Stop {
-            return Ok(());
+            return Ok(counts);
         }
     }
     if n_ids > 0 {
         emit(Selection::Ids(&ids[..n_ids]))?;
     }
-    Ok(())
+    Ok(counts)
 }
 
 /// Rows a limited scan may still stream, shared by its shard tasks.
@@ -225,7 +258,7 @@ pub(crate) fn scan_shard<R: MapReducer>(
     open: impl FnOnce() -> Result<R>,
     acc: R::Acc,
     budget: &Budget,
-) -> Result<(R::Acc, Option<R>)> {
+) -> Result<(R::Acc, Option<R>, ScanCounts)> {
     let mut compiled = match filter {
         Some(p) => Some(ShardFilter::new(shard, p)?),
         None => None,
@@ -234,7 +267,7 @@ pub(crate) fn scan_shard<R: MapReducer>(
     let mut reducer: Option<R> = None;
     let mut acc = Some(acc);
     let mut ids = [0 as RecId; LANES];
-    select(
+    let counts = select(
         shard,
         compiled.as_mut(),
         id_buffer,
@@ -279,7 +312,7 @@ pub(crate) fn scan_shard<R: MapReducer>(
     if let Some(r) = reducer.as_mut() {
         acc = r.finish(acc);
     }
-    Ok((acc, reducer))
+    Ok((acc, reducer, counts))
 }
 
 /// The positions of the shards of `snapshot` that may hold a live record
@@ -351,7 +384,7 @@ where
                     None => ShardMapReducer::open(shard, kernel()?)?,
                 })
             };
-            let (acc, reducer) = scan_shard(shard, filter, id_buffer, open, acc, &budget)?;
+            let (acc, reducer, _) = scan_shard(shard, filter, id_buffer, open, acc, &budget)?;
             if let Some(r) = reducer {
                 *parts = Some(r.into_parts());
             }
@@ -377,6 +410,8 @@ pub struct ScanCursor<K: Kernel, F> {
     parts: Option<(K, Scratch)>,
     /// `None` only after a shard failed.
     acc: Option<K::Acc>,
+    /// What phase 1 did so far.
+    counts: ScanCounts,
 }
 
 impl<K, F> ScanCursor<K, F>
@@ -407,7 +442,13 @@ where
             kernel,
             parts: None,
             acc: Some(acc),
+            counts: ScanCounts::default(),
         })
+    }
+
+    /// What phase 1 did on the shards scanned so far.
+    pub fn counts(&self) -> ScanCounts {
+        self.counts
     }
 
     /// Scans shards until one streams a record into the accumulator;
@@ -425,8 +466,10 @@ where
                 })
             };
             let acc = self.acc.take().ok_or_else(|| crate::Error::Internal("a failed scan was resumed".into()))?;
-            let (acc, reducer) = scan_shard(shard, self.filter.as_ref(), self.id_buffer, open, acc, &self.budget)?;
+            let (acc, reducer, counts) =
+                scan_shard(shard, self.filter.as_ref(), self.id_buffer, open, acc, &self.budget)?;
             self.acc = Some(acc);
+            self.counts.add(&counts);
             if let Some(r) = reducer {
                 self.parts = Some(r.into_parts());
                 return Ok(true);

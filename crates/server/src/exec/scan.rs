@@ -16,12 +16,13 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
 };
+use datafusion::physical_plan::metrics::{BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties, StatisticsArgs,
 };
 use quiverdb_mapreducer::MapExpr;
 use quiverdb_mapreducer::{GatherKernel, GatherSpec};
-use quiverdb_scan::{Predicate, ScanCursor};
+use quiverdb_scan::{Predicate, ScanCounts, ScanCursor};
 
 use super::dml::residual_mask;
 use super::stream::{Step, stepped_stream};
@@ -70,6 +71,47 @@ pub struct QuiverScanExec {
     /// and applied as far as quiverdb can evaluate them: rows that fail
     /// cannot join, so dropping them early is exact whatever is left out.
     dynamic: Vec<Arc<dyn PhysicalExpr>>,
+    /// What the partitions did, for `EXPLAIN ANALYZE`.
+    metrics: ExecutionPlanMetricsSet,
+}
+
+/// A partition's metrics: DataFusion's baseline (output rows, time in the
+/// scan) and what phase 1 did ([`quiverdb_scan::ScanCounts`]).
+struct ScanMetrics {
+    baseline: BaselineMetrics,
+    shards: Count,
+    blocks_pruned: Count,
+    blocks_whole: Count,
+    blocks_filtered: Count,
+    rows_selected: Count,
+    /// The counts already added.
+    seen: ScanCounts,
+}
+
+impl ScanMetrics {
+    fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        let count = |name: &'static str| MetricBuilder::new(metrics).counter(name, partition);
+        Self {
+            baseline: BaselineMetrics::new(metrics, partition),
+            shards: count("shards_scanned"),
+            blocks_pruned: count("blocks_pruned"),
+            blocks_whole: count("blocks_whole"),
+            blocks_filtered: count("blocks_filtered"),
+            rows_selected: count("rows_selected"),
+            seen: ScanCounts::default(),
+        }
+    }
+
+    /// Adds what `now` counts beyond what was added before.
+    fn update(&mut self, now: ScanCounts) {
+        let seen = self.seen;
+        self.shards.add(now.shards - seen.shards);
+        self.blocks_pruned.add(now.blocks_pruned - seen.blocks_pruned);
+        self.blocks_whole.add(now.blocks_whole - seen.blocks_whole);
+        self.blocks_filtered.add(now.blocks_filtered - seen.blocks_filtered);
+        self.rows_selected.add(now.rows_selected - seen.rows_selected);
+        self.seen = now;
+    }
 }
 
 impl QuiverScanExec {
@@ -100,7 +142,18 @@ impl QuiverScanExec {
             Boundedness::Bounded,
         ));
         let stats = (0..=groups.len()).map(|_| OnceLock::new()).collect();
-        Ok(Self { source, projection, residual, limit, groups, spec, properties, stats, dynamic: Vec::new() })
+        Ok(Self {
+            source,
+            projection,
+            residual,
+            limit,
+            groups,
+            spec,
+            properties,
+            stats,
+            dynamic: Vec::new(),
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
     }
 
     /// The same scan with the dynamic filters `more` added.
@@ -115,6 +168,7 @@ impl QuiverScanExec {
             properties: Arc::clone(&self.properties),
             stats: (0..self.stats.len()).map(|_| OnceLock::new()).collect(),
             dynamic: self.dynamic.iter().cloned().chain(more).collect(),
+            metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
@@ -243,13 +297,18 @@ impl ExecutionPlan for QuiverScanExec {
             ScanCursor::new(source.snapshot, source.filter, &options, kernel, acc).map_err(Error::from)
         });
         let mut cursor = None;
+        let mut metrics = ScanMetrics::new(&self.metrics, partition);
         // One shard per step: its batches go out before the next is read.
         Ok(stepped_stream(Arc::clone(&schema), move |queue| {
+            let elapsed = metrics.baseline.elapsed_compute().clone();
+            let _timer = elapsed.timer();
             if let Some(open) = open.take() {
                 cursor = Some(open()?);
             }
             let Some(mut c) = cursor.take().filter(|_| left > 0) else { return Ok(Step::Done) };
-            let batches = if c.advance().map_err(Error::from)? {
+            let more = c.advance().map_err(Error::from)?;
+            metrics.update(c.counts());
+            let batches = if more {
                 let batches = c.acc_mut().map_err(Error::from)?.take_batches().map_err(Error::from)?;
                 cursor = Some(c);
                 batches
@@ -261,6 +320,7 @@ impl ExecutionPlan for QuiverScanExec {
                 let batch = if batch.num_rows() > left { batch.slice(0, left) } else { batch };
                 left -= batch.num_rows();
                 if batch.num_rows() > 0 {
+                    metrics.baseline.record_output(batch.num_rows());
                     queue.push_back(batch);
                 }
                 if left == 0 {
@@ -300,6 +360,10 @@ impl ExecutionPlan for QuiverScanExec {
         false
     }
 
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
     /// Takes the dynamic filters pushed after planning (see `dynamic`);
     /// other filters stay where they are. A scan with a limit takes none:
     /// filtering before the limit would change which rows it keeps.
@@ -334,4 +398,87 @@ fn finish_batch(batch: RecordBatch, residual: &Residual, width: usize, schema: &
     let batch = filter_record_batch(&batch, &keep)?;
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
     Ok(RecordBatch::try_new_with_options(Arc::clone(schema), batch.columns()[..width].to_vec(), &options)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+    use datafusion::physical_plan::{ExecutionPlan, collect};
+    use quiverdb_storage::{Database, TableOptions};
+
+    use super::QuiverScanExec;
+    use crate::SessionOptions;
+
+    /// Table `name` of one column `k` holding `keys`, rebuilt into main.
+    fn table(db: &Database, name: &str, keys: impl IntoIterator<Item = i64>) {
+        let schema = Schema::new(vec![Field::new("k", DataType::Int64, false)]);
+        let t = db.create_table(name, &schema, TableOptions::default()).expect("create");
+        let batch =
+            RecordBatch::try_new(Arc::new(schema), vec![Arc::new(Int64Array::from_iter_values(keys))]).expect("batch");
+        t.append(&batch).expect("append");
+        t.rebuild().expect("rebuild");
+    }
+
+    /// The metric `name` summed over the scans of `table` in `plan`.
+    fn scan_metric(plan: &Arc<dyn ExecutionPlan>, table: &str, name: &str) -> usize {
+        let mut sum = 0;
+        if let Some(scan) = plan.downcast_ref::<QuiverScanExec>()
+            && scan.source().table == table
+        {
+            let metrics = scan.metrics().expect("scan metrics");
+            sum += match name {
+                "output_rows" => metrics.output_rows().unwrap_or(0),
+                _ => metrics.sum_by_name(name).map_or(0, |v| v.as_usize()),
+            };
+        }
+        plan.children().into_iter().map(|c| scan_metric(c, table, name)).sum::<usize>() + sum
+    }
+
+    #[tokio::test]
+    async fn explain_analyze_counts_what_the_scan_skipped() {
+        let db = Database::new();
+        // In order: zone maps separate the blocks.
+        table(&db, "t", 0..100_000);
+        let ctx =
+            crate::session_context_with(&db, SessionOptions { target_partitions: 1, ..SessionOptions::default() });
+        let plan = ctx.sql("SELECT k FROM t WHERE k >= 50000 AND k % 2 = 0").await.expect("plans");
+        let plan = plan.create_physical_plan().await.expect("plans");
+        let rows: usize =
+            collect(Arc::clone(&plan), ctx.task_ctx()).await.expect("runs").iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 25_000);
+        assert_eq!(scan_metric(&plan, "t", "output_rows"), 25_000);
+        assert_eq!(scan_metric(&plan, "t", "rows_selected"), 25_000);
+        // 98 blocks of 1,024: the 48 below 50,000 (49,152 rows) pruned, the
+        // rest (the 49th, and the ones above) filtered for `k % 2`.
+        assert_eq!(scan_metric(&plan, "t", "blocks_pruned"), 48);
+        assert_eq!(scan_metric(&plan, "t", "blocks_filtered"), 50);
+        assert!(scan_metric(&plan, "t", "shards_scanned") >= 1);
+    }
+
+    #[tokio::test]
+    async fn a_hash_joins_keys_prune_its_probe_scan() {
+        let db = Database::new();
+        table(&db, "probe", 0..200_000);
+        table(&db, "build", [7, 150_000, 150_001, 999_999]);
+        let ctx =
+            crate::session_context_with(&db, SessionOptions { target_partitions: 2, ..SessionOptions::default() });
+        let plan = ctx.sql("SELECT p.k FROM build b JOIN probe p ON b.k = p.k").await.expect("plans");
+        let plan = plan.create_physical_plan().await.expect("plans");
+        let mut keys: Vec<i64> = collect(Arc::clone(&plan), ctx.task_ctx())
+            .await
+            .expect("runs")
+            .iter()
+            .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().expect("k").values().to_vec())
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(keys, [7, 150_000, 150_001]);
+        // The probe scan read the blocks holding 7 and 150,000–150,001 of
+        // its 196, and selected only the three keys.
+        let pruned = scan_metric(&plan, "probe", "blocks_pruned");
+        assert!(pruned >= 190, "{pruned} blocks pruned");
+        assert_eq!(scan_metric(&plan, "probe", "rows_selected"), 3);
+    }
 }
