@@ -72,7 +72,7 @@ pub use mutate::{delete_where, matching_records, update_where};
 pub use ordered::{OrderBy, SortKey, scan_order};
 pub use parallel::THREAD_STACK_BYTES;
 pub use predicate::{CmpOp, Predicate};
-pub use unordered::{ScanCounts, ScanCursor, candidate_shards, scan};
+pub use unordered::{ScanCounts, ScanCursor, candidate_shards, scan, scan_counted};
 
 use quiverdb_storage::TableSnapshot;
 

@@ -359,20 +359,38 @@ where
     F: Fn() -> quiverdb_mapreducer::Result<K> + Sync,
     I: Fn() -> K::Acc + Sync,
 {
+    scan_counted(snapshot, filter, options, kernel, init).map(|(acc, _)| acc)
+}
+
+/// [`scan`], and what its phase 1 did over all its shards.
+pub fn scan_counted<K, F, I>(
+    snapshot: &TableSnapshot,
+    filter: Option<&Predicate>,
+    options: &ScanOptions,
+    kernel: F,
+    init: I,
+) -> Result<(K::Acc, ScanCounts)>
+where
+    K: Kernel,
+    K::Acc: Send,
+    F: Fn() -> quiverdb_mapreducer::Result<K> + Sync,
+    I: Fn() -> K::Acc + Sync,
+{
     if let Some(p) = filter {
         p.validate(snapshot.schema())?;
     }
     let shards = options.shard_positions(snapshot);
     if shards.is_empty() {
-        return Ok(init());
+        return Ok((init(), ScanCounts::default()));
     }
     let prepared = filter.map(|p| PreparedFilter::new(p, snapshot.schema())).transpose()?;
     let filter = prepared.as_ref();
     let budget = Budget::new(options.limit);
     let id_buffer = options.id_buffer();
+    let counted = std::sync::Mutex::new(ScanCounts::default());
     // Each worker keeps its kernel and scratch buffers across shards.
     let worker_init = || (init(), None::<(K, Scratch)>);
-    parallel::fold_reduce(
+    let acc = parallel::fold_reduce(
         options.threads,
         &shards,
         worker_init,
@@ -384,14 +402,19 @@ where
                     None => ShardMapReducer::open(shard, kernel()?)?,
                 })
             };
-            let (acc, reducer, _) = scan_shard(shard, filter, id_buffer, open, acc, &budget)?;
+            let (acc, reducer, counts) = scan_shard(shard, filter, id_buffer, open, acc, &budget)?;
+            if let Ok(mut c) = counted.lock() {
+                c.add(&counts);
+            }
             if let Some(r) = reducer {
                 *parts = Some(r.into_parts());
             }
             Ok(acc)
         },
         K::merge,
-    )
+    )?;
+    let counts = counted.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+    Ok((acc, counts))
 }
 
 /// The unordered scan on the calling thread, a shard at a time, for

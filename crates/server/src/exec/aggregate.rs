@@ -10,13 +10,14 @@ use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use quiverdb_mapreducer::{AggFunc, AggregateKernel, AggregateSpec, MemoryBudget};
-use quiverdb_scan::scan;
+use quiverdb_scan::scan_counted;
 use quiverdb_storage::TableSchema;
 
 use super::stream::once_stream;
-use super::{ScanSource, leaf_plan, write_shards};
+use super::{ScanMetrics, ScanSource, leaf_plan, write_shards};
 use crate::error::Error;
 
 /// A [`MemoryBudget`] drawn from DataFusion's memory pool (released when
@@ -58,6 +59,8 @@ pub struct QuiverAggregateExec {
     /// The aggregate and group expressions, as DataFusion wrote them.
     text: String,
     properties: Arc<PlanProperties>,
+    /// What the partitions did, for `EXPLAIN ANALYZE`.
+    metrics: ExecutionPlanMetricsSet,
 }
 
 impl QuiverAggregateExec {
@@ -85,7 +88,16 @@ impl QuiverAggregateExec {
             EmissionType::Final,
             Boundedness::Bounded,
         ));
-        Self { source, spec, mode, groups, threads: threads.max(1), text, properties }
+        Self {
+            source,
+            spec,
+            mode,
+            groups,
+            threads: threads.max(1),
+            text,
+            properties,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
     }
 
     /// The types of the columns this aggregation emits in `mode`.
@@ -148,9 +160,12 @@ impl ExecutionPlan for QuiverAggregateExec {
         let mode = self.mode;
         let threads = if mode == AggregateOutputMode::Final { self.threads } else { 1 };
         let schema = self.schema();
+        let mut metrics = ScanMetrics::new(&self.metrics, partition);
         Ok(once_stream(Arc::clone(&schema), move || {
+            let elapsed = metrics.baseline.elapsed_compute().clone();
+            let _timer = elapsed.timer();
             let options = source.options(Some(&shards), None, threads);
-            let acc = scan(
+            let (acc, counts) = scan_counted(
                 &source.snapshot,
                 source.filter.as_ref(),
                 &options,
@@ -158,14 +173,21 @@ impl ExecutionPlan for QuiverAggregateExec {
                 || spec.new_acc(),
             )
             .map_err(Error::from)?;
+            metrics.update(counts);
             let output = match mode {
                 AggregateOutputMode::States => acc.finish_states(),
                 AggregateOutputMode::Final => acc.finish(),
             }
             .map_err(Error::from)?;
             let columns = output.keys.into_iter().chain(output.values).collect();
-            Ok(vec![RecordBatch::try_new(schema, columns)?])
+            let batch = RecordBatch::try_new(schema, columns)?;
+            metrics.baseline.record_output(batch.num_rows());
+            Ok(vec![batch])
         }))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 }
 
@@ -176,9 +198,10 @@ mod tests {
     use arrow_array::{Int64Array, RecordBatch, StringArray};
     use arrow_schema::{DataType, Field, Schema};
     use datafusion::error::DataFusionError;
-    use datafusion::physical_plan::displayable;
+    use datafusion::physical_plan::{ExecutionPlan, displayable};
     use quiverdb_storage::{Database, TableOptions};
 
+    use super::QuiverAggregateExec;
     use crate::SessionOptions;
 
     /// 200,000 rows, every `c` distinct, `k` one of ten.
@@ -218,5 +241,29 @@ mod tests {
         let unlimited = crate::session_context_with(&db, SessionOptions::default());
         let all = unlimited.sql(sql).await.expect("plans").collect().await.expect("no limit");
         assert_eq!(all.iter().map(|b| b.num_rows()).sum::<usize>(), 200_000);
+    }
+
+    #[tokio::test]
+    async fn explain_analyze_counts_what_the_aggregate_scanned() {
+        let db = Database::new();
+        table(&db);
+        let ctx =
+            crate::session_context_with(&db, SessionOptions { target_partitions: 2, ..SessionOptions::default() });
+        let plan = ctx.sql("SELECT k, COUNT(*) FROM t WHERE k < 3 GROUP BY k").await.expect("plans");
+        let plan = plan.create_physical_plan().await.expect("plans");
+        let out = datafusion::physical_plan::collect(Arc::clone(&plan), ctx.task_ctx()).await.expect("runs");
+        assert_eq!(out.iter().map(|b| b.num_rows()).sum::<usize>(), 3);
+        fn find(plan: &Arc<dyn ExecutionPlan>) -> Option<&QuiverAggregateExec> {
+            plan.downcast_ref::<QuiverAggregateExec>().or_else(|| plan.children().into_iter().find_map(find))
+        }
+        let metrics = find(&plan).expect("pushed into the scan").metrics().expect("metrics");
+        let count = |name: &str| metrics.sum_by_name(name).map_or(0, |v| v.as_usize());
+        // `k` cycles through ten values: every block is filtered, 3 in 10
+        // rows pass, in three groups.
+        assert_eq!(count("rows_selected"), 60_000);
+        assert_eq!(count("blocks_filtered"), 200_000usize.div_ceil(1024));
+        assert_eq!(count("blocks_pruned"), 0);
+        assert!(count("shards_scanned") >= 1);
+        assert_eq!(metrics.output_rows(), Some(3));
     }
 }

@@ -18,7 +18,8 @@ mod topk;
 
 use std::fmt;
 
-use quiverdb_scan::{Predicate, ScanOptions};
+use datafusion::physical_plan::metrics::{BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder};
+use quiverdb_scan::{Predicate, ScanCounts, ScanOptions};
 use quiverdb_storage::TableSnapshot;
 
 pub(crate) use aggregate::AggregateOutputMode;
@@ -122,6 +123,46 @@ pub(crate) fn shard_groups(snapshot: &TableSnapshot, shards: &[usize], partition
         start = end;
     }
     groups
+}
+
+/// A partition's metrics of a scan or an aggregate in the scan:
+/// DataFusion's baseline (output rows, time) and what phase 1 did
+/// ([`quiverdb_scan::ScanCounts`]).
+pub(crate) struct ScanMetrics {
+    pub(crate) baseline: BaselineMetrics,
+    shards: Count,
+    blocks_pruned: Count,
+    blocks_whole: Count,
+    blocks_filtered: Count,
+    rows_selected: Count,
+    /// The counts already added.
+    seen: ScanCounts,
+}
+
+impl ScanMetrics {
+    pub(crate) fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        let count = |name: &'static str| MetricBuilder::new(metrics).counter(name, partition);
+        Self {
+            baseline: BaselineMetrics::new(metrics, partition),
+            shards: count("shards_scanned"),
+            blocks_pruned: count("blocks_pruned"),
+            blocks_whole: count("blocks_whole"),
+            blocks_filtered: count("blocks_filtered"),
+            rows_selected: count("rows_selected"),
+            seen: ScanCounts::default(),
+        }
+    }
+
+    /// Adds what `now` counts beyond what was added before.
+    pub(crate) fn update(&mut self, now: ScanCounts) {
+        let seen = self.seen;
+        self.shards.add(now.shards - seen.shards);
+        self.blocks_pruned.add(now.blocks_pruned - seen.blocks_pruned);
+        self.blocks_whole.add(now.blocks_whole - seen.blocks_whole);
+        self.blocks_filtered.add(now.blocks_filtered - seen.blocks_filtered);
+        self.rows_selected.add(now.rows_selected - seen.rows_selected);
+        self.seen = now;
+    }
 }
 
 /// The boilerplate of a leaf plan: no children, and no expressions, or

@@ -16,17 +16,17 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
 };
-use datafusion::physical_plan::metrics::{BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties, StatisticsArgs,
 };
 use quiverdb_mapreducer::MapExpr;
 use quiverdb_mapreducer::{GatherKernel, GatherSpec};
-use quiverdb_scan::{Predicate, ScanCounts, ScanCursor};
+use quiverdb_scan::{Predicate, ScanCursor};
 
 use super::dml::residual_mask;
 use super::stream::{Step, stepped_stream};
-use super::{ScanSource, leaf_plan, shard_groups, write_shards};
+use super::{ScanMetrics, ScanSource, leaf_plan, shard_groups, write_shards};
 use crate::error::Error;
 use crate::stats::statistics;
 use crate::translate::Translator;
@@ -73,45 +73,6 @@ pub struct QuiverScanExec {
     dynamic: Vec<Arc<dyn PhysicalExpr>>,
     /// What the partitions did, for `EXPLAIN ANALYZE`.
     metrics: ExecutionPlanMetricsSet,
-}
-
-/// A partition's metrics: DataFusion's baseline (output rows, time in the
-/// scan) and what phase 1 did ([`quiverdb_scan::ScanCounts`]).
-struct ScanMetrics {
-    baseline: BaselineMetrics,
-    shards: Count,
-    blocks_pruned: Count,
-    blocks_whole: Count,
-    blocks_filtered: Count,
-    rows_selected: Count,
-    /// The counts already added.
-    seen: ScanCounts,
-}
-
-impl ScanMetrics {
-    fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
-        let count = |name: &'static str| MetricBuilder::new(metrics).counter(name, partition);
-        Self {
-            baseline: BaselineMetrics::new(metrics, partition),
-            shards: count("shards_scanned"),
-            blocks_pruned: count("blocks_pruned"),
-            blocks_whole: count("blocks_whole"),
-            blocks_filtered: count("blocks_filtered"),
-            rows_selected: count("rows_selected"),
-            seen: ScanCounts::default(),
-        }
-    }
-
-    /// Adds what `now` counts beyond what was added before.
-    fn update(&mut self, now: ScanCounts) {
-        let seen = self.seen;
-        self.shards.add(now.shards - seen.shards);
-        self.blocks_pruned.add(now.blocks_pruned - seen.blocks_pruned);
-        self.blocks_whole.add(now.blocks_whole - seen.blocks_whole);
-        self.blocks_filtered.add(now.blocks_filtered - seen.blocks_filtered);
-        self.rows_selected.add(now.rows_selected - seen.rows_selected);
-        self.seen = now;
-    }
 }
 
 impl QuiverScanExec {
