@@ -26,8 +26,10 @@ use crate::predicate::Predicate;
 pub fn estimate_matches(snapshot: &TableSnapshot, shards: &[usize], filter: &Predicate, sample: usize) -> Result<f64> {
     filter.validate(snapshot.schema())?;
     let prepared = PreparedFilter::new(filter, snapshot.schema())?;
-    // Rows that certainly pass (by zone maps), and the blocks to evaluate.
+    // Rows that certainly pass (by zone maps), and the blocks to evaluate:
+    // (position in `filters`, block or chunk, rows).
     let mut certain = 0usize;
+    let mut filters = Vec::new();
     let mut candidates: Vec<(usize, Side, usize)> = Vec::new();
     let (mut live, mut stored) = (0usize, 0usize);
     for &s in shards {
@@ -39,6 +41,7 @@ pub fn estimate_matches(snapshot: &TableSnapshot, shards: &[usize], filter: &Pre
         let (main_rows, delta_rows) = (shard.main().rows(), shard.delta_len());
         stored += main_rows + delta_rows;
         let f = ShardFilter::new(shard, &prepared)?;
+        let at = filters.len();
         for b in 0..main_rows.div_ceil(LANES) {
             let len = (main_rows - b * LANES).min(LANES);
             let z = f.zone(b);
@@ -46,31 +49,26 @@ pub fn estimate_matches(snapshot: &TableSnapshot, shards: &[usize], filter: &Pre
                 continue;
             }
             if z.f || z.n {
-                candidates.push((s, Side::Main(b), len));
+                candidates.push((at, Side::Main(b), len));
             } else {
                 certain += len;
             }
         }
         for c in 0..delta_rows.div_ceil(LANES) {
-            candidates.push((s, Side::Delta(c), (delta_rows - c * LANES).min(LANES)));
+            candidates.push((at, Side::Delta(c), (delta_rows - c * LANES).min(LANES)));
         }
+        filters.push(f);
     }
     let candidate_rows: usize = candidates.iter().map(|&(_, _, len)| len).sum();
     let mut passing = certain as f64;
     if candidate_rows > 0 {
         let step = candidates.len().div_ceil(sample.max(1));
         let (mut evaluated, mut passed) = (0usize, 0usize);
-        let mut open: Option<(usize, ShardFilter<'_>)> = None;
         let mut out = Bits::EMPTY;
-        for &(s, side, len) in candidates.iter().step_by(step) {
-            if open.as_ref().is_none_or(|(at, _)| *at != s) {
-                open = Some((s, ShardFilter::new(snapshot.shard(s), &prepared)?));
-            }
-            if let Some((_, f)) = open.as_mut() {
-                f.eval(side, None, &mut out)?;
-                evaluated += len;
-                passed += out.count();
-            }
+        for &(at, side, len) in candidates.iter().step_by(step) {
+            filters[at].eval(side, None, &mut out)?;
+            evaluated += len;
+            passed += out.count();
         }
         passing += candidate_rows as f64 * passed as f64 / evaluated as f64;
     }

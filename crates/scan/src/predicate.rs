@@ -1,9 +1,10 @@
 //! Predicates: the scan's own typed filter expressions.
 //!
 //! Comparisons of a map expression with a literal, BETWEEN, IN-lists, IS
-//! [NOT] NULL and LIKE with a literal prefix, combined with AND, OR and
-//! NOT, under SQL's three-valued logic: a comparison with a NULL value is
-//! NULL, `NOT NULL` is NULL, and only TRUE rows pass the filter.
+//! [NOT] NULL and LIKE with literal text and `%` wildcards, combined with
+//! AND, OR and NOT, under SQL's three-valued logic: a comparison with a
+//! NULL value is NULL, `NOT NULL` is NULL, and only TRUE rows pass the
+//! filter.
 
 use arrow_schema::DataType;
 use quiverdb_mapreducer::{Domain, MapExpr, Scalar};

@@ -269,9 +269,7 @@ impl ByteTest {
             }
         }
     }
-}
 
-impl ByteTest {
     /// The test of `LIKE pattern`.
     pub(super) fn like(pattern: &LikePattern) -> Self {
         match pattern.as_literal() {

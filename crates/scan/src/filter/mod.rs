@@ -171,10 +171,31 @@ pub(crate) struct PreparedFilter {
 #[derive(Debug)]
 enum Prep {
     Const(Option<bool>),
-    Keys { col: usize, physical: PhysicalType, test: KeyTest, null_in_list: bool },
-    Bytes { col: usize, test: ByteTest },
-    IsNull { col: usize },
-    Expr { expr: MapExpr, test: OrdTest },
+    Keys {
+        col: usize,
+        physical: PhysicalType,
+        test: KeyTest,
+        null_in_list: bool,
+    },
+    Bytes {
+        col: usize,
+        test: ByteTest,
+    },
+    IsNull {
+        col: usize,
+    },
+    Expr {
+        expr: MapExpr,
+        test: OrdTest,
+    },
+    /// A plain decimal column: `test` on its values, and `keys` the same
+    /// test on `i64` keys for shards whose main holds it as keys.
+    Decimal {
+        col: usize,
+        test: OrdTest,
+        keys: KeyTest,
+        null_in_list: bool,
+    },
     ExprIsNull(MapExpr),
     And(Vec<Prep>),
     Or(Vec<Prep>),
@@ -212,42 +233,30 @@ fn instantiate(p: &Prep, schema: &TableSchema, cols: &ShardColumns<'_>) -> Resul
             Node::Bytes { col: *col, test: test.clone(), codes }
         }
         Prep::IsNull { col } => Node::IsNull { col: *col },
-        Prep::Expr { expr, test } => match decimal_keys(expr, test, schema, cols) {
-            Some(node) => node,
-            None => Node::Expr { expr: CompiledExpr::compile(expr, schema)?, test: test.clone() },
-        },
+        Prep::Expr { expr, test } => Node::Expr { expr: CompiledExpr::compile(expr, schema)?, test: test.clone() },
+        Prep::Decimal { col, test, keys, null_in_list } => {
+            let main = cols.column(*col).main();
+            match main.map(|m| m.keys()) {
+                // A main too wide for keys: the values, computed.
+                Some(None) => {
+                    Node::Expr { expr: CompiledExpr::compile(&MapExpr::Column(*col), schema)?, test: test.clone() }
+                }
+                // Main blocks on their keys (every value fits `i64`, so the
+                // `Int64` key test is exact), delta chunks on their values.
+                keyed => Node::Keys {
+                    col: *col,
+                    physical: PhysicalType::Decimal128,
+                    test: keys.clone(),
+                    null_in_list: *null_in_list,
+                    codes: keyed.flatten().and_then(|k| k.code_test(keys)),
+                    decimal: Some(test.clone()),
+                },
+            }
+        }
         Prep::ExprIsNull(expr) => Node::ExprIsNull(CompiledExpr::compile(expr, schema)?),
         Prep::And(v) => Node::And(all(v)?),
         Prep::Or(v) => Node::Or(all(v)?),
         Prep::Not(p) => Node::Not(Box::new(instantiate(p, schema, cols)?)),
-    })
-}
-
-/// The test of a plain decimal column as a key test, in a shard whose
-/// main column holds `i64` keys (every value fits) or that has no main:
-/// main blocks are then tested on their encoding (and zone maps) as an
-/// integer column is, delta chunks on their `i128` values; `None` for
-/// anything else.
-fn decimal_keys(expr: &MapExpr, test: &OrdTest, schema: &TableSchema, cols: &ShardColumns<'_>) -> Option<Node> {
-    let col = expr.as_column()?;
-    if schema.physical(col) != PhysicalType::Decimal128 {
-        return None;
-    }
-    let main = cols.column(col).main();
-    let keys = main.and_then(|m| m.keys());
-    if main.is_some() && keys.is_none() {
-        return None;
-    }
-    // Keyed values all fit `i64`: the `Int64` key test is exact on them.
-    let (key_test, null_in_list) = key_test(PhysicalType::Int64, test.clone());
-    let codes = keys.and_then(|k| k.code_test(&key_test));
-    Some(Node::Keys {
-        col,
-        physical: PhysicalType::Decimal128,
-        test: key_test,
-        null_in_list,
-        codes,
-        decimal: Some(test.clone()),
     })
 }
 
@@ -404,7 +413,14 @@ fn leaf(expr: &MapExpr, schema: &TableSchema, make: impl Fn(Ctx) -> Option<Test>
             // Computed Float32 values are f64 in their vector: compare by f64 keys.
             let test = if physical == PhysicalType::Float32 { widen_f32_test(test) } else { test };
             CompiledExpr::compile(expr, schema)?; // type-checks it
-            Ok(Prep::Expr { expr: expr.clone(), test })
+            Ok(match expr.as_column() {
+                // A column here is a decimal one (see the arm above).
+                Some(col) => {
+                    let (keys, null_in_list) = key_test(PhysicalType::Int64, test.clone());
+                    Prep::Decimal { col, test, keys, null_in_list }
+                }
+                None => Prep::Expr { expr: expr.clone(), test },
+            })
         }
     }
 }

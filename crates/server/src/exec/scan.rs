@@ -23,6 +23,7 @@ use datafusion::physical_plan::{
 use quiverdb_mapreducer::MapExpr;
 use quiverdb_mapreducer::{GatherKernel, GatherSpec};
 use quiverdb_scan::{Predicate, ScanCursor};
+use quiverdb_storage::TableSchema;
 
 use super::dml::residual_mask;
 use super::stream::{Step, stepped_stream};
@@ -133,19 +134,6 @@ impl QuiverScanExec {
         }
     }
 
-    /// The scan's filter with what quiverdb can evaluate of the dynamic
-    /// filters' current values added.
-    fn filter_now(&self) -> Option<Predicate> {
-        let inputs: Vec<Option<MapExpr>> = self.projection.iter().map(|&c| Some(MapExpr::Column(c))).collect();
-        let translator = Translator::physical(self.source.snapshot.schema(), &inputs);
-        self.dynamic.iter().filter_map(|d| translator.physical_necessary(d)).fold(self.source.filter.clone(), |f, p| {
-            Some(match f {
-                Some(f) => f.and(p),
-                None => p,
-            })
-        })
-    }
-
     /// True if DataFusion evaluates some of the scan's filters on its rows.
     pub(crate) fn has_residual(&self) -> bool {
         !self.residual.exprs.is_empty()
@@ -250,11 +238,9 @@ impl ExecutionPlan for QuiverScanExec {
         let acc = self.spec.new_acc_for(scan_limit.map_or(live, |l| l.min(live)));
         // Opened on the first poll: a hash join polls its probe side once
         // its build side is done, so its dynamic filter is then known.
-        let dynamic = (!self.dynamic.is_empty()).then(|| self.with_dynamic([]));
+        let (dynamic, projection) = (self.dynamic.clone(), self.projection.clone());
         let mut open = Some(move || {
-            if let Some(scan) = dynamic {
-                source.filter = scan.filter_now();
-            }
+            source.filter = with_dynamic_filters(source.filter, source.snapshot.schema(), &projection, &dynamic);
             ScanCursor::new(source.snapshot, source.filter, &options, kernel, acc).map_err(Error::from)
         });
         let mut cursor = None;
@@ -347,6 +333,27 @@ impl ExecutionPlan for QuiverScanExec {
             (!taken.is_empty()).then(|| Arc::new(self.with_dynamic(taken)) as Arc<dyn ExecutionPlan>);
         Ok(FilterPushdownPropagation { filters: pushed, updated_node: updated })
     }
+}
+
+/// `filter` with what quiverdb can evaluate of the current values of the
+/// dynamic filters `dynamic`, over the scan's output columns `projection`.
+fn with_dynamic_filters(
+    filter: Option<Predicate>,
+    schema: &TableSchema,
+    projection: &[usize],
+    dynamic: &[Arc<dyn PhysicalExpr>],
+) -> Option<Predicate> {
+    if dynamic.is_empty() {
+        return filter;
+    }
+    let inputs: Vec<Option<MapExpr>> = projection.iter().map(|&c| Some(MapExpr::Column(c))).collect();
+    let translator = Translator::physical(schema, &inputs);
+    dynamic.iter().filter_map(|d| translator.physical_necessary(d)).fold(filter, |f, p| {
+        Some(match f {
+            Some(f) => f.and(p),
+            None => p,
+        })
+    })
 }
 
 /// A gathered batch as output: the residual applied, the columns gathered
