@@ -7,6 +7,9 @@
 //! bounds cover deleted rows too); with deletions they are reported as
 //! inexact bounds, and with a pushed filter everything is inexact (the
 //! scan then estimates its row count: `QuiverScanExec`'s statistics).
+//! Distinct counts are always estimates, from storage's sketches
+//! ([`TableSnapshot::distinct_estimate`]; absent for columns without one),
+//! which the planner uses for the sizes of join results.
 
 use arrow_schema::DataType;
 use datafusion::common::stats::Precision;
@@ -61,8 +64,10 @@ pub(crate) fn statistics(
             };
             let null_count = if exact { Precision::Exact(nulls) } else { Precision::Inexact(nulls) };
             let boolean = *data_type == DataType::Boolean;
+            let distinct = snapshot.distinct_estimate(shards, c).map(|n| n.min(rows as u64) as usize);
             ColumnStatistics {
                 null_count,
+                distinct_count: distinct.map_or(Precision::Absent, Precision::Inexact),
                 min_value: if boolean { Precision::Absent } else { min },
                 max_value: if boolean { Precision::Absent } else { max },
                 ..ColumnStatistics::new_unknown()

@@ -15,7 +15,8 @@ use arrow_buffer::ArrowNativeType;
 
 use crate::block::{BLOCK_SIZE, WORDS};
 use crate::delta::DeltaColumnReader;
-use crate::snapshot::ShardSnapshot;
+use crate::sketch::DistinctSketch;
+use crate::snapshot::{ShardSnapshot, TableSnapshot};
 use crate::types::{KeyNative, PhysicalType};
 
 /// The smallest and largest non-null value of a column over some rows.
@@ -115,6 +116,16 @@ impl ShardSnapshot<'_> {
             });
         }
         bound
+    }
+
+    /// The distinct-value sketch of column `c` over the shard's main
+    /// rows (see [`crate::MainColumn::distinct_sketch`]); `None` when the
+    /// column's encoding has none. The delta's rows are not in it.
+    pub fn main_sketch(&self, c: usize) -> Option<&DistinctSketch> {
+        match self.main().column(c) {
+            Some(col) => col.distinct_sketch(),
+            None => Some(empty_sketch()),
+        }
     }
 
     /// Bounds and nulls of column `c` over the snapshot's delta rows.
@@ -243,4 +254,30 @@ fn chunk_range(
             bounds.map_or(ValueRange::Empty, |(lo, hi)| ValueRange::Bytes { min: lo.to_vec(), max: hi.to_vec() })
         }
     }
+}
+
+impl TableSnapshot {
+    /// The estimated number of distinct non-null values of column `c` over
+    /// the stored rows of `shards`: the shards' main sketches merged, plus
+    /// each delta row counted as a new value (deltas are small), and never
+    /// more than [`ShardSnapshot::distinct_bound`] allows. `None` when a
+    /// shard's main column keeps no sketch (plain or FSST strings, wide
+    /// decimals, nested columns).
+    pub fn distinct_estimate(&self, shards: &[usize], c: usize) -> Option<u64> {
+        let mut merged = DistinctSketch::new();
+        let (mut delta, mut bound) = (0u64, 0u64);
+        for &s in shards {
+            let shard = self.shard(s);
+            merged.merge(shard.main_sketch(c)?);
+            delta += shard.delta_len() as u64;
+            bound = bound.saturating_add(shard.distinct_bound(c));
+        }
+        Some(merged.estimate().saturating_add(delta).min(bound))
+    }
+}
+
+/// The sketch of a shard without main rows.
+fn empty_sketch() -> &'static DistinctSketch {
+    static EMPTY: std::sync::OnceLock<DistinctSketch> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(DistinctSketch::new)
 }

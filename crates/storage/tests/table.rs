@@ -565,3 +565,53 @@ fn encoded_input_is_stored_as_its_values() {
     assert!(matches!(refused, Error::TypeMismatch { .. }), "{refused}");
     assert_eq!(contents(&table.snapshot()), expected);
 }
+
+/// Distinct-value estimates against the exact counts of a reference, over
+/// shards whose main columns overlap, with rows left in the deltas.
+#[test]
+fn distinct_estimates_follow_the_values() {
+    use std::collections::BTreeSet;
+    let (_db, table) = new_table(16_384, false);
+    // k: all distinct; v: 3,000 values with nulls, spread over every
+    // shard; s: 500 dictionary strings.
+    let rows: Vec<Row> = (0..100_000i64)
+        .map(|i| Row {
+            k: i * 3,
+            v: (i % 7 != 0).then_some(((i * 7_919) % 3_000) as i32),
+            s: Some(format!("name_{:04}", i % 500)),
+        })
+        .collect();
+    table.append(&batch(&rows)).expect("append");
+    table.rebuild().expect("rebuild");
+    // Rows in the deltas: new values of v and s.
+    let extra: Vec<Row> = (0..100i64)
+        .map(|i| Row { k: 1_000_000 + i, v: Some(10_000 + i as i32), s: Some(format!("new {i}")) })
+        .collect();
+    table.append(&batch(&extra)).expect("append");
+    let all: Vec<Row> = rows.iter().chain(&extra).cloned().collect();
+    let snapshot = table.snapshot();
+    assert!(snapshot.num_shards() > 6);
+    let shards: Vec<usize> = (0..snapshot.num_shards()).collect();
+    let exact = [
+        all.iter().map(|r| r.k).collect::<BTreeSet<_>>().len(),
+        all.iter().filter_map(|r| r.v).collect::<BTreeSet<_>>().len(),
+        all.iter().filter_map(|r| r.s.clone()).collect::<BTreeSet<_>>().len(),
+    ];
+    for (c, exact) in exact.into_iter().enumerate() {
+        let estimate = snapshot.distinct_estimate(&shards, c).expect("key and dictionary columns are sketched");
+        let error = (estimate as f64 - exact as f64).abs() / exact as f64;
+        assert!(error < 0.1, "column {c}: {estimate} estimated, {exact} distinct");
+    }
+    // One shard's estimate is at most its rows.
+    let one = snapshot.distinct_estimate(&[0], 1).expect("sketched");
+    assert!(one <= snapshot.shard(0).rows() as u64 && one > 2_000, "{one}");
+    // Strings that do not fit a dictionary keep no sketch.
+    let (_db2, plain) = new_table(65_536, false);
+    let distinct: Vec<Row> =
+        (0..20_000i64).map(|i| Row { k: i, v: None, s: Some(format!("a long and distinct comment {i:08}")) }).collect();
+    plain.append(&batch(&distinct)).expect("append");
+    plain.rebuild().expect("rebuild");
+    let snapshot = plain.snapshot();
+    assert_eq!(snapshot.distinct_estimate(&[0], 1), Some(0), "an all-null column has no values");
+    assert_eq!(snapshot.distinct_estimate(&[0], 2), None, "{:?}", plain.memory_usage().columns[2].dominant_encoding());
+}

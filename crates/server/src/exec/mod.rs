@@ -26,6 +26,7 @@ pub(crate) use aggregate::AggregateOutputMode;
 pub use aggregate::QuiverAggregateExec;
 pub use dml::DmlExec;
 pub(crate) use dml::{DmlFilter, DmlOp, Incoming, UpdateStep};
+pub(crate) use scan::ESTIMATE_BLOCKS;
 pub use scan::QuiverScanExec;
 pub(crate) use scan::Residual;
 pub use topk::QuiverTopKExec;

@@ -34,7 +34,7 @@ use crate::translate::Translator;
 
 /// Main blocks (1,024 rows each) that a filtered scan's row estimate
 /// evaluates per partition (see [`quiverdb_scan::estimate_matches`]).
-const ESTIMATE_BLOCKS: usize = 16;
+pub(crate) const ESTIMATE_BLOCKS: usize = 16;
 
 /// Filters handed to a scan that quiverdb cannot evaluate exactly, run by
 /// DataFusion on the gathered rows. DataFusion may rewrite a filter it was
@@ -199,6 +199,12 @@ impl QuiverScanExec {
             }
             if let Some(l) = self.limit {
                 s.num_rows = s.num_rows.min(&datafusion::common::stats::Precision::Inexact(l));
+            }
+            // A column has no more distinct values than the rows that pass.
+            if !matches!(s.num_rows, datafusion::common::stats::Precision::Exact(_)) {
+                for c in &mut s.column_statistics {
+                    c.distinct_count = c.distinct_count.min(&s.num_rows.to_inexact());
+                }
             }
             Arc::new(s)
         });
@@ -448,5 +454,37 @@ mod tests {
         let pruned = scan_metric(&plan, "probe", "blocks_pruned");
         assert!(pruned >= 190, "{pruned} blocks pruned");
         assert_eq!(scan_metric(&plan, "probe", "rows_selected"), 3);
+    }
+
+    #[tokio::test]
+    async fn statistics_estimate_distinct_values() {
+        use datafusion::common::stats::Precision;
+        let db = Database::new();
+        // 100,000 rows in 1,000 distinct keys, in several shards.
+        table(&db, "t", (0..100_000).map(|i| (i * 7_919) % 1_000));
+        let ctx =
+            crate::session_context_with(&db, SessionOptions { target_partitions: 2, ..SessionOptions::default() });
+        let distinct = |sql: &'static str| {
+            let ctx = ctx.clone();
+            async move {
+                let plan = ctx.sql(sql).await.expect("plans").create_physical_plan().await.expect("plans");
+                fn scan(plan: &Arc<dyn ExecutionPlan>) -> Option<&QuiverScanExec> {
+                    plan.downcast_ref::<QuiverScanExec>().or_else(|| plan.children().into_iter().find_map(scan))
+                }
+                let stats = datafusion::physical_plan::statistics::StatisticsContext::new()
+                    .compute(scan(&plan).expect("a scan"), &Default::default())
+                    .expect("statistics");
+                (stats.num_rows, stats.column_statistics[0].distinct_count)
+            }
+        };
+        let (rows, keys) = distinct("SELECT k FROM t").await;
+        assert_eq!(rows, Precision::Exact(100_000));
+        let Precision::Inexact(n) = keys else { panic!("an estimate: {keys:?}") };
+        assert!((900..=1_100).contains(&n), "{n} for 1,000 keys");
+        // A filter passing ~2 % of the rows: no more distinct keys than rows.
+        let (rows, keys) = distinct("SELECT k FROM t WHERE k < 20").await;
+        let Precision::Inexact(rows) = rows else { panic!("estimated rows: {rows:?}") };
+        let Precision::Inexact(n) = keys else { panic!("an estimate: {keys:?}") };
+        assert!(n <= rows && rows < 10_000, "{n} keys in {rows} rows");
     }
 }

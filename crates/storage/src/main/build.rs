@@ -77,7 +77,15 @@ impl MainColumn {
             let nested = super::column::Nested::build(array, force)?;
             let zones = super::nested::zones(array.len(), validity.as_ref());
             let encoding = std::sync::Arc::new(Encoding::Nested(nested));
-            return Ok(Self { data_type, physical, len: array.len(), encoding, validity, zones: zones.into() });
+            return Ok(Self {
+                data_type,
+                physical,
+                len: array.len(),
+                encoding,
+                validity,
+                zones: zones.into(),
+                sketch: std::sync::OnceLock::new(),
+            });
         }
         let rows;
         let array = if crate::row_encoded::is_row_encoded(&data_type) {
@@ -89,7 +97,15 @@ impl MainColumn {
         let values = raw_values(array, physical);
         let len = values.len();
         let (encoding, zones) = encode(values, validity.as_ref(), force, zero_key(physical))?;
-        Ok(Self { data_type, physical, len, encoding: std::sync::Arc::new(encoding), validity, zones: zones.into() })
+        Ok(Self {
+            data_type,
+            physical,
+            len,
+            encoding: std::sync::Arc::new(encoding),
+            validity,
+            zones: zones.into(),
+            sketch: std::sync::OnceLock::new(),
+        })
     }
 }
 

@@ -5,7 +5,7 @@
 //! defined together.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow_buffer::NullBuffer;
 use arrow_schema::DataType;
@@ -16,6 +16,7 @@ use super::kind::EncodingKind;
 use super::strings::{StrDict, StrPlain};
 use super::zone::Zone;
 use crate::block::BLOCK_SIZE;
+use crate::sketch::DistinctSketch;
 use crate::types::PhysicalType;
 
 /// One immutable, encoded column of a shard's main storage.
@@ -29,6 +30,8 @@ pub struct MainColumn {
     pub(super) encoding: Arc<Encoding>,
     pub(super) validity: Option<NullBuffer>,
     pub(super) zones: Box<[Zone]>,
+    /// The distinct-value sketch, built on first use.
+    pub(super) sketch: OnceLock<Option<DistinctSketch>>,
 }
 
 impl MainColumn {
@@ -49,7 +52,7 @@ impl MainColumn {
         debug_assert_eq!(PhysicalType::of(&data_type), Some(physical));
         debug_assert_eq!(zones.len(), len.div_ceil(BLOCK_SIZE));
         debug_assert!(validity.as_ref().is_none_or(|v| v.len() == len && v.null_count() > 0));
-        Self { data_type, physical, len, encoding: Arc::new(encoding), validity, zones }
+        Self { data_type, physical, len, encoding: Arc::new(encoding), validity, zones, sketch: OnceLock::new() }
     }
 
     /// The Arrow type decodes produce.
@@ -135,6 +138,39 @@ impl MainColumn {
         let min = self.zones.iter().filter(|z| !z.all_null()).map(|z| z.min).min()?;
         let max = self.zones.iter().filter(|z| !z.all_null()).map(|z| z.max).max()?;
         Some((min, max))
+    }
+
+    /// A sketch of the column's distinct non-null values, built on first
+    /// use from what the encoding holds: a dictionary's entries, or every
+    /// key of the other key encodings. `None` for encodings whose values
+    /// would each be hashed at full width (plain and FSST strings, wide
+    /// decimals, nested columns): their distinct values are not estimated.
+    pub fn distinct_sketch(&self) -> Option<&DistinctSketch> {
+        self.sketch.get_or_init(|| self.build_sketch()).as_ref()
+    }
+
+    fn build_sketch(&self) -> Option<DistinctSketch> {
+        let mut sketch = DistinctSketch::new();
+        if self.null_count() == self.len {
+            return Some(sketch);
+        }
+        // Null slots hold a neighbour's key (see `build::fill_nulls`):
+        // adding it again changes nothing.
+        match self.encoding.as_ref() {
+            Encoding::Keys(KeyEncoding::Constant { key, .. }) => sketch.add_key(*key),
+            Encoding::Keys(KeyEncoding::Dict(d)) => d.values().iter().for_each(|&k| sketch.add_key(k)),
+            Encoding::Keys(keys) => {
+                let mut block = [0u64; BLOCK_SIZE];
+                for b in 0..self.num_blocks() {
+                    keys.decode_block(b, &mut block);
+                    let n = (self.len - b * BLOCK_SIZE).min(BLOCK_SIZE);
+                    block[..n].iter().for_each(|&k| sketch.add_key(k));
+                }
+            }
+            Encoding::StrDict(d) => (0..d.dict_len()).for_each(|code| sketch.add_bytes(d.dict_value(code))),
+            Encoding::Wide(_) | Encoding::StrPlain(_) | Encoding::StrFsst(_) | Encoding::Nested(_) => return None,
+        }
+        Some(sketch)
     }
 
     /// Heap bytes used: values, validity and zone maps.
