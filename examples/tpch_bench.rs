@@ -37,6 +37,9 @@
 //! each table in turn so that only the compressed tables stay in memory
 //! (at `--sf 10` the uncompressed batches `MemTable` holds, 18 GB, and
 //! quiverdb's copy do not fit this machine's 24 GiB together).
+//! `--export DIR` writes the generated tables as Parquet files and the
+//! queries (as run here) as `qNN.sql` files into `DIR`, and stops: what
+//! `benches/tpch_duckdb.py` runs through quiverdb's server and DuckDB.
 
 #[path = "common/seed.rs"]
 mod seed;
@@ -242,6 +245,18 @@ async fn main() -> Result<(), BoxError> {
         (1..=22).filter(|&n| only.is_none_or(|o| o == n)).map(|n| tpch::query(n, sf)).collect::<Result<Vec<_>, _>>()?;
 
     let with_memtable = seed::flag(&flags, "memtable", 1)? != 0;
+    if let Some((_, dir)) = flags.iter().find(|(n, _)| n == "export") {
+        let start = Instant::now();
+        let threads = std::thread::available_parallelism().map_or(2, usize::from);
+        let tables = tpch::generate(sf, seed::BATCH_ROWS, threads);
+        tpch::export(std::path::Path::new(dir), &tables, &to_run)?;
+        eprintln!(
+            "wrote TPC-H SF {sf} and {} queries to {dir} in {:.1} s",
+            to_run.len(),
+            start.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
 
     let db = Database::new();
     let (tables, generate_s, quiverdb_load_s) = if with_memtable {

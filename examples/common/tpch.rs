@@ -250,3 +250,25 @@ pub(crate) fn generate_into(db: &Database, sf: f64, batch_rows: usize) -> Result
     }
     Ok(rows)
 }
+
+/// Writes each table to `dir/<table>.parquet` and each query to
+/// `dir/qNN.sql` (its statements, each ending in `;`), for other systems
+/// to load and run the same rows and texts (`benches/tpch_duckdb.py`).
+pub(crate) fn export(dir: &std::path::Path, tables: &[Table], queries: &[TpchQuery]) -> Result<(), BoxError> {
+    std::fs::create_dir_all(dir)?;
+    for table in tables {
+        let Some(first) = table.batches.first() else { continue };
+        let file = std::fs::File::create(dir.join(format!("{}.parquet", table.name)))?;
+        let mut writer = parquet::arrow::ArrowWriter::try_new(file, first.schema(), None)?;
+        for batch in &table.batches {
+            writer.write(batch)?;
+        }
+        writer.close()?;
+    }
+    for q in queries {
+        let statements: Vec<&String> = q.setup.iter().chain([&q.select]).chain(&q.teardown).collect();
+        let text: String = statements.iter().map(|s| format!("{s};\n")).collect();
+        std::fs::write(dir.join(format!("{}.sql", q.name)), text)?;
+    }
+    Ok(())
+}

@@ -423,15 +423,21 @@ fn push_aggregate_of(
             agg.group_expr().expr().iter().map(|(e, name)| format!("{e} as {name}")).collect::<Vec<_>>().join(", ")
         ));
     }
-    let exec: Arc<dyn ExecutionPlan> = Arc::new(QuiverAggregateExec::new(
-        folded.source(),
-        Arc::new(spec),
-        mode,
-        groups_for(&folded, if whole { 1 } else { top.properties().partitioning.partition_count() }),
-        threads,
-        text.join(", "),
-        Arc::clone(&schema),
-    ));
+    // The scan's dynamic filters (on the group keys, pushed through the
+    // aggregates this replaces) stay with the rows they filter.
+    let scan_columns = folded.scan.projection().iter().map(|&c| Some(MapExpr::Column(c))).collect();
+    let exec: Arc<dyn ExecutionPlan> = Arc::new(
+        QuiverAggregateExec::new(
+            folded.source(),
+            Arc::new(spec),
+            mode,
+            groups_for(&folded, if whole { 1 } else { top.properties().partitioning.partition_count() }),
+            threads,
+            text.join(", "),
+            Arc::clone(&schema),
+        )
+        .with_scan_dynamic_filters(folded.scan.dynamic_filters().to_vec(), scan_columns),
+    );
     // A SinglePartitioned or FinalPartitioned aggregate's output is
     // hash-partitioned on its keys; keep that promise for the plan above,
     // if anything there depends on it.

@@ -11,13 +11,15 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
-use quiverdb_mapreducer::{AggFunc, AggregateKernel, AggregateSpec, MemoryBudget};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties,
+};
+use quiverdb_mapreducer::{AggFunc, AggregateKernel, AggregateSpec, MapExpr, MemoryBudget};
 use quiverdb_scan::scan_counted;
 use quiverdb_storage::TableSchema;
 
 use super::stream::once_stream;
-use super::{ScanMetrics, ScanSource, leaf_plan, write_shards};
+use super::{ScanMetrics, ScanSource, leaf_plan, with_dynamic_filters, write_shards};
 use crate::error::Error;
 
 /// A [`MemoryBudget`] drawn from DataFusion's memory pool (released when
@@ -61,6 +63,13 @@ pub struct QuiverAggregateExec {
     properties: Arc<PlanProperties>,
     /// What the partitions did, for `EXPLAIN ANALYZE`.
     metrics: ExecutionPlanMetricsSet,
+    /// The dynamic filters the scan this aggregation replaced had taken
+    /// (a hash join's build keys, pushed through the final aggregate and
+    /// the partial one onto the group keys), over the scan's output
+    /// columns `dynamic_inputs`: a partition evaluates them when it
+    /// starts, so only rows of groups that can join are aggregated.
+    dynamic: Vec<Arc<dyn PhysicalExpr>>,
+    dynamic_inputs: Vec<Option<MapExpr>>,
 }
 
 impl QuiverAggregateExec {
@@ -97,7 +106,21 @@ impl QuiverAggregateExec {
             text,
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
+            dynamic: Vec::new(),
+            dynamic_inputs: Vec::new(),
         }
+    }
+
+    /// The aggregation with the dynamic filters `dynamic` of the scan it
+    /// replaces, whose output columns are `inputs`.
+    pub(crate) fn with_scan_dynamic_filters(
+        mut self,
+        dynamic: Vec<Arc<dyn PhysicalExpr>>,
+        inputs: Vec<Option<MapExpr>>,
+    ) -> Self {
+        self.dynamic = dynamic;
+        self.dynamic_inputs = inputs;
+        self
     }
 
     /// The types of the columns this aggregation emits in `mode`.
@@ -131,6 +154,10 @@ impl DisplayAs for QuiverAggregateExec {
         };
         write!(f, "QuiverAggregateExec: mode={mode}, {}, ", self.text)?;
         self.source.fmt_as(f)?;
+        if !self.dynamic.is_empty() {
+            let shown: Vec<String> = self.dynamic.iter().map(|d| d.to_string()).collect();
+            write!(f, ", dynamic_filters=[{}]", shown.join(", "))?;
+        }
         write_shards(f, &self.groups, self.source.snapshot.num_shards())
     }
 }
@@ -144,14 +171,15 @@ impl ExecutionPlan for QuiverAggregateExec {
         &self.properties
     }
 
-    leaf_plan!();
+    leaf_plan!(expressions = dynamic);
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let shards =
             self.groups.get(partition).cloned().ok_or_else(|| {
                 DataFusionError::Internal(format!("QuiverAggregateExec has no partition {partition}"))
             })?;
-        let source = self.source.clone();
+        let mut source = self.source.clone();
+        let (dynamic, inputs) = (self.dynamic.clone(), self.dynamic_inputs.clone());
         // The groups the scan gathers count against the query's memory
         // limit, as DataFusion's own aggregates do.
         let reservation =
@@ -164,6 +192,9 @@ impl ExecutionPlan for QuiverAggregateExec {
         Ok(once_stream(Arc::clone(&schema), move || {
             let elapsed = metrics.baseline.elapsed_compute().clone();
             let _timer = elapsed.timer();
+            // Run on the first poll: a hash join polls its probe side once
+            // its build side is done, so its dynamic filter is then known.
+            source.filter = with_dynamic_filters(source.filter, source.snapshot.schema(), &inputs, &dynamic);
             let options = source.options(Some(&shards), None, threads);
             let (acc, counts) = scan_counted(
                 &source.snapshot,
@@ -195,6 +226,8 @@ impl ExecutionPlan for QuiverAggregateExec {
 mod tests {
     use std::sync::Arc;
 
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
     use arrow_array::{Int64Array, RecordBatch, StringArray};
     use arrow_schema::{DataType, Field, Schema};
     use datafusion::error::DataFusionError;
@@ -265,5 +298,63 @@ mod tests {
         assert_eq!(count("blocks_pruned"), 0);
         assert!(count("shards_scanned") >= 1);
         assert_eq!(metrics.output_rows(), Some(3));
+    }
+
+    #[tokio::test]
+    async fn a_hash_joins_keys_narrow_the_groups_aggregated() {
+        use std::collections::BTreeMap;
+        let db = Database::new();
+        // 300,000 rows in 100,000 groups of `g`, three rows each.
+        let schema =
+            Schema::new(vec![Field::new("g", DataType::Int64, false), Field::new("v", DataType::Int64, false)]);
+        let big = db.create_table("big", &schema, TableOptions::default()).expect("create");
+        let n = 300_000i64;
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from_iter_values((0..n).map(|i| (i * 7_919) % 100_000))),
+                Arc::new(Int64Array::from_iter_values(0..n)),
+            ],
+        )
+        .expect("batch");
+        big.append(&batch).expect("append");
+        big.rebuild().expect("rebuild");
+        let schema = Schema::new(vec![Field::new("k", DataType::Int64, false)]);
+        let small = db.create_table("small", &schema, TableOptions::default()).expect("create");
+        let keys =
+            RecordBatch::try_new(Arc::new(schema), vec![Arc::new(Int64Array::from(vec![5, 50_000, 99_999, -1]))])
+                .expect("batch");
+        small.append(&keys).expect("append");
+        let ctx =
+            crate::session_context_with(&db, SessionOptions { target_partitions: 2, ..SessionOptions::default() });
+        let sql =
+            "SELECT s.k, a.total FROM small s JOIN (SELECT g, SUM(v) AS total FROM big GROUP BY g) a ON s.k = a.g";
+        let plan = ctx.sql(sql).await.expect("plans").create_physical_plan().await.expect("plans");
+        let out = datafusion::physical_plan::collect(Arc::clone(&plan), ctx.task_ctx()).await.expect("runs");
+        let mut got = BTreeMap::new();
+        for b in &out {
+            let (k, total) = (b.column(0).as_primitive::<Int64Type>(), b.column(1).as_primitive::<Int64Type>());
+            for r in 0..b.num_rows() {
+                got.insert(k.value(r), total.value(r));
+            }
+        }
+        let mut expected = BTreeMap::new();
+        for i in 0..n {
+            let g = (i * 7_919) % 100_000;
+            if [5, 50_000, 99_999].contains(&g) {
+                *expected.entry(g).or_insert(0) += i;
+            }
+        }
+        assert_eq!(got, expected);
+        fn find(plan: &Arc<dyn ExecutionPlan>) -> Option<&QuiverAggregateExec> {
+            plan.downcast_ref::<QuiverAggregateExec>().or_else(|| plan.children().into_iter().find_map(find))
+        }
+        let text = displayable(plan.as_ref()).indent(false).to_string();
+        let agg = find(&plan).unwrap_or_else(|| panic!("the partial aggregate runs in the scan:\n{text}"));
+        assert!(text.contains("dynamic_filters=["), "{text}");
+        // Only the rows of the three keys that join were aggregated.
+        let metrics = agg.metrics().expect("metrics");
+        let selected = metrics.sum_by_name("rows_selected").map_or(0, |v| v.as_usize());
+        assert_eq!(selected, 9, "{text}");
     }
 }

@@ -17,10 +17,19 @@ mod stream;
 mod topk;
 
 use std::fmt;
+use std::sync::Arc;
 
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+};
 use datafusion::physical_plan::metrics::{BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder};
+use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
+use quiverdb_mapreducer::MapExpr;
 use quiverdb_scan::{Predicate, ScanCounts, ScanOptions};
-use quiverdb_storage::TableSnapshot;
+use quiverdb_storage::{TableSchema, TableSnapshot};
+
+use crate::translate::Translator;
 
 pub(crate) use aggregate::AggregateOutputMode;
 pub use aggregate::QuiverAggregateExec;
@@ -219,6 +228,51 @@ macro_rules! leaf_plan {
     };
 }
 pub(crate) use leaf_plan;
+
+/// `filter` with what quiverdb can evaluate of the current values of the
+/// dynamic filters `dynamic`, whose columns are a plan's output columns,
+/// `inputs[i]` the map expression of output column `i` (`None`: not a
+/// function of the table's columns, as an aggregate's values).
+pub(crate) fn with_dynamic_filters(
+    filter: Option<Predicate>,
+    schema: &TableSchema,
+    inputs: &[Option<MapExpr>],
+    dynamic: &[Arc<dyn PhysicalExpr>],
+) -> Option<Predicate> {
+    if dynamic.is_empty() {
+        return filter;
+    }
+    let translator = Translator::physical(schema, inputs);
+    dynamic.iter().filter_map(|d| translator.physical_necessary(d)).fold(filter, |f, p| {
+        Some(match f {
+            Some(f) => f.and(p),
+            None => p,
+        })
+    })
+}
+
+/// The answer of a leaf that takes the dynamic filters (a hash join's
+/// build keys, a TopK's bound) pushed to it after planning, if `accepts`:
+/// `with` makes the leaf with the filters taken added. Other filters stay
+/// where they are. A dynamic filter only narrows what its producer reads
+/// (the join still joins, the TopK still sorts), so a leaf evaluating a
+/// necessary condition of it, or none, is always correct.
+pub(crate) fn take_dynamic_filters(
+    phase: FilterPushdownPhase,
+    child_pushdown_result: ChildPushdownResult,
+    accepts: bool,
+    with: impl FnOnce(Vec<Arc<dyn PhysicalExpr>>) -> Arc<dyn ExecutionPlan>,
+) -> FilterPushdownPropagation<Arc<dyn ExecutionPlan>> {
+    let filters: Vec<Arc<dyn PhysicalExpr>> =
+        child_pushdown_result.parent_filters.into_iter().map(|f| f.filter).collect();
+    let take = |f: &Arc<dyn PhysicalExpr>| {
+        phase == FilterPushdownPhase::Post && accepts && f.downcast_ref::<DynamicFilterPhysicalExpr>().is_some()
+    };
+    let pushed = filters.iter().map(|f| if take(f) { PushedDown::Yes } else { PushedDown::No }).collect();
+    let taken: Vec<Arc<dyn PhysicalExpr>> = filters.iter().filter(|f| take(f)).cloned().collect();
+    let updated = (!taken.is_empty()).then(|| with(taken));
+    FilterPushdownPropagation { filters: pushed, updated_node: updated }
+}
 
 /// `, shards=N` for a plan whose `groups` hold every shard of its
 /// snapshot, `, shards=K of N` for one whose zone maps ruled some out at

@@ -11,26 +11,23 @@ use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::filter_pushdown::{
-    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
-};
+use datafusion::physical_plan::filter_pushdown::{ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties, StatisticsArgs,
 };
 use quiverdb_mapreducer::MapExpr;
 use quiverdb_mapreducer::{GatherKernel, GatherSpec};
-use quiverdb_scan::{Predicate, ScanCursor};
-use quiverdb_storage::TableSchema;
+use quiverdb_scan::ScanCursor;
 
 use super::dml::residual_mask;
 use super::stream::{Step, stepped_stream};
-use super::{ScanMetrics, ScanSource, leaf_plan, shard_groups, write_shards};
+use super::{
+    ScanMetrics, ScanSource, leaf_plan, shard_groups, take_dynamic_filters, with_dynamic_filters, write_shards,
+};
 use crate::error::Error;
 use crate::stats::statistics;
-use crate::translate::Translator;
 
 /// Main blocks (1,024 rows each) that a filtered scan's row estimate
 /// evaluates per partition (see [`quiverdb_scan::estimate_matches`]).
@@ -132,6 +129,11 @@ impl QuiverScanExec {
             dynamic: self.dynamic.iter().cloned().chain(more).collect(),
             metrics: ExecutionPlanMetricsSet::new(),
         }
+    }
+
+    /// The dynamic filters the scan took, over its output columns.
+    pub(crate) fn dynamic_filters(&self) -> &[Arc<dyn PhysicalExpr>] {
+        &self.dynamic
     }
 
     /// True if DataFusion evaluates some of the scan's filters on its rows.
@@ -246,7 +248,8 @@ impl ExecutionPlan for QuiverScanExec {
         // its build side is done, so its dynamic filter is then known.
         let (dynamic, projection) = (self.dynamic.clone(), self.projection.clone());
         let mut open = Some(move || {
-            source.filter = with_dynamic_filters(source.filter, source.snapshot.schema(), &projection, &dynamic);
+            let inputs: Vec<Option<MapExpr>> = projection.iter().map(|&c| Some(MapExpr::Column(c))).collect();
+            source.filter = with_dynamic_filters(source.filter, source.snapshot.schema(), &inputs, &dynamic);
             ScanCursor::new(source.snapshot, source.filter, &options, kernel, acc).map_err(Error::from)
         });
         let mut cursor = None;
@@ -326,40 +329,10 @@ impl ExecutionPlan for QuiverScanExec {
         child_pushdown_result: ChildPushdownResult,
         _config: &ConfigOptions,
     ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
-        let filters: Vec<Arc<dyn PhysicalExpr>> =
-            child_pushdown_result.parent_filters.into_iter().map(|f| f.filter).collect();
-        let take = |f: &Arc<dyn PhysicalExpr>| {
-            phase == FilterPushdownPhase::Post
-                && self.limit.is_none()
-                && f.downcast_ref::<DynamicFilterPhysicalExpr>().is_some()
-        };
-        let pushed = filters.iter().map(|f| if take(f) { PushedDown::Yes } else { PushedDown::No }).collect();
-        let taken: Vec<Arc<dyn PhysicalExpr>> = filters.iter().filter(|f| take(f)).cloned().collect();
-        let updated: Option<Arc<dyn ExecutionPlan>> =
-            (!taken.is_empty()).then(|| Arc::new(self.with_dynamic(taken)) as Arc<dyn ExecutionPlan>);
-        Ok(FilterPushdownPropagation { filters: pushed, updated_node: updated })
+        Ok(take_dynamic_filters(phase, child_pushdown_result, self.limit.is_none(), |taken| {
+            Arc::new(self.with_dynamic(taken))
+        }))
     }
-}
-
-/// `filter` with what quiverdb can evaluate of the current values of the
-/// dynamic filters `dynamic`, over the scan's output columns `projection`.
-fn with_dynamic_filters(
-    filter: Option<Predicate>,
-    schema: &TableSchema,
-    projection: &[usize],
-    dynamic: &[Arc<dyn PhysicalExpr>],
-) -> Option<Predicate> {
-    if dynamic.is_empty() {
-        return filter;
-    }
-    let inputs: Vec<Option<MapExpr>> = projection.iter().map(|&c| Some(MapExpr::Column(c))).collect();
-    let translator = Translator::physical(schema, &inputs);
-    dynamic.iter().filter_map(|d| translator.physical_necessary(d)).fold(filter, |f, p| {
-        Some(match f {
-            Some(f) => f.and(p),
-            None => p,
-        })
-    })
 }
 
 /// A gathered batch as output: the residual applied, the columns gathered
