@@ -263,8 +263,18 @@ mod tests {
             &db,
             SessionOptions { memory_limit: Some(4 << 20), target_partitions: 2, ..SessionOptions::default() },
         );
-        let plan = limited.sql(sql).await.expect("plans").create_physical_plan().await.expect("plans");
-        let text = displayable(plan.as_ref()).indent(false).to_string();
+        // One group per row is left to DataFusion's partial aggregate
+        // (see `rules::reduces`) unless skipping partial aggregation is
+        // off, as a ratio above 1 makes it: then the scan aggregates.
+        let unskipped = "SET datafusion.execution.skip_partial_aggregation_probe_ratio_threshold = 2.0";
+        let text = |ctx: datafusion::prelude::SessionContext| async move {
+            let plan = ctx.sql(sql).await.expect("plans").create_physical_plan().await.expect("plans");
+            displayable(plan.as_ref()).indent(false).to_string()
+        };
+        let skipped = text(limited.clone()).await;
+        assert!(!skipped.contains("QuiverAggregateExec"), "DataFusion aggregates:\n{skipped}");
+        limited.sql(unskipped).await.expect("sets");
+        let text = text(limited.clone()).await;
         assert!(text.contains("QuiverAggregateExec"), "the scan aggregates:\n{text}");
         let e = limited.sql(sql).await.expect("plans").collect().await.expect_err("200,000 groups in 4 MiB");
         assert!(matches!(e.find_root(), DataFusionError::ResourcesExhausted(_)), "{e}");
