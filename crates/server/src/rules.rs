@@ -225,16 +225,10 @@ fn push_aggregate(
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     match agg.mode() {
         AggregateMode::Partial => {
-            if !agg.group_expr().is_empty()
-                && let Some(folded) = fold(agg.input(), false)
-                && !reduces(&folded, agg, skip_ratio)
-            {
-                return Ok(None);
-            }
-            push_aggregate_of(agg, agg, AggregateOutputMode::States, false, threads, free)
+            push_aggregate_of(agg, agg, AggregateOutputMode::States, false, threads, Some(skip_ratio), free)
         }
         AggregateMode::Single | AggregateMode::SinglePartitioned => {
-            push_aggregate_of(agg, agg, AggregateOutputMode::Final, true, threads, free)
+            push_aggregate_of(agg, agg, AggregateOutputMode::Final, true, threads, None, free)
         }
         AggregateMode::Final | AggregateMode::FinalPartitioned => match partial_below(agg.input()) {
             Some(partial)
@@ -243,7 +237,7 @@ fn push_aggregate(
                     && partial.aggr_expr().len() == agg.aggr_expr().len()
                     && agg.limit_options().is_none() =>
             {
-                push_aggregate_of(agg, partial, AggregateOutputMode::Final, true, threads, free)
+                push_aggregate_of(agg, partial, AggregateOutputMode::Final, true, threads, None, free)
             }
             _ => Ok(None),
         },
@@ -345,13 +339,15 @@ fn partial_below(plan: &Arc<dyn ExecutionPlan>) -> Option<&AggregateExec> {
 }
 
 /// [`push_aggregate`] of `top`, whose input, groups and aggregates are
-/// those of `agg` (`top` itself, or the partial aggregate under it).
+/// those of `agg` (`top` itself, or the partial aggregate under it). With
+/// `skip_ratio`, a grouped `agg` is pushed only if it [`reduces`] its rows.
 fn push_aggregate_of(
     top: &AggregateExec,
     agg: &AggregateExec,
     mode: AggregateOutputMode,
     hash_ok: bool,
     threads: usize,
+    skip_ratio: Option<f64>,
     free: bool,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     if agg.group_expr().has_grouping_set()
@@ -361,6 +357,12 @@ fn push_aggregate_of(
         return Ok(None);
     }
     let Some(folded) = fold(agg.input(), hash_ok) else { return Ok(None) };
+    if let Some(ratio) = skip_ratio
+        && !agg.group_expr().is_empty()
+        && !reduces(&folded, agg, ratio)
+    {
+        return Ok(None);
+    }
     let t = folded.translator();
     let Some(keys) = agg.group_expr().expr().iter().map(|(e, _)| t.physical_map(e)).collect::<Option<Vec<_>>>() else {
         return Ok(None);

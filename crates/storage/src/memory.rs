@@ -28,7 +28,7 @@ pub struct ColumnMemory {
     pub main_bytes: usize,
     /// Dictionary values of dictionary-encoded shards.
     pub dictionary_bytes: usize,
-    /// Zone maps.
+    /// Zone maps and distinct-value sketches (the main columns' statistics).
     pub zone_map_bytes: usize,
     /// Validity bitmaps of main storage.
     pub validity_bytes: usize,

@@ -8,10 +8,11 @@
 //!   merge: register-wise max     estimate: harmonic mean, linear counting when small
 //! ```
 //!
-//! A main column's sketch is built on first use (see
-//! [`crate::MainColumn::distinct_sketch`]) from what its encoding already
-//! holds: a dictionary's entries (each distinct value once), or every key
-//! of the other key encodings. Adding a value twice changes nothing, so
+//! A main column's sketch is built with the column, by a rebuild or when
+//! a checkpoint is read, so no query waits for it (see
+//! [`crate::MainColumn::distinct_sketch`]). It is built from what the
+//! encoding already holds: a dictionary's entries (each distinct value
+//! once), or every key of the other key encodings. Adding a value twice changes nothing, so
 //! null slots (which hold a neighbour's key) and repeated values cost no
 //! accuracy. The standard error is about 1.04 / √1024 ≈ 3.3 %.
 

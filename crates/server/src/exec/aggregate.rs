@@ -19,7 +19,7 @@ use quiverdb_scan::scan_counted;
 use quiverdb_storage::TableSchema;
 
 use super::stream::once_stream;
-use super::{ScanMetrics, ScanSource, leaf_plan, with_dynamic_filters, write_shards};
+use super::{ScanMetrics, ScanSource, leaf_plan, with_dynamic_filters, write_dynamic_filters, write_shards};
 use crate::error::Error;
 
 /// A [`MemoryBudget`] drawn from DataFusion's memory pool (released when
@@ -154,10 +154,7 @@ impl DisplayAs for QuiverAggregateExec {
         };
         write!(f, "QuiverAggregateExec: mode={mode}, {}, ", self.text)?;
         self.source.fmt_as(f)?;
-        if !self.dynamic.is_empty() {
-            let shown: Vec<String> = self.dynamic.iter().map(|d| d.to_string()).collect();
-            write!(f, ", dynamic_filters=[{}]", shown.join(", "))?;
-        }
+        write_dynamic_filters(f, &self.dynamic)?;
         write_shards(f, &self.groups, self.source.snapshot.num_shards())
     }
 }

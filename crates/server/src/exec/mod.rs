@@ -19,12 +19,8 @@ mod topk;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
-use datafusion::physical_plan::filter_pushdown::{
-    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
-};
+use datafusion::physical_plan::PhysicalExpr;
 use datafusion::physical_plan::metrics::{BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder};
-use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 use quiverdb_mapreducer::MapExpr;
 use quiverdb_scan::{Predicate, ScanCounts, ScanOptions};
 use quiverdb_storage::{TableSchema, TableSnapshot};
@@ -251,27 +247,13 @@ pub(crate) fn with_dynamic_filters(
     })
 }
 
-/// The answer of a leaf that takes the dynamic filters (a hash join's
-/// build keys, a TopK's bound) pushed to it after planning, if `accepts`:
-/// `with` makes the leaf with the filters taken added. Other filters stay
-/// where they are. A dynamic filter only narrows what its producer reads
-/// (the join still joins, the TopK still sorts), so a leaf evaluating a
-/// necessary condition of it, or none, is always correct.
-pub(crate) fn take_dynamic_filters(
-    phase: FilterPushdownPhase,
-    child_pushdown_result: ChildPushdownResult,
-    accepts: bool,
-    with: impl FnOnce(Vec<Arc<dyn PhysicalExpr>>) -> Arc<dyn ExecutionPlan>,
-) -> FilterPushdownPropagation<Arc<dyn ExecutionPlan>> {
-    let filters: Vec<Arc<dyn PhysicalExpr>> =
-        child_pushdown_result.parent_filters.into_iter().map(|f| f.filter).collect();
-    let take = |f: &Arc<dyn PhysicalExpr>| {
-        phase == FilterPushdownPhase::Post && accepts && f.downcast_ref::<DynamicFilterPhysicalExpr>().is_some()
-    };
-    let pushed = filters.iter().map(|f| if take(f) { PushedDown::Yes } else { PushedDown::No }).collect();
-    let taken: Vec<Arc<dyn PhysicalExpr>> = filters.iter().filter(|f| take(f)).cloned().collect();
-    let updated = (!taken.is_empty()).then(|| with(taken));
-    FilterPushdownPropagation { filters: pushed, updated_node: updated }
+/// `, dynamic_filters=[…]` for a plan holding dynamic filters.
+pub(crate) fn write_dynamic_filters(f: &mut fmt::Formatter<'_>, dynamic: &[Arc<dyn PhysicalExpr>]) -> fmt::Result {
+    if dynamic.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = dynamic.iter().map(|d| d.to_string()).collect();
+    write!(f, ", dynamic_filters=[{}]", shown.join(", "))
 }
 
 /// `, shards=N` for a plan whose `groups` hold every shard of its

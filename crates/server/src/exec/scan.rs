@@ -11,8 +11,11 @@ use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::filter_pushdown::{ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation};
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PhysicalExpr, PlanProperties, StatisticsArgs,
@@ -24,7 +27,7 @@ use quiverdb_scan::ScanCursor;
 use super::dml::residual_mask;
 use super::stream::{Step, stepped_stream};
 use super::{
-    ScanMetrics, ScanSource, leaf_plan, shard_groups, take_dynamic_filters, with_dynamic_filters, write_shards,
+    ScanMetrics, ScanSource, leaf_plan, shard_groups, with_dynamic_filters, write_dynamic_filters, write_shards,
 };
 use crate::error::Error;
 use crate::stats::statistics;
@@ -177,10 +180,7 @@ impl DisplayAs for QuiverScanExec {
         if let Some(l) = self.limit {
             write!(f, ", limit={l}")?;
         }
-        if !self.dynamic.is_empty() {
-            let shown: Vec<String> = self.dynamic.iter().map(|d| d.to_string()).collect();
-            write!(f, ", dynamic_filters=[{}]", shown.join(", "))?;
-        }
+        write_dynamic_filters(f, &self.dynamic)?;
         write_shards(f, &self.groups, self.source.snapshot.num_shards())
     }
 }
@@ -329,9 +329,18 @@ impl ExecutionPlan for QuiverScanExec {
         child_pushdown_result: ChildPushdownResult,
         _config: &ConfigOptions,
     ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
-        Ok(take_dynamic_filters(phase, child_pushdown_result, self.limit.is_none(), |taken| {
-            Arc::new(self.with_dynamic(taken))
-        }))
+        let filters: Vec<Arc<dyn PhysicalExpr>> =
+            child_pushdown_result.parent_filters.into_iter().map(|f| f.filter).collect();
+        let take = |f: &Arc<dyn PhysicalExpr>| {
+            phase == FilterPushdownPhase::Post
+                && self.limit.is_none()
+                && f.downcast_ref::<DynamicFilterPhysicalExpr>().is_some()
+        };
+        let pushed = filters.iter().map(|f| if take(f) { PushedDown::Yes } else { PushedDown::No }).collect();
+        let taken: Vec<Arc<dyn PhysicalExpr>> = filters.iter().filter(|f| take(f)).cloned().collect();
+        let updated: Option<Arc<dyn ExecutionPlan>> =
+            (!taken.is_empty()).then(|| Arc::new(self.with_dynamic(taken)) as Arc<dyn ExecutionPlan>);
+        Ok(FilterPushdownPropagation { filters: pushed, updated_node: updated })
     }
 }
 

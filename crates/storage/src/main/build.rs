@@ -84,7 +84,7 @@ impl MainColumn {
                 encoding,
                 validity,
                 zones: zones.into(),
-                sketch: std::sync::OnceLock::new(),
+                sketch: None,
             });
         }
         let rows;
@@ -104,8 +104,9 @@ impl MainColumn {
             encoding: std::sync::Arc::new(encoding),
             validity,
             zones: zones.into(),
-            sketch: std::sync::OnceLock::new(),
-        })
+            sketch: None,
+        }
+        .with_sketch())
     }
 }
 

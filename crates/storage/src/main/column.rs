@@ -5,7 +5,7 @@
 //! defined together.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use arrow_buffer::NullBuffer;
 use arrow_schema::DataType;
@@ -30,8 +30,9 @@ pub struct MainColumn {
     pub(super) encoding: Arc<Encoding>,
     pub(super) validity: Option<NullBuffer>,
     pub(super) zones: Box<[Zone]>,
-    /// The distinct-value sketch, built on first use.
-    pub(super) sketch: OnceLock<Option<DistinctSketch>>,
+    /// The distinct-value sketch, built with the column (see
+    /// [`MainColumn::distinct_sketch`]).
+    pub(super) sketch: Option<DistinctSketch>,
 }
 
 impl MainColumn {
@@ -52,7 +53,7 @@ impl MainColumn {
         debug_assert_eq!(PhysicalType::of(&data_type), Some(physical));
         debug_assert_eq!(zones.len(), len.div_ceil(BLOCK_SIZE));
         debug_assert!(validity.as_ref().is_none_or(|v| v.len() == len && v.null_count() > 0));
-        Self { data_type, physical, len, encoding: Arc::new(encoding), validity, zones, sketch: OnceLock::new() }
+        Self { data_type, physical, len, encoding: Arc::new(encoding), validity, zones, sketch: None }.with_sketch()
     }
 
     /// The Arrow type decodes produce.
@@ -140,13 +141,20 @@ impl MainColumn {
         Some((min, max))
     }
 
-    /// A sketch of the column's distinct non-null values, built on first
-    /// use from what the encoding holds: a dictionary's entries, or every
-    /// key of the other key encodings. `None` for encodings whose values
-    /// would each be hashed at full width (plain and FSST strings, wide
-    /// decimals, nested columns): their distinct values are not estimated.
+    /// A sketch of the column's distinct non-null values, built with the
+    /// column (by a rebuild, or when a checkpoint is read) from what the
+    /// encoding holds: a dictionary's entries, or every key of the other
+    /// key encodings. `None` for encodings whose values would each be
+    /// hashed at full width (plain and FSST strings, wide decimals, nested
+    /// columns): their distinct values are not estimated.
     pub fn distinct_sketch(&self) -> Option<&DistinctSketch> {
-        self.sketch.get_or_init(|| self.build_sketch()).as_ref()
+        self.sketch.as_ref()
+    }
+
+    /// The column with its distinct-value sketch built.
+    pub(super) fn with_sketch(mut self) -> Self {
+        self.sketch = self.build_sketch();
+        self
     }
 
     fn build_sketch(&self) -> Option<DistinctSketch> {
@@ -183,9 +191,10 @@ impl MainColumn {
         self.validity.as_ref().map_or(0, |v| v.buffer().len())
     }
 
-    /// Bytes of the zone maps.
+    /// Bytes of the column's statistics: its zone maps and its
+    /// distinct-value sketch.
     pub fn zone_bytes(&self) -> usize {
-        self.zones.len() * size_of::<Zone>()
+        self.zones.len() * size_of::<Zone>() + self.sketch.as_ref().map_or(0, DistinctSketch::size_bytes)
     }
 }
 

@@ -163,10 +163,13 @@ fn round_trip_encodings(array: &ArrayRef, seen: &mut HashSet<(PhysicalType, Enco
             Err(e) => panic!("{e}"),
         };
         seen.insert((col.physical(), col.encoding().kind()));
+        let sketch = col.distinct_sketch().cloned();
         let main = Main::new(array.len(), vec![col]);
         let (_, back) = round_trip(&main, &schema);
         let decoded = back.columns()[0].decode_range(0, array.len()).unwrap();
         assert_eq!(decoded.to_data(), array.to_data(), "{} forced {force:?}", array.data_type());
+        // A column read back has the distinct-value sketch it was written with.
+        assert_eq!(back.columns()[0].distinct_sketch(), sketch.as_ref(), "{} forced {force:?}", array.data_type());
         exercise(&back);
     }
 }
