@@ -692,4 +692,48 @@ mod tests {
         }
         assert_eq!(joined, by_g_again, "{sql}");
     }
+
+    /// Rows in the deltas do not make few groups look like many: a table
+    /// written to keeps a partial aggregate of two low-cardinality keys in
+    /// the scan (each delta row counted as a value of its own made 30 × 50
+    /// groups look like every row).
+    #[tokio::test]
+    async fn delta_rows_keep_few_groups_few() {
+        // More groups than a whole final takes could come from the rows
+        // (190,000), so the partial aggregate is the scan's only if it
+        // reduces them.
+        const MAIN: i64 = 100_000;
+        const ROWS: i64 = 190_000;
+        let db = Database::new();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("g", DataType::Int64, false),
+            Field::new("s", DataType::Utf8, false),
+        ]));
+        let options = TableOptions::default().with_shard_capacity(100_000).with_background_rebuild(false);
+        let table = db.create_table("t", &schema, options).unwrap();
+        let batch = |range: std::ops::Range<i64>| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(range.clone().map(|v| v % 50))),
+                    Arc::new(StringArray::from_iter_values(range.map(|v| format!("s{}", v % 30)))),
+                ],
+            )
+            .unwrap()
+        };
+        table.append(&batch(0..MAIN)).unwrap();
+        table.rebuild().unwrap();
+        table.append(&batch(MAIN..ROWS)).unwrap();
+        let ctx = session_context_with(&db, SessionOptions { target_partitions: 4, ..SessionOptions::default() });
+        let sql = "SELECT s, g, COUNT(*) FROM t GROUP BY s, g";
+        let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+        let text = datafusion::physical_plan::displayable(plan.as_ref()).indent(false).to_string();
+        assert!(text.contains("QuiverAggregateExec: mode=partial"), "{text}");
+        let mut expected = HashMap::new();
+        for v in 0..ROWS {
+            *expected.entry(format!("s{}|{}", v % 30, v % 50)).or_insert_with(|| vec![0]).first_mut().unwrap() += 1;
+        }
+        let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await.unwrap();
+        assert_eq!(groups(&batches, 2), expected);
+    }
 }
