@@ -2,8 +2,10 @@
 //! (shard rebuilds) in order, and lets callers wait until none is left.
 //!
 //! ```text
-//!   submit(job) ──▶ channel ──▶ worker thread: job(); pending -= 1
-//!   wait_idle()  blocks until pending == 0
+//!   submit(job)      ──▶ channel ──▶ worker thread: job(); pending -= 1
+//!   settle(key, job) ──▶ channel ──▶ worker: run job once no settle(key)
+//!                                    came for SETTLE_AFTER (the latest job)
+//!   wait_idle()  blocks until pending == 0 (settling jobs not yet due do not count)
 //!   pause(true)  refuses new jobs (while a log is replayed)
 //! ```
 //!
@@ -14,8 +16,10 @@
 //! (a TPC-H load's rebuilds otherwise took two fifths of the machine
 //! from the load itself); on an idle machine the priority changes nothing.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, mpsc};
+use std::time::{Duration, Instant};
 
 /// The nice value of the background thread (0 is the default, 19 the lowest).
 const BACKGROUND_NICE: i32 = 10;
@@ -31,8 +35,61 @@ fn lower_priority() {
     }
 }
 
+/// How long a settling job waits for its key to be quiet (see
+/// [`Background::settle`]).
+pub(crate) const SETTLE_AFTER: Duration = Duration::from_secs(2);
+
 /// A queued unit of background work.
 type Job = Box<dyn FnOnce() + Send>;
+
+/// What names a settling job: a later one with the same key replaces it.
+pub(crate) type SettleKey = (usize, u64);
+
+/// What the worker receives.
+enum Message {
+    Run(Job),
+    Settle(SettleKey, Job),
+}
+
+/// The worker thread's loop: jobs in order; settling jobs once due,
+/// between them.
+fn work(rx: &mpsc::Receiver<Message>, pending: &Pending, paused: &AtomicBool) {
+    let mut settling: HashMap<SettleKey, (Instant, Job)> = HashMap::new();
+    loop {
+        let now = Instant::now();
+        let due: Vec<SettleKey> = settling.iter().filter(|(_, (at, _))| *at <= now).map(|(k, _)| *k).collect();
+        for key in due {
+            // While paused (a log replayed, a database closed) no
+            // rebuild but the log's may run: settling jobs are dropped.
+            if let Some((_, job)) = settling.remove(&key)
+                && !paused.load(Ordering::Acquire)
+            {
+                pending.add(1);
+                job();
+                pending.add(-1);
+            }
+        }
+        let message = match settling.values().map(|(at, _)| *at).min() {
+            None => rx.recv().ok(),
+            Some(next) => match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Ok(message) => Some(message),
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            },
+        };
+        match message {
+            Some(Message::Run(job)) => {
+                job();
+                pending.add(-1);
+            }
+            Some(Message::Settle(key, job)) => {
+                settling.insert(key, (Instant::now() + SETTLE_AFTER, job));
+            }
+            // Every handle is gone: jobs not yet due are dropped with them.
+            None => return,
+        }
+    }
+}
 
 /// Jobs queued or running, with a condition variable to wait for zero.
 #[derive(Debug, Default)]
@@ -56,7 +113,7 @@ impl Pending {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Background {
     /// The worker's queue, once it started (`None` inside: it could not).
-    tx: Arc<OnceLock<Option<mpsc::Sender<Job>>>>,
+    tx: Arc<OnceLock<Option<mpsc::Sender<Message>>>>,
     pending: Arc<Pending>,
     /// Set while a log is replayed: replay makes exactly the rebuilds the
     /// log holds, and no others.
@@ -65,19 +122,16 @@ pub(crate) struct Background {
 
 impl Background {
     /// The worker's queue, starting the worker on first use.
-    fn queue(&self) -> Option<&mpsc::Sender<Job>> {
+    fn queue(&self) -> Option<&mpsc::Sender<Message>> {
         self.tx
             .get_or_init(|| {
-                let (tx, rx) = mpsc::channel::<Job>();
-                let pending = Arc::clone(&self.pending);
+                let (tx, rx) = mpsc::channel::<Message>();
+                let (pending, paused) = (Arc::clone(&self.pending), Arc::clone(&self.paused));
                 std::thread::Builder::new()
                     .name("quiverdb-rebuild".into())
                     .spawn(move || {
                         lower_priority();
-                        for job in rx {
-                            job();
-                            pending.add(-1);
-                        }
+                        work(&rx, &pending, &paused);
                     })
                     .ok()
                     .map(|_| tx)
@@ -85,7 +139,8 @@ impl Background {
             .as_ref()
     }
 
-    /// Stops (`true`) or resumes accepting jobs.
+    /// Stops (`true`) or resumes accepting jobs (settling jobs due while
+    /// stopped are dropped).
     pub(crate) fn pause(&self, paused: bool) {
         self.paused.store(paused, Ordering::Release);
     }
@@ -98,11 +153,21 @@ impl Background {
         }
         let Some(queue) = self.queue() else { return false };
         self.pending.add(1);
-        if queue.send(job).is_err() {
+        if queue.send(Message::Run(job)).is_err() {
             self.pending.add(-1);
             return false;
         }
         true
+    }
+
+    /// Queues `job` to run once [`SETTLE_AFTER`] has passed without
+    /// another `settle` of `key`, which replaces it; false (and `job`
+    /// dropped) while paused, or when the worker could not be started.
+    pub(crate) fn settle(&self, key: SettleKey, job: Job) -> bool {
+        if self.paused.load(Ordering::Acquire) {
+            return false;
+        }
+        self.queue().is_some_and(|queue| queue.send(Message::Settle(key, job)).is_ok())
     }
 
     /// Blocks until no job is queued or running.

@@ -117,6 +117,8 @@ impl Database {
                 for shard in table.core().state().shards.iter() {
                     if table.options().needs_rebuild(shard) {
                         rebuild::schedule(table.core(), &shard.data);
+                    } else if shard.delta_len > 0 {
+                        rebuild::settle(table.core(), &shard.data);
                     }
                 }
             }
@@ -170,6 +172,9 @@ impl Database {
     /// The directory stays locked until every clone of this database and
     /// every handle to its tables is dropped.
     pub fn close(self) -> Result<()> {
+        // No rebuild starts after the checkpoint (one settling a delta
+        // would otherwise log behind it).
+        self.inner.background.pause(true);
         self.wait_for_background_rebuilds();
         self.checkpoint()
     }

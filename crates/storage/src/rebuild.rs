@@ -53,6 +53,25 @@ pub(crate) fn schedule(table: &TableCore, data: &Arc<ShardData>) {
     }
 }
 
+/// Queues a background rebuild of shard `data` for when its delta has
+/// stopped growing (see [`crate::background::SETTLE_AFTER`]): a table's
+/// last rows, too few to fill a shard, are compressed once writes to it
+/// pause, rather than kept in the delta's row format.
+pub(crate) fn settle(table: &TableCore, data: &ShardData) {
+    let (weak, shard) = (table.weak(), data.id);
+    let key = (table as *const TableCore as usize, shard.0);
+    table.background().settle(
+        key,
+        Box::new(move || {
+            if let Some(table) = weak.upgrade()
+                && let Err(e) = rebuild_shard(&table, shard, false)
+            {
+                table.record_rebuild_failure(&e);
+            }
+        }),
+    );
+}
+
 /// Rebuilds every shard of `table` that has delta rows or deletions, on all
 /// cores, and returns when they are done.
 pub(crate) fn rebuild_table(table: &TableCore) -> Result<()> {

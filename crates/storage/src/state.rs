@@ -46,8 +46,10 @@ pub struct TableOptions {
     pub shard_capacity: usize,
     /// Fraction of deleted rows (0..=1) at which a shard is rebuilt.
     pub rebuild_dead_fraction: f64,
-    /// Rebuild full or mostly-dead shards in the background. When false,
-    /// shards change only through [`crate::Table::rebuild`].
+    /// Rebuild full or mostly-dead shards in the background, and shards
+    /// holding delta rows once writes to them have paused for two seconds
+    /// (so a table's last rows are compressed too). When false, shards
+    /// change only through [`crate::Table::rebuild`].
     pub background_rebuild: bool,
     /// Primary key columns: made NOT NULL, and unique among live rows
     /// (every write is checked when it commits).

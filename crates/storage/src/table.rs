@@ -576,12 +576,16 @@ impl<'t> Transaction<'t> {
         touched.sort_unstable();
         touched.dedup();
         let options = table.options();
-        let mut to_rebuild = Vec::new();
+        // Shards to rebuild now, and shards with delta rows to rebuild once
+        // writes to them pause.
+        let (mut to_rebuild, mut to_settle) = (Vec::new(), Vec::new());
         for &pos in &touched {
             let shard = self.work.shards.get(pos);
             shard.data.delta.commit(shard.delta_len);
             if options.needs_rebuild(shard) {
                 to_rebuild.push(Arc::clone(&shard.data));
+            } else if shard.delta_len > 0 {
+                to_settle.push(Arc::clone(&shard.data));
             }
         }
         let Self { mut writer, work, .. } = self;
@@ -590,6 +594,9 @@ impl<'t> Transaction<'t> {
         if options.background_rebuild {
             for data in to_rebuild {
                 rebuild::schedule(table, &data);
+            }
+            for data in to_settle {
+                rebuild::settle(table, &data);
             }
         }
         match durable {

@@ -222,6 +222,52 @@ fn appends_split_across_shards() {
     assert_eq!(contents(&snapshot), rows);
 }
 
+/// Polls `done` for up to 30 s.
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    done()
+}
+
+/// A table's last rows, too few to fill a shard, are compressed by a
+/// background rebuild once writes to the table pause, and again after
+/// each later write.
+#[test]
+fn a_tables_last_rows_are_compressed_once_writes_pause() {
+    let (db, table) = new_table(65_536, true);
+    let mut rows: Vec<Row> = (0..20_000)
+        .map(|i| Row { k: i, v: Some((i % 100) as i32), s: Some(format!("name_{:04}", i % 1000)) })
+        .collect();
+    table.append(&batch(&rows)).expect("append");
+    let before = table.memory_usage();
+    assert!(eventually(|| table.memory_usage().delta_rows == 0), "{}", table.memory_usage());
+    let after = table.memory_usage();
+    assert_eq!(after.main_rows, 20_000);
+    assert!(after.total_bytes() * 4 < before.total_bytes(), "{after}\nvs\n{before}");
+    assert_eq!(contents(&table.snapshot()), rows);
+
+    // A later write (rows and a delete) settles too; the rows stay as they were.
+    let more: Vec<Row> = (20_000..20_010).map(|i| Row { k: i, v: None, s: Some("late".into()) }).collect();
+    table.append(&batch(&more)).expect("append");
+    rows.extend(more);
+    let snapshot = table.snapshot();
+    let first = snapshot.shards().next().map(|s| s.id()).expect("a shard");
+    table.delete(&snapshot, &[(first, vec![0 as RecId, 7])]).expect("delete");
+    rows.retain(|r| r.k != 0 && r.k != 7);
+    assert!(eventually(|| {
+        let usage = table.memory_usage();
+        usage.delta_rows == 0 && usage.main_rows == rows.len()
+    }));
+    assert_eq!(contents(&table.snapshot()), rows);
+    db.wait_for_background_rebuilds();
+    assert_eq!(table.background_rebuild_failures().0, 0, "{:?}", table.background_rebuild_failures().1);
+}
+
 #[test]
 fn rebuild_compresses_and_reports_memory() {
     let (_db, table) = new_table(65_536, false);
@@ -583,9 +629,15 @@ fn distinct_estimates_follow_the_values() {
         .collect();
     table.append(&batch(&rows)).expect("append");
     table.rebuild().expect("rebuild");
-    // Rows in the deltas: new values of v and s.
-    let extra: Vec<Row> = (0..100i64)
-        .map(|i| Row { k: 1_000_000 + i, v: Some(10_000 + i as i32), s: Some(format!("new {i}")) })
+    // Rows in the deltas drawn as the main rows were: new keys, v and s
+    // from their domains. Counting each delta row as a new value would
+    // make 30,000 of s's 500 names.
+    let extra: Vec<Row> = (100_000..130_000i64)
+        .map(|i| Row {
+            k: i * 3,
+            v: (i % 7 != 0).then_some(((i * 7_919) % 3_000) as i32),
+            s: Some(format!("name_{:04}", i % 500)),
+        })
         .collect();
     table.append(&batch(&extra)).expect("append");
     let all: Vec<Row> = rows.iter().chain(&extra).cloned().collect();
