@@ -6,8 +6,8 @@
 //!
 //! ```text
 //!   KeyTest::Range { lo, hi }   v - lo <= hi - lo (wrapping: one compare)
-//!   KeyTest::Set                sorted keys; a bitset when they span
-//!                               at most DENSE_SET_SPAN (one load per row)
+//!   KeyTest::Set                sorted keys; a bitset when they span at most
+//!                               DENSE_SET_SPAN, or 64 per key (one load per row)
 //!   on_dictionary(values)       the same test on a sorted dictionary's codes
 //! ```
 
@@ -17,6 +17,12 @@ use super::{Bits, LANES};
 /// A set whose keys span at most this many is tested with a bitset (one
 /// load per row) instead of a binary search; 2^20 bits = 128 KiB.
 pub(super) const DENSE_SET_SPAN: u64 = 1 << 20;
+
+/// A larger set gets a bitset too while it costs at most this many bits
+/// per key (8 bytes, what the sorted keys take): a hash join's 227,000
+/// order keys over a span of 6 million test in one load per row, where a
+/// binary search takes 18 dependent ones.
+const DENSE_BITS_PER_KEY: u64 = 64;
 
 /// A test on `u64` keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +45,7 @@ pub enum KeyTest {
 pub struct KeySet {
     keys: Vec<u64>,
     /// The first key and one bit per key from it, when the keys span at
-    /// most [`DENSE_SET_SPAN`].
+    /// most [`DENSE_SET_SPAN`] or [`DENSE_BITS_PER_KEY`] per key.
     dense: Option<(u64, Vec<u64>)>,
 }
 
@@ -59,7 +65,9 @@ impl KeyTest {
         keys.sort_unstable();
         keys.dedup();
         let dense = match (keys.first(), keys.last()) {
-            (Some(&lo), Some(&hi)) if hi - lo < DENSE_SET_SPAN => {
+            (Some(&lo), Some(&hi))
+                if hi - lo < DENSE_SET_SPAN.max((keys.len() as u64).saturating_mul(DENSE_BITS_PER_KEY)) =>
+            {
                 let mut words = vec![0u64; ((hi - lo) / 64 + 1) as usize];
                 for k in &keys {
                     let o = k - lo;
@@ -169,6 +177,12 @@ mod tests {
     fn tests_agree_with_a_plain_reference() {
         let keys: [u64; LANES] = std::array::from_fn(|i| if i % 7 == 0 { u64::MAX - 3 } else { (i as u64 * 37) % 500 });
         let sparse = vec![3, 99, 1 << 40, u64::MAX - 3];
+        // Every 50th key up to 1.5 million: over DENSE_SET_SPAN, but few
+        // enough bits per key for a bitset.
+        let wide: Vec<u64> = (0..30_000u64).map(|k| k * 50 + 1).collect();
+        let wide_set = KeyTest::set(wide.clone());
+        assert!(matches!(&wide_set, KeyTest::Set(KeySet { dense: Some(_), .. })), "{wide_set:?}");
+        assert!(matches!(KeyTest::set(sparse.clone()), KeyTest::Set(KeySet { dense: None, .. })));
         let tests = [
             (KeyTest::range(100, 200), Box::new(|k: u64| (100..=200).contains(&k)) as Box<dyn Fn(u64) -> bool>),
             (KeyTest::range(200, 100), Box::new(|_| false)),
@@ -177,6 +191,7 @@ mod tests {
             (KeyTest::set(vec![5, 74, 74, 111, 499]), Box::new(|k| [5, 74, 111, 499].contains(&k))),
             (KeyTest::set(sparse.clone()), Box::new(move |k| sparse.contains(&k))),
             (KeyTest::set(vec![]), Box::new(|_| false)),
+            (wide_set, Box::new(move |k| wide.binary_search(&k).is_ok())),
         ];
         let mut dictionary: Vec<u64> = keys.to_vec();
         dictionary.sort_unstable();
