@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use arrow_array::Array;
 use arrow_schema::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::expr::{Between, Cast, InList, Like};
@@ -281,6 +282,9 @@ impl<'a> Translator<'a> {
                 _ => None,
             };
         }
+        if let Some(i) = e.downcast_ref::<InListExpr>() {
+            return self.struct_in_list_necessary(i);
+        }
         if let Some(c) = e.downcast_ref::<CaseExpr>() {
             // Without an ELSE, a row no WHEN matches is NULL: not passing.
             let mut branches = Vec::new();
@@ -290,6 +294,50 @@ impl<'a> Translator<'a> {
             return Some(Predicate::Or(branches));
         }
         None
+    }
+
+    /// `struct(a, b, …) IN (SET) ([{c0: …, c1: …}, …])`, a hash join's
+    /// dynamic filter on several keys, as what it implies of each key:
+    /// `a IN (the c0 values) AND b IN (the c1 values) …`. A key whose
+    /// values include a NULL, or that is not a column quiverdb computes,
+    /// is left out (its IN would not be implied), as is a NULL entry
+    /// (it matches nothing).
+    fn struct_in_list_necessary(&self, i: &InListExpr) -> Option<Predicate> {
+        if i.negated() {
+            return None;
+        }
+        let f = i.expr().downcast_ref::<ScalarFunctionExpr>()?;
+        if f.name() != "struct" {
+            return None;
+        }
+        let mut entries = Vec::with_capacity(i.list().len());
+        for v in i.list() {
+            match v.downcast_ref::<PLiteral>()?.value() {
+                ScalarValue::Struct(s) if s.len() == 1 && s.num_columns() == f.args().len() => {
+                    if s.is_valid(0) {
+                        entries.push(Arc::clone(s));
+                    }
+                }
+                _ => return None,
+            }
+        }
+        let mut keys = Vec::new();
+        for (field, arg) in f.args().iter().enumerate() {
+            let Some((m, t)) = self.physical_map(arg).and_then(|m| self.typed(m)) else { continue };
+            let values = entries
+                .iter()
+                .map(|s| ScalarValue::try_from_array(s.column(field), 0).ok().filter(|v| !v.is_null()))
+                .map(|v| v.and_then(|v| scalar_for(&v, &t)))
+                .collect::<Option<Vec<_>>>();
+            if let Some(values) = values {
+                keys.push(Predicate::InList { expr: m, values, negated: false });
+            }
+        }
+        match keys.len() {
+            0 => None,
+            1 => keys.pop(),
+            _ => Some(Predicate::And(keys)),
+        }
     }
 
     /// A physical boolean expression as a predicate.
