@@ -112,9 +112,21 @@ impl IntMap {
         let base = self.base;
         let window = self.window.as_slice();
         if lookup_lanes(x, lanes, out, |v| lookup(window, base, v)) {
+            // Keys stored in order (TPC-H's line items by order key) come
+            // in runs: a lane holding the last missed key takes its id
+            // without a hash lookup.
+            let mut last: Option<(i64, KeyId)> = None;
             lanes.for_each_one(|l| {
                 if out[l] == UNASSIGNED {
-                    out[l] = self.assign(x[l]);
+                    let v = x[l];
+                    out[l] = match last {
+                        Some((k, id)) if k == v => id,
+                        _ => {
+                            let id = self.assign(v);
+                            last = Some((v, id));
+                            id
+                        }
+                    };
                 }
             });
         }

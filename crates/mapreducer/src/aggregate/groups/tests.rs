@@ -111,6 +111,36 @@ fn int_map_ids_agree_with_a_btreemap() {
     }
 }
 
+/// Keys stored in order come in runs, mostly outside the window (a
+/// lane repeating the last missed key reuses its id): runs of 1 to 5
+/// equal keys, some crossing blocks, some back inside the window, with
+/// lanes skipped between them.
+#[test]
+fn int_map_ids_of_runs_agree_with_a_btreemap() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let mut map = IntMap::default();
+    let mut seen = Reference::new();
+    map.init_window(0);
+    let (mut key, mut left) = (DENSE_WINDOW as i64, 0);
+    for _ in 0..60 {
+        let mut x = [0i64; LANES];
+        for v in x.iter_mut() {
+            if left == 0 {
+                key = if rng.random_bool(0.05) { rng.random_range(0..DENSE_WINDOW as i64) } else { key + 3 };
+                left = rng.random_range(1..=5);
+            }
+            *v = key;
+            left -= 1;
+        }
+        let lanes = random_lanes(&mut rng);
+        let mut out = [0u32; LANES];
+        map.ids(&x, &lanes, &mut out);
+        lanes.for_each_one(|l| seen.record(x[l], out[l]));
+    }
+    assert_eq!(map.values, seen.by_id());
+    assert!(map.values.len() > 5_000, "{} distinct values", map.values.len());
+}
+
 /// A map whose first key is NULL, or whose window is never placed, still
 /// gives every value one id.
 #[test]
