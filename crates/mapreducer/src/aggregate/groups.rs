@@ -52,13 +52,27 @@ pub(crate) enum KeyMap {
     Bytes(BytesMap),
 }
 
-/// Integer keys: direct-mapped window plus hash map.
+/// Integer keys: direct-mapped window, then keys in ascending order,
+/// then a hash map.
+///
+/// A key outside the window and larger than every key assigned before is
+/// new: it gets the next id and goes at the end of `ascending`, with no
+/// hash lookup. Keys stored in order (TPC-H's 1.5 million order keys of
+/// the line items) so never touch the hash map, whose inserts miss the
+/// cache once it outgrows it. Any other key is looked up in the hash map,
+/// then in `ascending` (a binary search), and is inserted in the hash map
+/// when new.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct IntMap {
     base: i64,
     /// Slot `v - base` holds the id of `v`, or [`UNASSIGNED`].
     window: Vec<u32>,
     hash: HashMap<i64, KeyId>,
+    /// Keys that were each larger than every key before them, ascending,
+    /// with their ids.
+    ascending: Vec<(i64, KeyId)>,
+    /// The largest key assigned, by any of the three.
+    max: Option<i64>,
     pub(crate) values: Vec<i64>,
     pub(crate) null: Option<KeyId>,
 }
@@ -150,14 +164,25 @@ impl IntMap {
             let id = self.values.len() as KeyId;
             self.values.push(v);
             self.window[slot as usize] = id;
+            self.max = Some(self.max.map_or(v, |m| m.max(v)));
             return id;
         }
         let next = self.values.len() as KeyId;
-        let id = *self.hash.entry(v).or_insert(next);
-        if id == next {
+        if self.max.is_none_or(|m| v > m) {
             self.values.push(v);
+            self.ascending.push((v, next));
+            self.max = Some(v);
+            return next;
         }
-        id
+        if let Some(&id) = self.hash.get(&v) {
+            return id;
+        }
+        if let Ok(i) = self.ascending.binary_search_by_key(&v, |&(k, _)| k) {
+            return self.ascending[i].1;
+        }
+        self.hash.insert(v, next);
+        self.values.push(v);
+        next
     }
 }
 
@@ -334,6 +359,7 @@ impl KeyMap {
             KeyMap::I64(m) => {
                 m.window.capacity() * 4
                     + table_bytes(m.hash.capacity(), size_of::<(i64, KeyId)>())
+                    + m.ascending.capacity() * size_of::<(i64, KeyId)>()
                     + m.values.capacity() * 8
             }
             KeyMap::U64(m) | KeyMap::F64(m) => m.size_bytes(),
@@ -381,6 +407,7 @@ impl KeyMap {
         match self {
             KeyMap::I64(m) => {
                 table_growth(m.hash.len(), m.hash.capacity(), rows, size_of::<(i64, KeyId)>())
+                    + vec_growth(m.ascending.len(), m.ascending.capacity(), rows, size_of::<(i64, KeyId)>())
                     + vec_growth(m.values.len(), m.values.capacity(), rows, 8)
             }
             KeyMap::U64(m) | KeyMap::F64(m) => m.growth_bytes(rows),

@@ -141,6 +141,37 @@ fn int_map_ids_of_runs_agree_with_a_btreemap() {
     assert!(map.values.len() > 5_000, "{} distinct values", map.values.len());
 }
 
+/// Keys in ascending order twice over (a table appended to twice in the
+/// same order), then interleaved with smaller keys: the second pass finds
+/// every key of the first (in `ascending`), and keys below the largest
+/// one are new only once.
+#[test]
+fn int_map_ids_of_a_second_ascending_pass_agree_with_a_btreemap() {
+    let mut map = IntMap::default();
+    let mut seen = Reference::new();
+    map.init_window(0);
+    let keys: Vec<i64> = (0..20_000).map(|i| DENSE_WINDOW as i64 + i * 7).collect();
+    let mut pass = |map: &mut IntMap, keys: &[i64]| {
+        for chunk in keys.chunks(LANES) {
+            let mut x = [0i64; LANES];
+            x[..chunk.len()].copy_from_slice(chunk);
+            let lanes = Bits::first(chunk.len());
+            let mut out = [0u32; LANES];
+            map.ids(&x, &lanes, &mut out);
+            lanes.for_each_one(|l| seen.record(x[l], out[l]));
+        }
+    };
+    pass(&mut map, &keys);
+    pass(&mut map, &keys);
+    assert_eq!(map.values.len(), keys.len(), "the second pass assigned nothing");
+    let between: Vec<i64> = keys.iter().map(|k| k + 3).collect();
+    pass(&mut map, &between);
+    pass(&mut map, &keys);
+    pass(&mut map, &between);
+    assert_eq!(map.values.len(), 2 * keys.len());
+    assert_eq!(map.values, seen.by_id());
+}
+
 /// A map whose first key is NULL, or whose window is never placed, still
 /// gives every value one id.
 #[test]
