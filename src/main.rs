@@ -9,8 +9,7 @@ use clap::{Parser, Subcommand};
 mod cli;
 
 /// The server's allocator: jemalloc, with background threads that return
-/// freed pages to the operating system within five seconds of their being
-/// freed.
+/// freed pages to the operating system a second after they are freed.
 ///
 /// An in-memory database is judged by its resident set. Measured side by
 /// side on the 2M-row seed table (`examples/memory_bench.rs`, figures in
@@ -28,10 +27,12 @@ mod cli;
 /// Large allocations (a hash table of a million groups) stay in the
 /// ordinary arenas (`oversize_threshold:0`): jemalloc's dedicated arena
 /// for them returns their pages at once, so every query faulted its hash
-/// tables in afresh. TPC-H q18 through the server took 90,000 page faults
-/// and 215 ms per run with it, 14,000 and 160 ms without (in-process with
-/// glibc: 150 ms); the seed table's RSS growth after a load went from
-/// 13.2 to 14.8 MiB, TPC-H SF1's RSS after its load from 349 to 352 MiB.
+/// tables in afresh. In one build, TPC-H q18 through the server took
+/// 90,000 page faults and 215 ms per run with that arena, and 14,000 and
+/// 160–171 ms without it. A 5 s decay instead of 1 s kept 6 MiB more RSS
+/// after the seed table was dropped, for no gain beyond noise (q18 111
+/// against 118 ms in a later build); with 1 s the seed table's RSS growth
+/// after ten load/drop cycles stayed at 7.7 MiB.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -39,7 +40,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// under tikv-jemallocator's symbol prefix).
 #[allow(non_upper_case_globals)]
 #[unsafe(export_name = "_rjem_malloc_conf")]
-static malloc_conf: &[u8; 81] = b"background_thread:true,oversize_threshold:0,dirty_decay_ms:5000,muzzy_decay_ms:0\0";
+static malloc_conf: &[u8; 81] = b"background_thread:true,oversize_threshold:0,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 /// quiverdb: an in-memory columnar database served over Arrow Flight SQL.
 #[derive(Debug, Parser)]
