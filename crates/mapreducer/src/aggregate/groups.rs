@@ -406,9 +406,13 @@ impl KeyMap {
     pub(crate) fn growth_bytes(&self, rows: usize) -> usize {
         match self {
             KeyMap::I64(m) => {
-                table_growth(m.hash.len(), m.hash.capacity(), rows, size_of::<(i64, KeyId)>())
-                    + vec_growth(m.ascending.len(), m.ascending.capacity(), rows, size_of::<(i64, KeyId)>())
-                    + vec_growth(m.values.len(), m.values.capacity(), rows, 8)
+                // A new key goes to the hash map or to `ascending`, not both.
+                table_growth(m.hash.len(), m.hash.capacity(), rows, size_of::<(i64, KeyId)>()).max(vec_growth(
+                    m.ascending.len(),
+                    m.ascending.capacity(),
+                    rows,
+                    size_of::<(i64, KeyId)>(),
+                )) + vec_growth(m.values.len(), m.values.capacity(), rows, 8)
             }
             KeyMap::U64(m) | KeyMap::F64(m) => m.growth_bytes(rows),
             KeyMap::I128(m) => m.growth_bytes(rows),
