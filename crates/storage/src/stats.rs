@@ -261,10 +261,9 @@ impl TableSnapshot {
     /// the stored rows of `shards`: the shards' main sketches merged, plus
     /// the delta rows drawn like the main rows were (see
     /// [`grown_distinct`]; each delta row a new value when no shard has
-    /// main rows), and never
-    /// more than [`ShardSnapshot::distinct_bound`] allows. `None` when a
-    /// shard's main column keeps no sketch (plain or FSST strings, wide
-    /// decimals, nested columns).
+    /// main rows), and never more than [`ShardSnapshot::distinct_bound`]
+    /// allows. `None` when a shard's main column keeps no sketch (plain or
+    /// FSST strings, wide decimals, nested columns).
     pub fn distinct_estimate(&self, shards: &[usize], c: usize) -> Option<u64> {
         let mut merged = DistinctSketch::new();
         let (mut main, mut delta, mut bound) = (0u64, 0u64, 0u64);

@@ -620,25 +620,22 @@ fn distinct_estimates_follow_the_values() {
     let (_db, table) = new_table(16_384, false);
     // k: all distinct; v: 3,000 values with nulls, spread over every
     // shard; s: 500 dictionary strings.
-    let rows: Vec<Row> = (0..100_000i64)
-        .map(|i| Row {
-            k: i * 3,
-            v: (i % 7 != 0).then_some(((i * 7_919) % 3_000) as i32),
-            s: Some(format!("name_{:04}", i % 500)),
-        })
-        .collect();
+    let rows_of = |range: std::ops::Range<i64>| -> Vec<Row> {
+        range
+            .map(|i| Row {
+                k: i * 3,
+                v: (i % 7 != 0).then_some(((i * 7_919) % 3_000) as i32),
+                s: Some(format!("name_{:04}", i % 500)),
+            })
+            .collect()
+    };
+    let rows = rows_of(0..100_000);
     table.append(&batch(&rows)).expect("append");
     table.rebuild().expect("rebuild");
     // Rows in the deltas drawn as the main rows were: new keys, v and s
     // from their domains. Counting each delta row as a new value would
     // make 30,000 of s's 500 names.
-    let extra: Vec<Row> = (100_000..130_000i64)
-        .map(|i| Row {
-            k: i * 3,
-            v: (i % 7 != 0).then_some(((i * 7_919) % 3_000) as i32),
-            s: Some(format!("name_{:04}", i % 500)),
-        })
-        .collect();
+    let extra = rows_of(100_000..130_000);
     table.append(&batch(&extra)).expect("append");
     let all: Vec<Row> = rows.iter().chain(&extra).cloned().collect();
     let snapshot = table.snapshot();
