@@ -30,6 +30,9 @@ use quiverdb_storage::block::{Bits, LANES, Sel, WORDS};
 pub struct Scratch {
     pub(crate) keys: Box<[u64; LANES]>,
     pub(crate) block: Box<[u64; LANES]>,
+    /// Buffers of a compressed block's strings, kept from block to block
+    /// (see [`ColumnSource::main_block_bytes`]).
+    pub(crate) bytes: BlockBytes,
 }
 
 impl Scratch {
@@ -41,7 +44,7 @@ impl Scratch {
 
 impl Default for Scratch {
     fn default() -> Self {
-        Self { keys: Box::new([0; LANES]), block: Box::new([0; LANES]) }
+        Self { keys: Box::new([0; LANES]), block: Box::new([0; LANES]), bytes: BlockBytes::default() }
     }
 }
 
@@ -69,6 +72,11 @@ pub struct MainBlockBytes<'a> {
 }
 
 impl MainBlockBytes<'_> {
+    /// The decompression buffers, for the next block.
+    pub fn recycle(self) -> BlockBytes {
+        self.decompressed
+    }
+
     /// The bytes of the block's row `o`.
     #[inline]
     pub fn get(&mut self, o: usize) -> &[u8] {
@@ -198,15 +206,31 @@ impl<'a> ColumnSource<'a> {
 
     /// The bytes of main block `block` (string and binary columns), to
     /// read row by row: an FSST-compressed column's rows are decompressed
-    /// once for the whole block, the others' read in place.
-    pub fn main_block_bytes(&self, block: usize) -> MainBlockBytes<'a> {
+    /// once for the whole block (into `recycled`'s buffers, which
+    /// [`MainBlockBytes::recycle`] gives back), the others' read in place.
+    pub fn main_block_bytes(&self, block: usize, recycled: BlockBytes) -> MainBlockBytes<'a> {
         let start = block * LANES;
-        let mut decompressed = BlockBytes::default();
+        let mut decompressed = recycled;
         let whole = self.main.is_some_and(|m| {
             let len = LANES.min(m.len().saturating_sub(start));
             m.decompress_rows(start, len, &mut decompressed)
         });
         MainBlockBytes { main: self.main, start, whole, decompressed, buf: Vec::new() }
+    }
+
+    /// Calls `f` with the bytes of main block `block` (see
+    /// [`Self::main_block_bytes`]), decompressed into `scratch`'s buffers
+    /// (kept for the next block: no allocation per block).
+    pub fn with_main_block_bytes<R>(
+        &self,
+        block: usize,
+        scratch: &mut Scratch,
+        f: impl FnOnce(&mut MainBlockBytes<'a>) -> R,
+    ) -> R {
+        let mut bytes = self.main_block_bytes(block, std::mem::take(&mut scratch.bytes));
+        let out = f(&mut bytes);
+        scratch.bytes = bytes.recycle();
+        out
     }
 
     /// Bytes of row `i` of delta chunk `c` (string and binary columns).

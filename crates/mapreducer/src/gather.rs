@@ -715,8 +715,9 @@ fn push_bytes_column(
                 }
                 return;
             }
-            let mut bytes = src.main_block_bytes(block);
-            sel_offsets(sel, lanes, |l, o| builder.push_bytes(valid(l).then(|| bytes.get(o))));
+            src.with_main_block_bytes(block, scratch, |bytes| {
+                sel_offsets(sel, lanes, |l, o| builder.push_bytes(valid(l).then(|| bytes.get(o))))
+            });
         }
         Side::Delta(chunk) => {
             sel_offsets(sel, lanes, |l, o| builder.push_bytes(valid(l).then(|| src.delta_bytes(chunk, o))))

@@ -27,7 +27,7 @@ use quiverdb_mapreducer::{
     ShardMapReducer, Side, Values, WORDS,
 };
 use quiverdb_storage::types::KeyNative;
-use quiverdb_storage::{ShardSnapshot, TableSnapshot};
+use quiverdb_storage::{BlockBytes, ShardSnapshot, TableSnapshot};
 
 use crate::error::{Error, Result};
 use crate::filter::{PreparedFilter, ShardFilter};
@@ -539,7 +539,7 @@ fn sorted_candidates(
                         Side::Delta(ch) => src.delta_validity(ch, sel),
                     };
                     let mut main = match side {
-                        Side::Main(b) => Some(src.main_block_bytes(b)),
+                        Side::Main(b) => Some(src.main_block_bytes(b, BlockBytes::default())),
                         Side::Delta(_) => None,
                     };
                     let mut push = |l: usize, o: usize| {

@@ -90,7 +90,8 @@ impl DistinctSketch {
         let alpha = 0.7213 / (1.0 + 1.079 / m);
         let (mut sum, mut zeros) = (0.0f64, 0usize);
         for &r in self.registers.iter() {
-            sum += (-f64::from(r)).exp2();
+            // 2^-r exactly, built from its exponent bits (any u8 r is in range).
+            sum += f64::from_bits((1023 - u64::from(r)) << 52);
             zeros += usize::from(r == 0);
         }
         let raw = alpha * m * m / sum;

@@ -40,8 +40,9 @@ pub(super) fn fold(
             let valid = column_validity(src, side, sel).map_or(active, |v| v.and(&active));
             match side {
                 Side::Main(block) => {
-                    let mut bytes = src.main_block_bytes(block);
-                    sel_offsets(sel, &valid, |l, o| state.offer_bytes(gids[l] as usize, bytes.get(o), *max));
+                    src.with_main_block_bytes(block, scratch, |bytes| {
+                        sel_offsets(sel, &valid, |l, o| state.offer_bytes(gids[l] as usize, bytes.get(o), *max))
+                    });
                 }
                 Side::Delta(chunk) => {
                     sel_offsets(sel, &valid, |l, o| {

@@ -308,8 +308,9 @@ pub(super) fn bytes_key_ids(
                     }
                 }
                 None => {
-                    let mut bytes = src.main_block_bytes(block);
-                    sel_offsets(sel, &valid, |l, o| ids[l] = map.id(bytes.get(o)));
+                    src.with_main_block_bytes(block, scratch, |bytes| {
+                        sel_offsets(sel, &valid, |l, o| ids[l] = map.id(bytes.get(o)))
+                    });
                 }
             }
         }

@@ -282,19 +282,20 @@ fn best_bytes(
                 }
                 return;
             }
-            let mut bytes = src.main_block_bytes(block);
-            let mut best: Option<Vec<u8>> = None;
-            sel_offsets(sel, lanes, |_, o| {
-                let v = bytes.get(o);
-                if best.as_deref().is_none_or(|b| better(v, b, max)) {
-                    let b = best.get_or_insert_with(Vec::new);
-                    b.clear();
-                    b.extend_from_slice(v);
+            src.with_main_block_bytes(block, scratch, |bytes| {
+                let mut best: Option<Vec<u8>> = None;
+                sel_offsets(sel, lanes, |_, o| {
+                    let v = bytes.get(o);
+                    if best.as_deref().is_none_or(|b| better(v, b, max)) {
+                        let b = best.get_or_insert_with(Vec::new);
+                        b.clear();
+                        b.extend_from_slice(v);
+                    }
+                });
+                if let Some(b) = best {
+                    take(&b);
                 }
             });
-            if let Some(b) = best {
-                take(&b);
-            }
         }
         Side::Delta(chunk) => {
             let mut best: Option<&[u8]> = None;

@@ -321,7 +321,8 @@ fn bytes_of_main_rows_and_delta_chunks_equal_storage_decoding() {
         if domain_of(src.physical()).is_some() {
             continue;
         }
-        let mut blocks: Vec<_> = (0..MAIN_ROWS.div_ceil(LANES)).map(|b| src.main_block_bytes(b)).collect();
+        let mut blocks: Vec<_> =
+            (0..MAIN_ROWS.div_ceil(LANES)).map(|b| src.main_block_bytes(b, BlockBytes::default())).collect();
         for row in 0..MAIN_ROWS + DELTA_ROWS {
             let got = match row.checked_sub(MAIN_ROWS) {
                 None => blocks[row / LANES].get(row % LANES),

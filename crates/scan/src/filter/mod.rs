@@ -544,12 +544,13 @@ fn leaf_cond(
                         (Some(d), Some(c)) => d.codes().filter_block(block, len, c, scratch.keys_mut(), cond),
                         _ => {
                             *cond = Bits::EMPTY;
-                            let mut bytes = src.main_block_bytes(block);
-                            for i in 0..len {
-                                if test.test(bytes.get(i)) {
-                                    cond.set(i);
+                            src.with_main_block_bytes(block, scratch, |bytes| {
+                                for i in 0..len {
+                                    if test.test(bytes.get(i)) {
+                                        cond.set(i);
+                                    }
                                 }
-                            }
+                            });
                         }
                     }
                 }

@@ -83,6 +83,7 @@ impl MainColumn {
                 len: array.len(),
                 encoding,
                 validity,
+                range: super::column::zone_range(&zones),
                 zones: zones.into(),
                 sketch: None,
             });
@@ -103,6 +104,7 @@ impl MainColumn {
             len,
             encoding: std::sync::Arc::new(encoding),
             validity,
+            range: super::column::zone_range(&zones),
             zones: zones.into(),
             sketch: None,
         }

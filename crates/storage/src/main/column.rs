@@ -33,6 +33,9 @@ pub struct MainColumn {
     /// The distinct-value sketch, built with the column (see
     /// [`MainColumn::distinct_sketch`]).
     pub(super) sketch: Option<DistinctSketch>,
+    /// The smallest and largest non-null key of the zones, kept with them
+    /// (see [`MainColumn::key_range`]): planning asks for it per shard.
+    pub(super) range: Option<(u64, u64)>,
 }
 
 impl MainColumn {
@@ -53,7 +56,9 @@ impl MainColumn {
         debug_assert_eq!(PhysicalType::of(&data_type), Some(physical));
         debug_assert_eq!(zones.len(), len.div_ceil(BLOCK_SIZE));
         debug_assert!(validity.as_ref().is_none_or(|v| v.len() == len && v.null_count() > 0));
-        Self { data_type, physical, len, encoding: Arc::new(encoding), validity, zones, sketch: None }.with_sketch()
+        let range = zone_range(&zones);
+        Self { data_type, physical, len, encoding: Arc::new(encoding), validity, zones, sketch: None, range }
+            .with_sketch()
     }
 
     /// The Arrow type decodes produce.
@@ -136,9 +141,7 @@ impl MainColumn {
     /// Smallest and largest non-null key of the whole column, in the zone
     /// key space (see [`Zone`]); `None` when every value is null.
     pub fn key_range(&self) -> Option<(u64, u64)> {
-        let min = self.zones.iter().filter(|z| !z.all_null()).map(|z| z.min).min()?;
-        let max = self.zones.iter().filter(|z| !z.all_null()).map(|z| z.max).max()?;
-        Some((min, max))
+        self.range
     }
 
     /// A sketch of the column's distinct non-null values, built with the
@@ -335,4 +338,12 @@ impl Main {
     pub fn size_bytes(&self) -> usize {
         self.columns.iter().map(MainColumn::size_bytes).sum()
     }
+}
+
+/// The smallest and largest non-null key over `zones`; `None` when every
+/// block is all null.
+pub(super) fn zone_range(zones: &[Zone]) -> Option<(u64, u64)> {
+    let min = zones.iter().filter(|z| !z.all_null()).map(|z| z.min).min()?;
+    let max = zones.iter().filter(|z| !z.all_null()).map(|z| z.max).max()?;
+    Some((min, max))
 }

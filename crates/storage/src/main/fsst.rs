@@ -25,6 +25,7 @@ use arrow_buffer::Buffer;
 
 use super::bitpacked::BitPacked;
 use super::strings::RawBytes;
+use crate::block::BLOCK_SIZE;
 
 /// The code that escapes one literal byte.
 pub(crate) const ESCAPE: u8 = 255;
@@ -162,18 +163,33 @@ impl StrFsst {
     /// cleared first: one decompression of the rows' codes, which never
     /// span two values.
     pub(crate) fn decompress_range(&self, start: usize, len: usize, bytes: &mut Vec<u8>, offsets: &mut Vec<usize>) {
-        let (first, last) = (self.offsets.get(start) as usize, self.offsets.get(start + len) as usize);
         offsets.clear();
+        offsets.reserve(len + 1);
         offsets.push(0);
+        bytes.clear();
+        if len == 0 {
+            return;
+        }
+        // The rows' code offsets: a whole block unpacked at once when the
+        // range is one (as scans ask), else read one by one.
+        let mut block = [0u64; BLOCK_SIZE];
+        let aligned = start % BLOCK_SIZE == 0 && len <= BLOCK_SIZE;
+        if aligned {
+            self.offsets.decode_block(start / BLOCK_SIZE, &mut block);
+        }
+        let code_offset = |row: usize| {
+            let i = row - start;
+            if aligned && i < BLOCK_SIZE { block[i] as usize } else { self.offsets.get(row) as usize }
+        };
+        let (first, last) = (code_offset(start), code_offset(start + len));
         let mut total = 0;
         let mut from = first;
-        for row in start..start + len {
-            let to = self.offsets.get(row + 1) as usize;
+        for row in start + 1..=start + len {
+            let to = code_offset(row);
             total += self.decoded_len(&self.bytes[from..to]);
             offsets.push(total);
             from = to;
         }
-        bytes.clear();
         self.decompress_into(&self.bytes[first..last], total, bytes);
     }
 
@@ -251,7 +267,17 @@ mod tests {
         assert_eq!(f.check(), Ok(r.bytes.len()));
         // A range decompresses at once to the same values.
         let (mut bytes, mut offsets) = (Vec::new(), Vec::new());
-        for (start, len) in [(0, 0), (0, 1), (17, 1024), (values.len() - 3, 3)] {
+        // Unaligned ranges, whole blocks, and the last (short) block.
+        let last_block = values.len() / BLOCK_SIZE * BLOCK_SIZE;
+        for (start, len) in [
+            (0, 0),
+            (0, 1),
+            (17, 1024),
+            (values.len() - 3, 3),
+            (0, BLOCK_SIZE),
+            (BLOCK_SIZE, BLOCK_SIZE),
+            (last_block, values.len() - last_block),
+        ] {
             f.decompress_range(start, len, &mut bytes, &mut offsets);
             assert_eq!(offsets.len(), len + 1);
             for i in 0..len {
