@@ -468,13 +468,23 @@ fn pow10(s: i8) -> Result<i128> {
 }
 
 fn decimal_fits(v: i128, t: &DataType) -> bool {
+    within(v, decimal_limit(t))
+}
+
+/// 10^precision for a decimal type (its values lie strictly between
+/// `-limit` and `limit`); `None` for other types. Computed once per
+/// vector, not per lane.
+fn decimal_limit(t: &DataType) -> Option<i128> {
     match t {
-        DataType::Decimal128(p, _) => {
-            let limit = 10i128.checked_pow(*p as u32).unwrap_or(i128::MAX);
-            v > -limit && v < limit
-        }
-        _ => true,
+        DataType::Decimal128(p, _) => Some(10i128.checked_pow(u32::from(*p)).unwrap_or(i128::MAX)),
+        _ => None,
     }
+}
+
+/// True when `v` lies within `limit` (see [`decimal_limit`]).
+#[inline(always)]
+fn within(v: i128, limit: Option<i128>) -> bool {
+    limit.is_none_or(|l| v > -l && v < l)
 }
 
 fn scalar_arith(op: ArithOp, a: Option<Num>, b: Option<Num>, width: IntWidth, t: &DataType) -> Result<Option<Num>> {
@@ -601,15 +611,27 @@ fn arith(
         out.has_nulls = has_nulls;
         return Ok(());
     }
+    if let DataType::Decimal128(..) = data_type
+        && let (Operand::Vector(_), _) | (_, Operand::Vector(_)) = (l, r)
+        && decimal_within_range(op, l, r, lanes, decimal_limit(data_type), &mut out.values)?
+    {
+        out.len = lanes;
+        out.validity = validity;
+        out.has_nulls = has_nulls;
+        return Ok(());
+    }
     let failed = match (op, data_type) {
         (_, DataType::Float32 | DataType::Float64) => {
             let round = matches!(data_type, DataType::Float32);
             lanewise::<f64>(l, r, lanes, &checked, &mut out.values, |x, y| Some(f64_op(op, x, y, round)))?
         }
         (_, DataType::UInt64) => lanewise::<u64>(l, r, lanes, &checked, &mut out.values, |x, y| u64_op(op, x, y))?,
-        (_, DataType::Decimal128(..)) => lanewise::<i128>(l, r, lanes, &checked, &mut out.values, |x, y| {
-            i128_op(op, x, y).filter(|v| decimal_fits(*v, data_type))
-        })?,
+        (_, DataType::Decimal128(..)) => {
+            let limit = decimal_limit(data_type);
+            lanewise::<i128>(l, r, lanes, &checked, &mut out.values, |x, y| {
+                i128_op(op, x, y).filter(|v| within(*v, limit))
+            })?
+        }
         _ => lanewise::<i64>(l, r, lanes, &checked, &mut out.values, |x, y| i64_op(op, x, y, width))?,
     };
     if failed {
@@ -624,6 +646,60 @@ fn arith(
     out.validity = validity;
     out.has_nulls = has_nulls;
     Ok(())
+}
+
+/// Decimal `+`, `-` or `*` of the first `lanes` lanes into `dst` without a
+/// check per lane, when the operands' largest magnitudes show no lane can
+/// leave `limit` (TPC-H's prices, discounts and taxes are far from it); a
+/// product below 2^63 is one 64-bit multiplication. False, with `dst`
+/// untouched, for other operators or when a lane might overflow (the
+/// checked loop runs then).
+fn decimal_within_range(
+    op: ArithOp,
+    l: Operand<'_>,
+    r: Operand<'_>,
+    lanes: usize,
+    limit: Option<i128>,
+    dst: &mut Values,
+) -> Result<bool> {
+    fn max_abs(s: Src<'_, i128>, lanes: usize) -> u128 {
+        match s {
+            Src::Slice(a) => a[..lanes].iter().fold(0u128, |m, x| m.max(x.unsigned_abs())),
+            Src::Const(x) => x.unsigned_abs(),
+        }
+    }
+    fn apply(a: Src<'_, i128>, b: Src<'_, i128>, dst: &mut [i128], f: impl Fn(i128, i128) -> i128) {
+        match (a, b) {
+            (Src::Slice(a), Src::Slice(b)) => {
+                dst.iter_mut().zip(a.iter().zip(b)).for_each(|(d, (&x, &y))| *d = f(x, y))
+            }
+            (Src::Slice(a), Src::Const(y)) => dst.iter_mut().zip(a).for_each(|(d, &x)| *d = f(x, y)),
+            (Src::Const(x), Src::Slice(b)) => dst.iter_mut().zip(b).for_each(|(d, &y)| *d = f(x, y)),
+            (Src::Const(x), Src::Const(y)) => dst.iter_mut().for_each(|d| *d = f(x, y)),
+        }
+    }
+    if !matches!(op, ArithOp::Add | ArithOp::Sub | ArithOp::Mul) {
+        return Ok(false);
+    }
+    let (a, b) = (src::<i128>(l)?, src::<i128>(r)?);
+    let (ma, mb) = (max_abs(a, lanes), max_abs(b, lanes));
+    let bound = match op {
+        ArithOp::Mul => ma.checked_mul(mb),
+        _ => ma.checked_add(mb),
+    };
+    let limit = limit.map_or(i128::MAX as u128, |l| l as u128);
+    let Some(bound) = bound.filter(|b| *b < limit) else { return Ok(false) };
+    let dst =
+        &mut i128::slice_mut(dst).ok_or_else(|| Error::Internal("arith output of another domain".into()))?[..lanes];
+    match op {
+        ArithOp::Add => apply(a, b, dst, |x, y| x + y),
+        ArithOp::Sub => apply(a, b, dst, |x, y| x - y),
+        // A product below 2^63 has factors below it (or a zero one):
+        // 64-bit multiplication is exact.
+        ArithOp::Mul if bound < 1 << 63 => apply(a, b, dst, |x, y| i128::from((x as i64) * (y as i64))),
+        _ => apply(a, b, dst, |x, y| x * y),
+    }
+    Ok(true)
 }
 
 /// `x / y` or `x % y` (truncating, as SQL) of the first `lanes` lanes of
@@ -852,6 +928,35 @@ fn cast_one(v: Num, from: &DataType, to: &DataType) -> Result<Num> {
 
 fn cast_vector(v: &NumVector, from: &DataType, to: &DataType, active: &Bits, out: &mut NumVector) -> Result<()> {
     let checked = v.valid(active);
+    // Integers and decimals to a decimal of the same or a larger scale:
+    // one multiplication per lane, the factor and range found once. A
+    // lane that fails is cast again below, for `cast_one`'s error.
+    if let Some(factor) = decimal_upscale(from, to)? {
+        let limit = decimal_limit(to);
+        let scale = |x: i128| x.checked_mul(factor).filter(|s| within(*s, limit));
+        let failed = match (&v.values, &mut out.values) {
+            (Values::I128(src), Values::I128(dst)) => Some(scale_lanes(&src[..v.len], &mut dst[..v.len], scale)),
+            (Values::I64(src), Values::I128(dst)) => {
+                Some(scale_lanes(&src[..v.len], &mut dst[..v.len], |x: i64| scale(i128::from(x))))
+            }
+            _ => None,
+        };
+        if let Some(failed) = failed {
+            if let Some(i) = (0..v.len).find(|&i| failed.get(i) && checked.get(i)) {
+                let n = match &v.values {
+                    Values::I128(s) => Num::I128(s[i]),
+                    Values::I64(s) => Num::I64(s[i]),
+                    _ => return Err(Error::Internal("cast input of another domain".into())),
+                };
+                cast_one(n, from, to)?;
+                return Err(Error::Overflow(format!("CAST of {n:?} from {from} to {to}")));
+            }
+            out.len = v.len;
+            out.validity = v.validity;
+            out.has_nulls = v.has_nulls;
+            return Ok(());
+        }
+    }
     let get = |i: usize| -> Num {
         match &v.values {
             Values::I64(s) => Num::I64(s[i]),
@@ -878,6 +983,38 @@ fn cast_vector(v: &NumVector, from: &DataType, to: &DataType, active: &Bits, out
     out.validity = v.validity;
     out.has_nulls = v.has_nulls;
     Ok(())
+}
+
+/// The factor of a cast from `from` to decimal type `to` that scales each
+/// value up by a power of ten: a signed integer type or a decimal of
+/// scale at most `to`'s. `None` for other casts.
+fn decimal_upscale(from: &DataType, to: &DataType) -> Result<Option<i128>> {
+    let DataType::Decimal128(_, s2) = to else { return Ok(None) };
+    let s1 = match from {
+        DataType::Decimal128(_, s1) => *s1,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => 0,
+        _ => return Ok(None),
+    };
+    if from == to || s1 > *s2 {
+        return Ok(None);
+    }
+    pow10(s2 - s1).map(Some)
+}
+
+/// `dst[i] = f(src[i])`, with the lanes where `f` fails set in the result
+/// (their `dst` left 0).
+fn scale_lanes<T: Copy>(src: &[T], dst: &mut [i128], f: impl Fn(T) -> Option<i128>) -> Bits {
+    let mut failed = Bits::EMPTY;
+    for (i, (d, &x)) in dst.iter_mut().zip(src).enumerate() {
+        match f(x) {
+            Some(v) => *d = v,
+            None => {
+                *d = 0;
+                failed.set(i);
+            }
+        }
+    }
+    failed
 }
 
 #[cfg(test)]

@@ -337,7 +337,7 @@ impl StateColumn {
             (StateColumn::SumF { sum, n }, StateKind::Sum { avg: false, .. }) => {
                 f64_array(output, sum.clone(), nulls_from(&has_rows(n)))?
             }
-            (StateColumn::SumD { sum, n }, StateKind::Sum { avg: false, .. }) => {
+            (StateColumn::SumD { sum, n }, StateKind::Sum { avg: false, implied, .. }) => {
                 let DataType::Decimal128(p, _) = output else {
                     return Err(Error::Internal("decimal SUM of a non-decimal type".into()));
                 };
@@ -345,7 +345,8 @@ impl StateColumn {
                 if let Some(s) = sum.iter().find(|s| **s <= -limit || **s >= limit) {
                     return Err(Error::Overflow(format!("SUM = {s} does not fit {output}")));
                 }
-                native_array(output, sum.clone(), nulls_from(&has_rows(n)))?
+                let nulls = if *implied { None } else { nulls_from(&has_rows(n)) };
+                native_array(output, sum.clone(), nulls)?
             }
             (StateColumn::SumI { sum, n }, StateKind::Sum { avg: true, .. }) => {
                 avg_f64((0..n.len()).map(|g| sum.get(g) as f64), n)?

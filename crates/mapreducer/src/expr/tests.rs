@@ -218,8 +218,10 @@ fn cast_ref(x: Num, from: &DataType, to: &DataType) -> Result<Num, Fail> {
         (x, DataType::Decimal128(p, s)) => {
             // From a decimal, by the difference of the scales.
             let from_scale = if let DataType::Decimal128(_, fs) = from { *fs } else { 0 };
-            let v = as_i128(x) * 10i128.pow((*s - from_scale) as u32);
-            if v.abs() < 10i128.pow(*p as u32) { Ok(Num::I128(v)) } else { Err(Fail::Overflow) }
+            match as_i128(x).checked_mul(10i128.pow((*s - from_scale) as u32)) {
+                Some(v) if v.abs() < 10i128.pow(*p as u32) => Ok(Num::I128(v)),
+                _ => Err(Fail::Overflow),
+            }
         }
         (x, _) => fits(as_i128(x)),
     }
@@ -560,6 +562,9 @@ fn failures_count_only_on_active_non_null_lanes() {
         (x.clone().arith(Rem, int(-1, Int64)), vec![]),
         (x.clone().arith(Mul, int(2, Int64)), vec![X_MIN]),
         (x.clone().cast(Int16), vec![X_MIN]),
+        // Casts that scale up: i64::MIN * 10^20 leaves 38 digits.
+        (x.clone().cast(Decimal128(38, 20)), vec![X_MIN]),
+        (h.clone().cast(Decimal128(20, 6)), vec![]),
         (a.clone().arith(Div, b.clone()), vec![A_MIN]),
         (a.clone().arith(Rem, b.clone()), vec![]),
         // `+` and `-` take one more digit than their operands (Arrow's

@@ -17,7 +17,9 @@ use crate::scalar::Domain;
 use crate::test_tables::{Cell, cell};
 use crate::vector::NumVector;
 
-const GROUPS: usize = 40;
+/// Group counts the tests run with: many, and few enough for the
+/// interleaved accumulators ([`FEW_GROUPS`]).
+const GROUP_COUNTS: [usize; 2] = [40, 5];
 
 fn cells(a: &ArrayRef) -> Vec<Cell> {
     (0..a.len()).map(|i| cell(a.as_ref(), i)).collect()
@@ -62,7 +64,7 @@ fn random_value(rng: &mut StdRng, t: &DataType) -> Num {
     }
 }
 
-fn random_block(rng: &mut StdRng, t: &DataType) -> Block {
+fn random_block(rng: &mut StdRng, t: &DataType, groups: usize) -> Block {
     let domain = Domain::of(t).unwrap();
     let mut vector = NumVector::new(domain);
     vector.len = LANES;
@@ -94,8 +96,8 @@ fn random_block(rng: &mut StdRng, t: &DataType) -> Block {
         _ => None,
     };
     let mut gids = [0u32; LANES];
-    // Groups 0..GROUPS-2: the last two get no rows.
-    gids.iter_mut().for_each(|g| *g = rng.random_range(0..GROUPS as u32 - 2));
+    // Groups 0..groups-2: the last two get no rows.
+    gids.iter_mut().for_each(|g| *g = rng.random_range(0..groups as u32 - 2));
     Block { vector, scalar, active, gids }
 }
 
@@ -140,13 +142,19 @@ fn as_i128(n: Num) -> i128 {
 
 /// What `func` of `t` finishes as for each group, from the rows of every
 /// block; `Err` when a SUM leaves its output type.
-fn reference(func: AggFunc, t: &DataType, output: &DataType, rows: &[(usize, Num)]) -> Result<Vec<Cell>, ()> {
+fn reference(
+    func: AggFunc,
+    t: &DataType,
+    output: &DataType,
+    rows: &[(usize, Num)],
+    groups: usize,
+) -> Result<Vec<Cell>, ()> {
     let mut by_group: BTreeMap<usize, Vec<Num>> = BTreeMap::new();
     for &(g, v) in rows {
         by_group.entry(g).or_default().push(v);
     }
     let float = matches!(t, DataType::Float64);
-    (0..GROUPS)
+    (0..groups)
         .map(|g| {
             let values = by_group.get(&g).map(Vec::as_slice).unwrap_or_default();
             if func == AggFunc::Count {
@@ -195,9 +203,9 @@ fn reference(func: AggFunc, t: &DataType, output: &DataType, rows: &[(usize, Num
         .collect()
 }
 
-fn new_state(kind: &StateKind) -> StateColumn {
+fn new_state(kind: &StateKind, groups: usize) -> StateColumn {
     let mut s = StateColumn::new(kind);
-    s.ensure(GROUPS);
+    s.ensure(groups);
     s
 }
 
@@ -207,30 +215,33 @@ fn new_state(kind: &StateKind) -> StateColumn {
 #[test]
 fn scatter_then_merge_equals_scatter_into_one_and_the_reference() {
     let mut rng = StdRng::seed_from_u64(21);
-    for (i, (func, t)) in aggregates().into_iter().enumerate() {
-        let (kind, output) = state_kind(func, Some(&t)).unwrap();
-        let (mut whole, mut a, mut b) = (new_state(&kind), new_state(&kind), new_state(&kind));
-        let mut rows = Vec::new();
-        for _ in 0..12 {
-            let block = random_block(&mut rng, &t);
-            rows.extend(block.rows());
-            scatter(&mut whole, &kind, block.operand(), &block.active, &block.gids, None).unwrap();
-            if rng.random_bool(0.5) {
-                scatter(&mut a, &kind, block.operand(), &block.active, &block.gids, None).unwrap();
-            } else {
-                let mut reversed = block.gids;
-                reversed.iter_mut().for_each(|g| *g = GROUPS as u32 - 1 - *g);
-                scatter(&mut b, &kind, block.operand(), &block.active, &reversed, None).unwrap();
+    for groups in GROUP_COUNTS {
+        for (i, (func, t)) in aggregates().into_iter().enumerate() {
+            let (kind, output) = state_kind(func, Some(&t)).unwrap();
+            let (mut whole, mut a, mut b) =
+                (new_state(&kind, groups), new_state(&kind, groups), new_state(&kind, groups));
+            let mut rows = Vec::new();
+            for _ in 0..12 {
+                let block = random_block(&mut rng, &t, groups);
+                rows.extend(block.rows());
+                scatter(&mut whole, &kind, block.operand(), &block.active, &block.gids, None).unwrap();
+                if rng.random_bool(0.5) {
+                    scatter(&mut a, &kind, block.operand(), &block.active, &block.gids, None).unwrap();
+                } else {
+                    let mut reversed = block.gids;
+                    reversed.iter_mut().for_each(|g| *g = groups as u32 - 1 - *g);
+                    scatter(&mut b, &kind, block.operand(), &block.active, &reversed, None).unwrap();
+                }
             }
+            let pairs: Vec<(u32, u32)> = (0..groups as u32).map(|g| (g, groups as u32 - 1 - g)).collect();
+            a.merge_entries(&b, &pairs, &kind).unwrap();
+            let want = reference(func, &t, &output, &rows, groups);
+            let finish = |s: &StateColumn| {
+                s.finish(&kind, &output).map(|a| cells(&a)).map_err(|e| assert!(matches!(e, Error::Overflow(_)), "{e}"))
+            };
+            assert_eq!(finish(&whole), want, "{i}: {func:?} of {t}, {groups} groups, one state");
+            assert_eq!(finish(&a), want, "{i}: {func:?} of {t}, {groups} groups, merged");
         }
-        let pairs: Vec<(u32, u32)> = (0..GROUPS as u32).map(|g| (g, GROUPS as u32 - 1 - g)).collect();
-        a.merge_entries(&b, &pairs, &kind).unwrap();
-        let want = reference(func, &t, &output, &rows);
-        let finish = |s: &StateColumn| {
-            s.finish(&kind, &output).map(|a| cells(&a)).map_err(|e| assert!(matches!(e, Error::Overflow(_)), "{e}"))
-        };
-        assert_eq!(finish(&whole), want, "{i}: {func:?} of {t}, one state");
-        assert_eq!(finish(&a), want, "{i}: {func:?} of {t}, merged");
     }
 }
 
@@ -241,10 +252,10 @@ fn scatter_then_merge_equals_scatter_into_one_and_the_reference() {
 #[test]
 fn signed_sums_of_large_values_are_exact() {
     let mut rng = StdRng::seed_from_u64(22);
-    for implied in [false, true] {
+    for (groups, implied) in GROUP_COUNTS.into_iter().flat_map(|g| [(g, false), (g, true)]) {
         let kind = StateKind::Sum { domain: SumDomain::Signed, avg: false, implied };
-        let mut s = new_state(&kind);
-        let mut want = [0i128; GROUPS];
+        let mut s = new_state(&kind, groups);
+        let mut want = vec![0i128; groups];
         for block in 0..40 {
             let mut v = NumVector::new(Domain::I64);
             v.len = LANES;
@@ -254,14 +265,14 @@ fn signed_sums_of_large_values_are_exact() {
             let active =
                 if rng.random_bool(0.5) { Bits::first(rng.random_range(0..=LANES)) } else { Bits(rng.random()) };
             let mut gids = [0u32; LANES];
-            gids.iter_mut().for_each(|g| *g = rng.random_range(0..GROUPS as u32));
+            gids.iter_mut().for_each(|g| *g = rng.random_range(0..groups as u32));
             active.for_each_one(|l| want[gids[l] as usize] += x[l] as i128);
             let bound = rng.random_bool(0.5).then(|| x.iter().map(|v| v.unsigned_abs()).max().unwrap());
             scatter(&mut s, &kind, Operand::Vector(&v), &active, &gids, bound).unwrap();
         }
         let StateColumn::SumI { sum, .. } = &s else { panic!("a signed sum state") };
         for (g, w) in want.iter().enumerate() {
-            assert_eq!(sum.get(g), *w, "group {g}, implied {implied}");
+            assert_eq!(sum.get(g), *w, "group {g} of {groups}, implied {implied}");
         }
         // Sums that fit Int64 finish, the others fail.
         let got = s.finish(&kind, &DataType::Int64);
@@ -276,16 +287,44 @@ fn signed_sums_of_large_values_are_exact() {
 #[test]
 fn decimal_sums_leaving_i128_are_overflow_errors() {
     let (kind, _) = state_kind(AggFunc::Sum, Some(&DataType::Decimal128(38, 0))).unwrap();
-    let mut s = new_state(&kind);
-    let mut v = NumVector::new(Domain::I128);
-    v.len = 4;
-    let Values::I128(x) = &mut v.values else { unreachable!() };
-    x[..4].copy_from_slice(&[i128::MAX / 2, i128::MAX / 2, 1, 1]);
-    let gids = [0u32; LANES];
-    scatter(&mut s, &kind, Operand::Vector(&v), &Bits::first(3), &gids, None).unwrap();
-    let err = scatter(&mut s, &kind, Operand::Vector(&v), &Bits::first(4), &gids, None).unwrap_err();
-    assert!(matches!(err, Error::Overflow(_)), "{err}");
-    let err =
-        scatter(&mut s, &kind, Operand::Scalar(Some(Num::I128(i128::MAX))), &Bits::first(1), &gids, None).unwrap_err();
-    assert!(matches!(err, Error::Overflow(_)), "{err}");
+    for groups in GROUP_COUNTS {
+        let mut s = new_state(&kind, groups);
+        let mut v = NumVector::new(Domain::I128);
+        v.len = 4;
+        let Values::I128(x) = &mut v.values else { unreachable!() };
+        x[..4].copy_from_slice(&[i128::MAX / 2, i128::MAX / 2, 1, 1]);
+        let gids = [0u32; LANES];
+        scatter(&mut s, &kind, Operand::Vector(&v), &Bits::first(3), &gids, None).unwrap();
+        let err = scatter(&mut s, &kind, Operand::Vector(&v), &Bits::first(4), &gids, None).unwrap_err();
+        assert!(matches!(err, Error::Overflow(_)), "{groups} groups: {err}");
+        let one = Operand::Scalar(Some(Num::I128(i128::MAX)));
+        let err = scatter(&mut s, &kind, one, &Bits::first(1), &gids, None).unwrap_err();
+        assert!(matches!(err, Error::Overflow(_)), "{groups} groups: {err}");
+    }
+}
+
+/// A grouped decimal SUM of an input without NULLs (`implied`) keeps no
+/// counts: it finishes without NULLs, at the reference's sums (a group
+/// without rows, which a real aggregation never holds, sums to 0).
+#[test]
+fn implied_decimal_sums_equal_the_reference() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let t = DataType::Decimal128(20, 2);
+    for groups in GROUP_COUNTS {
+        let (mut kind, output) = state_kind(AggFunc::Sum, Some(&t)).unwrap();
+        let StateKind::Sum { implied, .. } = &mut kind else { panic!("a SUM state") };
+        *implied = true;
+        let mut s = new_state(&kind, groups);
+        let mut want = vec![0i128; groups];
+        for _ in 0..12 {
+            let mut block = random_block(&mut rng, &t, groups);
+            block.vector.has_nulls = false;
+            block.vector.validity = Bits::first(LANES);
+            block.scalar = None;
+            block.rows().into_iter().for_each(|(g, v)| want[g] += as_i128(v));
+            scatter(&mut s, &kind, block.operand(), &block.active, &block.gids, None).unwrap();
+        }
+        let got = cells(&s.finish(&kind, &output).unwrap());
+        assert_eq!(got, want.iter().map(|&w| Cell::Int(w)).collect::<Vec<_>>(), "{groups} groups");
+    }
 }
