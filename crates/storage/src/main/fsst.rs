@@ -173,7 +173,7 @@ impl StrFsst {
         // The rows' code offsets: a whole block unpacked at once when the
         // range is one (as scans ask), else read one by one.
         let mut block = [0u64; BLOCK_SIZE];
-        let aligned = start % BLOCK_SIZE == 0 && len <= BLOCK_SIZE;
+        let aligned = start.is_multiple_of(BLOCK_SIZE) && len <= BLOCK_SIZE;
         if aligned {
             self.offsets.decode_block(start / BLOCK_SIZE, &mut block);
         }
