@@ -33,8 +33,56 @@ mod cli;
 /// after the seed table was dropped, for no gain beyond noise (q18 111
 /// against 118 ms in a later build); with 1 s the seed table's RSS growth
 /// after ten load/drop cycles stayed at 7.7 MiB.
+///
+/// Large zeroed allocations are zeroed by writing zeros ([`Allocator`]).
 #[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static ALLOCATOR: Allocator = Allocator;
+
+/// Zeroed allocations from this size on are zeroed by writing zeros.
+const WRITE_ZEROS_FROM: usize = 1 << 20;
+
+/// jemalloc, except that a large zeroed allocation (`vec![0; n]`) is an
+/// ordinary one with zeros written into it. jemalloc zeroes a reused
+/// large extent by dropping its pages (`MADV_DONTNEED`), so every page of
+/// it faults again when first written: DataFusion's array-indexed hash
+/// joins (`vec![0u32; key range]`, 24 MiB for TPC-H's order keys at SF1)
+/// took about 27,000 page faults per run of q07, which cost more than the
+/// join. Writing zeros into pages already mapped costs a few milliseconds.
+#[derive(Debug)]
+struct Allocator;
+
+// SAFETY: every call goes to jemalloc's allocator with the same layout;
+// `alloc_zeroed` returns memory it allocated and wrote zeros into.
+unsafe impl std::alloc::GlobalAlloc for Allocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { tikv_jemallocator::Jemalloc.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if layout.size() < WRITE_ZEROS_FROM {
+            // SAFETY: the caller's contract, passed on.
+            return unsafe { tikv_jemallocator::Jemalloc.alloc_zeroed(layout) };
+        }
+        // SAFETY: the caller's contract, passed on.
+        let p = unsafe { tikv_jemallocator::Jemalloc.alloc(layout) };
+        if !p.is_null() {
+            // SAFETY: `p` is a fresh allocation of `layout.size()` bytes.
+            unsafe { std::ptr::write_bytes(p, 0, layout.size()) };
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { tikv_jemallocator::Jemalloc.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { tikv_jemallocator::Jemalloc.realloc(ptr, layout, new_size) }
+    }
+}
 
 /// jemalloc's options, read at its first allocation (the C `malloc_conf`
 /// under tikv-jemallocator's symbol prefix).
