@@ -38,8 +38,9 @@ mod cli;
 #[global_allocator]
 static ALLOCATOR: Allocator = Allocator;
 
-/// Zeroed allocations from this size on are zeroed by writing zeros.
-const WRITE_ZEROS_FROM: usize = 1 << 20;
+/// Zeroed allocations from this size on (jemalloc's large size classes)
+/// are zeroed by writing zeros.
+const WRITE_ZEROS_FROM: usize = 16 << 10;
 
 /// jemalloc, except that a large zeroed allocation (`vec![0; n]`) is an
 /// ordinary one with zeros written into it. jemalloc zeroes a reused
