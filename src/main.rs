@@ -150,3 +150,24 @@ fn allocator_stats() -> Vec<(&'static str, u64)> {
     .flatten()
     .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    /// Zeroed allocations of every size read as zeros, also when they
+    /// reuse blocks just freed with other bytes in them (the allocator
+    /// writes the zeros of the large ones itself).
+    #[test]
+    fn zeroed_allocations_are_zeros_after_reuse() {
+        for size in [8usize, 4 << 10, (16 << 10) - 1, 16 << 10, 1 << 20, 24 << 20] {
+            for _ in 0..3 {
+                let mut dirty = vec![0xA5u8; size];
+                dirty[size / 2] = 1;
+                drop(dirty);
+                let zeroed = vec![0u8; size];
+                assert!(zeroed.iter().all(|&b| b == 0), "a zeroed allocation of {size} bytes holds other bytes");
+                let words = vec![0u32; size / 4 + 1];
+                assert!(words.iter().all(|&w| w == 0), "{size}: vec![0u32; n]");
+            }
+        }
+    }
+}
