@@ -421,15 +421,7 @@ mod tests {
         table(&db, "build", [7, 150_000, 150_001, 999_999]);
         let ctx =
             crate::session_context_with(&db, SessionOptions { target_partitions: 2, ..SessionOptions::default() });
-        let plan = ctx.sql("SELECT p.k FROM build b JOIN probe p ON b.k = p.k").await.expect("plans");
-        let plan = plan.create_physical_plan().await.expect("plans");
-        let mut keys: Vec<i64> = collect(Arc::clone(&plan), ctx.task_ctx())
-            .await
-            .expect("runs")
-            .iter()
-            .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().expect("k").values().to_vec())
-            .collect();
-        keys.sort_unstable();
+        let (keys, plan) = sorted_keys(&ctx, "SELECT p.k FROM build b JOIN probe p ON b.k = p.k").await;
         assert_eq!(keys, [7, 150_000, 150_001]);
         // The probe scan read the blocks holding 7 and 150,000–150,001 of
         // its 196, and selected only the three keys.
