@@ -546,3 +546,39 @@ fn a_load_failing_half_way_applies_nothing() {
         assert_eq!(server.rows("half"), 1, "a failed load appended rows");
     }
 }
+
+/// `serve` with an empty or short secret exits at once with the reason
+/// (an empty `--token` used to start a server that admitted
+/// `authorization: Bearer ` with nothing after it).
+#[test]
+fn serve_refuses_empty_and_short_secrets() {
+    let cases: [(&[&str], &str); 3] = [
+        (&["--token", ""], "empty"),
+        (&["--token", "short"], "shorter than 16"),
+        (&["--user", "", "--password", ""], "empty"),
+    ];
+    for (secret, why) in cases {
+        let mut child = bare_command()
+            .args(["serve", "--in-memory", "--listen", "127.0.0.1:0"])
+            .args(secret)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("serve {secret:?} started serving");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!status.success(), "serve {secret:?}: {status}");
+        assert!(err.contains(why), "serve {secret:?}: {err}");
+    }
+}

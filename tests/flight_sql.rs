@@ -341,6 +341,21 @@ async fn serve_refuses_unsafe_configurations() -> TestResult {
         .await
         .expect("serve accepted a 100-byte message bound");
     assert!(matches!(result, Err(ServeError::Config(_))), "{result:?}");
+
+    // Empty secrets: a client sending `authorization: Bearer ` (or Basic
+    // credentials of `:`) would get in.
+    for auth in [Auth::Token(String::new()), Auth::Password { user: String::new(), password: String::new() }] {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let options = FlightOptions { auth, ..FlightOptions::default() };
+        let result =
+            tokio::time::timeout(HANG_GUARD, serve(Database::new(), listener, options, std::future::pending()))
+                .await
+                .expect("serve started with an empty secret");
+        match result {
+            Err(ServeError::Config(message)) => assert!(message.contains("empty"), "{message}"),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
     Ok(())
 }
 

@@ -20,13 +20,14 @@ pub(crate) struct ServeArgs {
     /// Address to listen on. A non-loopback address needs --user/--password or --token.
     #[arg(long, default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
-    /// User name clients authenticate with (Basic → Bearer handshake).
+    /// User name clients authenticate with (Basic → Bearer handshake); not empty.
     #[arg(long, env = "QUIVERDB_USER", requires = "password")]
     user: Option<String>,
-    /// Password clients authenticate with.
+    /// Password clients authenticate with: at least 8 characters.
     #[arg(long, env = "QUIVERDB_PASSWORD", requires = "user")]
     password: Option<String>,
-    /// A static bearer token clients send (instead of a user and password).
+    /// A static bearer token clients send (instead of a user and password):
+    /// at least 16 characters.
     #[arg(long, env = "QUIVERDB_TOKEN", conflicts_with_all = ["user", "password"])]
     token: Option<String>,
     /// TLS certificate chain (PEM).
@@ -120,6 +121,23 @@ fn parse_bytes(s: &str) -> Result<usize, String> {
     number.checked_mul(1 << shift).ok_or_else(|| format!("'{s}' is too large"))
 }
 
+/// The authentication `--user`, `--password` and `--token` ask for. A user
+/// without a password (or the reverse), both ways at once, and empty or
+/// short secrets are refused: each would otherwise start a server with
+/// less protection than its command line suggests.
+fn auth_of(user: Option<String>, password: Option<String>, token: Option<String>) -> Result<Auth, String> {
+    let auth = match (user, password, token) {
+        (None, None, None) => Auth::None,
+        (Some(user), Some(password), None) => Auth::Password { user, password },
+        (None, None, Some(token)) => Auth::Token(token),
+        (_, _, Some(_)) => return Err("give either --token or --user and --password, not both".into()),
+        (Some(_), None, None) => return Err("--user needs --password".into()),
+        (None, Some(_), None) => return Err("--password needs --user".into()),
+    };
+    auth.check_strength().map_err(|e| format!("refusing to start: {e}"))?;
+    Ok(auth)
+}
+
 pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -128,11 +146,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let auth = match (args.user, args.password, args.token) {
-        (Some(user), Some(password), None) => Auth::Password { user, password },
-        (None, None, Some(token)) => Auth::Token(token),
-        _ => Auth::None,
-    };
+    let auth = auth_of(args.user, args.password, args.token)?;
     if matches!(auth, Auth::None) && !args.listen.ip().is_loopback() {
         return Err(format!(
             "refusing to listen on {} without authentication: add --user and --password, or --token, or listen on a loopback address",
@@ -270,7 +284,29 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_bytes;
+    use super::{auth_of, parse_bytes};
+    use quiverdb::server::flight::Auth;
+
+    #[test]
+    fn secrets_must_be_given_whole_and_long_enough() {
+        let s = |v: &str| Some(v.to_string());
+        assert!(matches!(auth_of(None, None, None), Ok(Auth::None)));
+        assert!(matches!(auth_of(s("alice"), s("long-pass"), None), Ok(Auth::Password { .. })));
+        assert!(matches!(auth_of(None, None, s("0123456789abcdef")), Ok(Auth::Token(_))));
+        for (user, password, token, why) in [
+            (None, None, s(""), "empty"),
+            (None, None, s("short"), "shorter than 16"),
+            (s(""), s(""), None, "empty"),
+            (s("alice"), s(""), None, "empty"),
+            (s("alice"), s("seven77"), None, "shorter than 8"),
+            (s("alice"), None, None, "needs --password"),
+            (None, s("long-pass"), None, "needs --user"),
+            (s("alice"), s("long-pass"), s("0123456789abcdef"), "not both"),
+        ] {
+            let err = auth_of(user, password, token).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+    }
 
     #[test]
     fn byte_counts() {

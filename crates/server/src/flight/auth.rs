@@ -15,7 +15,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use base64::prelude::{BASE64_STANDARD, BASE64_URL_SAFE_NO_PAD};
+use base64::alphabet;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use base64::prelude::BASE64_URL_SAFE_NO_PAD;
 use futures::future::{Either, Ready, ready};
 use rand::RngCore;
 use tonic::Status;
@@ -48,7 +50,44 @@ impl std::fmt::Debug for Auth {
     }
 }
 
+/// The shortest static token `quiverdb serve --token` accepts.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+/// The shortest password `quiverdb serve --password` accepts.
+pub const MIN_PASSWORD_CHARS: usize = 8;
+
 impl Auth {
+    /// Refuses empty or blank secrets: an empty static token would admit
+    /// any client sending `authorization: Bearer ` with nothing after it,
+    /// and an empty user and password anyone whose Basic credentials are
+    /// `:`. [`serve`](crate::flight::serve) checks this.
+    pub fn check(&self) -> Result<(), String> {
+        let blank = |s: &str| s.trim().is_empty();
+        match self {
+            Auth::None => Ok(()),
+            Auth::Token(token) if blank(token) => Err("the bearer token is empty".into()),
+            Auth::Password { user, .. } if blank(user) => Err("the user name is empty".into()),
+            Auth::Password { password, .. } if blank(password) => Err("the password is empty".into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Auth::check`], and secrets long enough to resist guessing: a token
+    /// of at least [`MIN_TOKEN_CHARS`] characters, a password of at least
+    /// [`MIN_PASSWORD_CHARS`] (what `quiverdb serve` requires).
+    pub fn check_strength(&self) -> Result<(), String> {
+        self.check()?;
+        match self {
+            Auth::Token(token) if token.chars().count() < MIN_TOKEN_CHARS => {
+                Err(format!("the bearer token is shorter than {MIN_TOKEN_CHARS} characters"))
+            }
+            Auth::Password { password, .. } if password.chars().count() < MIN_PASSWORD_CHARS => {
+                Err(format!("the password is shorter than {MIN_PASSWORD_CHARS} characters"))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// A short description for logs: `none`, `password (user U)` or `token`.
     pub fn describe(&self) -> String {
         match self {
@@ -58,6 +97,12 @@ impl Auth {
         }
     }
 }
+
+/// Standard base64 that decodes with or without the `=` padding.
+const BASE64_EITHER_PADDING: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
 
 /// The gRPC path of the handshake, the one call allowed without a token.
 const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
@@ -88,7 +133,8 @@ impl Authenticator {
                 let encoded = authorization.and_then(|h| strip_scheme(h, "Basic")).ok_or_else(|| {
                     Status::unauthenticated("the handshake needs an 'authorization: Basic ...' header")
                 })?;
-                let decoded = BASE64_STANDARD
+                // Padded or not: ADBC's Flight SQL driver sends it unpadded.
+                let decoded = BASE64_EITHER_PADDING
                     .decode(encoded.trim())
                     .map_err(|_| Status::unauthenticated("the Basic credentials are not valid base64"))?;
                 let (given_user, given_password) = decoded
@@ -217,6 +263,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use base64::prelude::{BASE64_STANDARD, BASE64_STANDARD_NO_PAD};
+
     use super::*;
 
     #[test]
@@ -252,6 +300,50 @@ mod tests {
         assert!(auth.check(Some("Bearer secret2")).is_err());
         assert!(auth.check(Some("Basic secret")).is_err());
         assert_eq!(auth.handshake(Some("Bearer secret")).unwrap(), "secret");
+    }
+
+    /// ADBC's driver sends `user:password` in base64 without `=`
+    /// padding: every length (modulo 3) passes padded and unpadded, and
+    /// a wrong password still fails either way.
+    #[test]
+    fn basic_credentials_pass_with_or_without_padding() {
+        for password in ["pass-word", "pass-word1", "pass-word12"] {
+            let auth = Authenticator::new(
+                Auth::Password { user: "quiver".into(), password: password.into() },
+                Duration::from_secs(60),
+            );
+            let credentials = format!("quiver:{password}");
+            let padded = BASE64_STANDARD.encode(&credentials);
+            let unpadded = BASE64_STANDARD_NO_PAD.encode(&credentials);
+            auth.handshake(Some(&format!("Basic {padded}"))).unwrap();
+            auth.handshake(Some(&format!("Basic {unpadded}"))).unwrap();
+            let wrong = BASE64_STANDARD_NO_PAD.encode(format!("quiver:{password}x"));
+            assert_eq!(
+                auth.handshake(Some(&format!("Basic {wrong}"))).unwrap_err().code(),
+                tonic::Code::Unauthenticated
+            );
+        }
+    }
+
+    /// Empty and blank secrets are refused; `quiverdb serve` also refuses
+    /// short ones.
+    #[test]
+    fn empty_and_short_secrets_are_refused() {
+        let password = |user: &str, password: &str| Auth::Password { user: user.into(), password: password.into() };
+        for auth in
+            [Auth::Token(String::new()), Auth::Token("  ".into()), password("", "long-enough"), password("u", "")]
+        {
+            assert!(auth.check().is_err(), "{auth:?} passed");
+            assert!(auth.check_strength().is_err(), "{auth:?} passed");
+        }
+        for auth in [Auth::Token("short-token".into()), password("u", "seven77")] {
+            assert!(auth.check().is_ok(), "{auth:?} failed");
+            let err = auth.check_strength().unwrap_err();
+            assert!(err.contains("shorter than"), "{err}");
+        }
+        for auth in [Auth::None, Auth::Token("0123456789abcdef".into()), password("u", "eight888")] {
+            auth.check_strength().unwrap();
+        }
     }
 
     #[test]

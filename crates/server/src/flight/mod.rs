@@ -223,6 +223,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let addr = listener.local_addr()?;
+    options.auth.check().map_err(|e| ServeError::Config(format!("refusing to serve: {e}")))?;
     if matches!(options.auth, Auth::None) && !addr.ip().is_loopback() {
         return Err(ServeError::Config(format!(
             "refusing to serve {addr} without authentication: give a user and password or a token, or listen on a loopback address"
