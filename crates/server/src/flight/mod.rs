@@ -67,7 +67,7 @@ mod service;
 mod sessions;
 mod status;
 
-pub use auth::Auth;
+pub use auth::{Auth, MIN_PASSWORD_CHARS, MIN_TOKEN_CHARS};
 
 use auth::{AuthLayer, Authenticator};
 use connections::ActivityLayer;
