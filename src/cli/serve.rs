@@ -303,7 +303,7 @@ mod tests {
             (None, s("long-pass"), None, "needs --user"),
             (s("alice"), s("long-pass"), s("0123456789abcdef"), "not both"),
         ] {
-            let err = auth_of(user, password, token).unwrap_err();
+            let err = auth_of(user, password, token).expect_err(why);
             assert!(err.contains(why), "{err}");
         }
     }
