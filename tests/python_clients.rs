@@ -34,7 +34,9 @@ const MARKER: &str = "quiverdb-requirements.txt";
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(300);
 
 const USER: &str = "quiver";
-const PASSWORD: &str = "s3cret:with-colon";
+/// With a colon, and `user:password` 25 bytes long: not a multiple of 3,
+/// so ADBC's driver sends its base64 without `=` padding.
+const PASSWORD: &str = "s3cret:with-colon!";
 
 #[test]
 fn python_flight_sql_clients() {
