@@ -10,6 +10,7 @@
 //! no call can skip it.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -107,17 +108,99 @@ const BASE64_EITHER_PADDING: GeneralPurpose = GeneralPurpose::new(
 /// The gRPC path of the handshake, the one call allowed without a token.
 const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
 
-/// Issued tokens and their expiry; shared by the handshake and the layer.
+/// Issued tokens held at once; beyond it the one closest to expiring goes.
+const MAX_TOKENS: usize = 10_000;
+
+/// Failed handshakes an address may make before it waits.
+const FREE_FAILURES: u32 = 5;
+
+/// The first wait after [`FREE_FAILURES`]; each further failure doubles
+/// it, up to [`MAX_LOCKOUT`].
+const FIRST_LOCKOUT: Duration = Duration::from_secs(1);
+
+/// The longest wait.
+const MAX_LOCKOUT: Duration = Duration::from_secs(60);
+
+/// Addresses whose failures are remembered; beyond it the ones not locked
+/// out are forgotten first.
+const MAX_FAILING_PEERS: usize = 10_000;
+
+/// Issued tokens and their expiry, and the failed handshakes of each
+/// client address; shared by the handshake and the layer.
 #[derive(Debug)]
 pub(crate) struct Authenticator {
     auth: Auth,
     ttl: Duration,
     tokens: Mutex<HashMap<String, Instant>>,
+    max_tokens: usize,
+    failures: Mutex<HashMap<IpAddr, Failures>>,
+    first_lockout: Duration,
+}
+
+/// An address's failed handshakes in a row, and until when it waits.
+#[derive(Debug, Clone, Copy)]
+struct Failures {
+    count: u32,
+    until: Instant,
 }
 
 impl Authenticator {
     pub(crate) fn new(auth: Auth, ttl: Duration) -> Self {
-        Self { auth, ttl, tokens: Mutex::new(HashMap::new()) }
+        Self {
+            auth,
+            ttl,
+            tokens: Mutex::new(HashMap::new()),
+            max_tokens: MAX_TOKENS,
+            failures: Mutex::new(HashMap::new()),
+            first_lockout: FIRST_LOCKOUT,
+        }
+    }
+
+    /// The same with other bounds on tokens and waits (for tests).
+    #[cfg(test)]
+    fn with_limits(mut self, max_tokens: usize, first_lockout: Duration) -> Self {
+        self.max_tokens = max_tokens;
+        self.first_lockout = first_lockout;
+        self
+    }
+
+    /// Refuses a handshake from `peer` while it waits after failures
+    /// (without looking at its credentials: guesses made then count for
+    /// nothing), and records the outcome of one that was checked.
+    pub(crate) fn handshake_from(&self, peer: Option<IpAddr>, authorization: Option<&str>) -> Result<String, Status> {
+        let now = Instant::now();
+        if let Some(ip) = peer
+            && let Some(f) = self.failures.lock().map_err(|_| Status::internal("failure store poisoned"))?.get(&ip)
+            && f.until > now
+        {
+            let wait = (f.until - now).as_secs_f64().ceil();
+            return Err(Status::unauthenticated(format!(
+                "too many failed authentications from this address: try again in {wait} s"
+            )));
+        }
+        let outcome = self.handshake(authorization);
+        if let Some(ip) = peer {
+            let mut failures = self.failures.lock().map_err(|_| Status::internal("failure store poisoned"))?;
+            match &outcome {
+                Ok(_) => {
+                    failures.remove(&ip);
+                }
+                Err(_) => {
+                    if failures.len() >= MAX_FAILING_PEERS && !failures.contains_key(&ip) {
+                        failures.retain(|_, f| f.until > now);
+                    }
+                    if failures.len() < MAX_FAILING_PEERS || failures.contains_key(&ip) {
+                        let f = failures.entry(ip).or_insert(Failures { count: 0, until: now });
+                        f.count = f.count.saturating_add(1);
+                        if f.count > FREE_FAILURES {
+                            let factor = 1u32 << (f.count - FREE_FAILURES - 1).min(16);
+                            f.until = now + self.first_lockout.saturating_mul(factor).min(MAX_LOCKOUT);
+                        }
+                    }
+                }
+            }
+        }
+        outcome
     }
 
     /// Checks the credentials of a `Handshake` (its `authorization`
@@ -153,6 +236,15 @@ impl Authenticator {
                 let now = Instant::now();
                 let mut tokens = self.tokens.lock().map_err(|_| Status::internal("token store poisoned"))?;
                 tokens.retain(|_, expiry| *expiry > now);
+                // Bounded: the token closest to expiring (the least
+                // recently used) makes room.
+                while tokens.len() >= self.max_tokens {
+                    let oldest = tokens.iter().min_by_key(|(_, expiry)| **expiry).map(|(t, _)| t.clone());
+                    match oldest {
+                        Some(t) => tokens.remove(&t),
+                        None => break,
+                    };
+                }
                 tokens.insert(token.clone(), now + self.ttl);
                 Ok(token)
             }
@@ -343,6 +435,55 @@ mod tests {
         }
         for auth in [Auth::None, Auth::Token("0123456789abcdef".into()), password("u", "eight888")] {
             auth.check_strength().unwrap();
+        }
+    }
+
+    /// After five failed handshakes in a row an address waits (1 s, then
+    /// twice as long after each further failure, in the server), even
+    /// with the right password; other addresses do not; a success after
+    /// the wait clears its count.
+    #[test]
+    fn failed_handshakes_make_their_address_wait() {
+        let wait = Duration::from_millis(200);
+        let auth = Authenticator::new(
+            Auth::Password { user: "u".into(), password: "right-one".into() },
+            Duration::from_secs(60),
+        )
+        .with_limits(MAX_TOKENS, wait);
+        let basic = |password: &str| format!("Basic {}", BASE64_STANDARD.encode(format!("u:{password}")));
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        for attempt in 1..=6 {
+            let err = auth.handshake_from(Some(a), Some(&basic("guess"))).unwrap_err();
+            assert!(err.message().contains("invalid user or password"), "attempt {attempt}: {err}");
+        }
+        let err = auth.handshake_from(Some(a), Some(&basic("right-one"))).unwrap_err();
+        assert!(err.message().contains("too many failed"), "{err}");
+        auth.handshake_from(Some(b), Some(&basic("right-one"))).unwrap();
+        std::thread::sleep(wait + Duration::from_millis(50));
+        auth.handshake_from(Some(a), Some(&basic("right-one"))).unwrap();
+        // The count starts again: five more failures are free.
+        for _ in 1..=5 {
+            let err = auth.handshake_from(Some(a), Some(&basic("guess"))).unwrap_err();
+            assert!(err.message().contains("invalid user or password"), "{err}");
+        }
+    }
+
+    /// Tokens are bounded: the one closest to expiring goes first.
+    #[test]
+    fn issued_tokens_are_bounded() {
+        let auth =
+            Authenticator::new(Auth::Password { user: "u".into(), password: "p".into() }, Duration::from_secs(60))
+                .with_limits(3, FIRST_LOCKOUT);
+        let basic = format!("Basic {}", BASE64_STANDARD.encode("u:p"));
+        let tokens: Vec<String> = (0..5)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(2));
+                auth.handshake(Some(&basic)).unwrap()
+            })
+            .collect();
+        for (i, token) in tokens.iter().enumerate() {
+            let valid = auth.check(Some(&format!("Bearer {token}"))).is_ok();
+            assert_eq!(valid, i >= 2, "token {i}");
         }
     }
 

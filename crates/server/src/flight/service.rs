@@ -867,7 +867,8 @@ impl FlightSqlService for QuiverFlightSql {
         request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>, Status> {
         let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        let token = self.auth.handshake(header)?;
+        let peer = request.remote_addr().map(|a| a.ip());
+        let token = self.auth.handshake_from(peer, header)?;
         let reply = HandshakeResponse { protocol_version: 0, payload: token.clone().into() };
         let mut response: Response<Pin<Box<dyn Stream<Item = _> + Send>>> =
             Response::new(Box::pin(stream::iter([Ok(reply)])));
