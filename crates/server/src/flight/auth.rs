@@ -166,11 +166,15 @@ impl Authenticator {
 
     /// Refuses a handshake from `peer` while it waits after failures
     /// (without looking at its credentials: guesses made then count for
-    /// nothing), and records the outcome of one that was checked.
+    /// nothing), and records the outcome of one that was checked. The
+    /// check, the handshake and the record hold one lock, so handshakes
+    /// sent at once on many streams are counted one after another (each
+    /// takes microseconds).
     pub(crate) fn handshake_from(&self, peer: Option<IpAddr>, authorization: Option<&str>) -> Result<String, Status> {
+        let Some(ip) = peer else { return self.handshake(authorization) };
         let now = Instant::now();
-        if let Some(ip) = peer
-            && let Some(f) = self.failures.lock().map_err(|_| Status::internal("failure store poisoned"))?.get(&ip)
+        let mut failures = self.failures.lock().map_err(|_| Status::internal("failure store poisoned"))?;
+        if let Some(f) = failures.get(&ip)
             && f.until > now
         {
             let wait = (f.until - now).as_secs_f64().ceil();
@@ -179,23 +183,20 @@ impl Authenticator {
             )));
         }
         let outcome = self.handshake(authorization);
-        if let Some(ip) = peer {
-            let mut failures = self.failures.lock().map_err(|_| Status::internal("failure store poisoned"))?;
-            match &outcome {
-                Ok(_) => {
-                    failures.remove(&ip);
+        match &outcome {
+            Ok(_) => {
+                failures.remove(&ip);
+            }
+            Err(_) => {
+                if failures.len() >= MAX_FAILING_PEERS && !failures.contains_key(&ip) {
+                    failures.retain(|_, f| f.until > now);
                 }
-                Err(_) => {
-                    if failures.len() >= MAX_FAILING_PEERS && !failures.contains_key(&ip) {
-                        failures.retain(|_, f| f.until > now);
-                    }
-                    if failures.len() < MAX_FAILING_PEERS || failures.contains_key(&ip) {
-                        let f = failures.entry(ip).or_insert(Failures { count: 0, until: now });
-                        f.count = f.count.saturating_add(1);
-                        if f.count > FREE_FAILURES {
-                            let factor = 1u32 << (f.count - FREE_FAILURES - 1).min(16);
-                            f.until = now + self.first_lockout.saturating_mul(factor).min(MAX_LOCKOUT);
-                        }
+                if failures.len() < MAX_FAILING_PEERS || failures.contains_key(&ip) {
+                    let f = failures.entry(ip).or_insert(Failures { count: 0, until: now });
+                    f.count = f.count.saturating_add(1);
+                    if f.count > FREE_FAILURES {
+                        let factor = 1u32 << (f.count - FREE_FAILURES - 1).min(16);
+                        f.until = now + self.first_lockout.saturating_mul(factor).min(MAX_LOCKOUT);
                     }
                 }
             }
@@ -466,6 +467,35 @@ mod tests {
             let err = auth.handshake_from(Some(a), Some(&basic("guess"))).unwrap_err();
             assert!(err.message().contains("invalid user or password"), "{err}");
         }
+    }
+
+    /// Guesses sent at once from one address (8 threads, 50 each) get
+    /// their credentials checked only until the wait starts.
+    #[test]
+    fn concurrent_guesses_are_counted_one_after_another() {
+        let auth = std::sync::Arc::new(Authenticator::new(
+            Auth::Password { user: "u".into(), password: "right-one".into() },
+            Duration::from_secs(60),
+        ));
+        let ip: IpAddr = "10.0.0.3".parse().unwrap();
+        let checked: usize = (0..8)
+            .map(|_| {
+                let auth = std::sync::Arc::clone(&auth);
+                std::thread::spawn(move || {
+                    let guess = format!("Basic {}", BASE64_STANDARD.encode("u:guess"));
+                    (0..50)
+                        .filter(|_| {
+                            let err = auth.handshake_from(Some(ip), Some(&guess)).unwrap_err();
+                            err.message().contains("invalid user or password")
+                        })
+                        .count()
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .sum();
+        assert_eq!(checked, FREE_FAILURES as usize + 1, "guesses whose credentials were checked");
     }
 
     /// Tokens are bounded: the one closest to expiring goes first.
