@@ -948,8 +948,8 @@ fn cast_vector(v: &NumVector, from: &DataType, to: &DataType, active: &Bits, out
                     Values::I64(s) => Num::I64(s[i]),
                     _ => return Err(Error::Internal("cast input of another domain".into())),
                 };
-                cast_one(n, from, to)?;
-                return Err(Error::Overflow(format!("CAST of {n:?} from {from} to {to}")));
+                // The same lane fails there, with its error.
+                return cast_one(n, from, to).and(Err(Error::Internal("a cast failed once only".into())));
             }
             out.len = v.len;
             out.validity = v.validity;

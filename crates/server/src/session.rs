@@ -66,7 +66,7 @@ const COLLECT_LEFT_BYTES: usize = 64 << 20;
 /// bytes per key of the range, so at most about 130 bytes per build row
 /// (a hash table about 40), reserved from the session's memory pool like
 /// the table. TPC-H q05's 227,000 orders of the year span 6 million keys
-/// (0.038): 60 → 38 ms in-process; q22's 19,000 customers (0.127) 19 → 16 ms.
+/// (0.038): 60 → 37 ms in-process; q22's 19,000 customers (0.127) 19 → 16 ms.
 const PERFECT_HASH_DENSITY: f64 = 0.03;
 
 /// [`session_context`] with options.
