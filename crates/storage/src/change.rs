@@ -90,6 +90,10 @@ pub(crate) trait ChangeLog: std::fmt::Debug + Send + Sync {
 
     /// The bytes of appends a transaction holds before it stages them.
     fn stage_bytes(&self) -> usize;
+
+    /// Fails with [`crate::Error::ReadOnly`] once the log refuses changes
+    /// (after a failed write), so a transaction fails before it begins.
+    fn check_writable(&self) -> Result<()>;
 }
 
 /// Where a table's changes go.
@@ -143,6 +147,14 @@ impl TableLog {
         match self {
             TableLog::Off => usize::MAX,
             TableLog::Capture { log, .. } | TableLog::On(log) => log.stage_bytes(),
+        }
+    }
+
+    /// Fails once the log refuses changes ([`ChangeLog::check_writable`]).
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        match self {
+            TableLog::Off => Ok(()),
+            TableLog::Capture { log, .. } | TableLog::On(log) => log.check_writable(),
         }
     }
 

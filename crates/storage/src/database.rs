@@ -213,7 +213,7 @@ impl Database {
                 schema: Arc::clone(table.arrow_schema()),
                 options: table.options().clone(),
                 next_shard_id: writer.next_shard_id(),
-                state: table.core().state(),
+                state: table.core().latest(),
             });
             guards.push(writer);
         }
@@ -232,10 +232,9 @@ impl Database {
             return Err(Error::TableExists(name.into()));
         }
         let lsn = self.log_creation(&table, false)?;
+        self.commit(lsn)?;
         catalog.tables.insert(name.into(), table.clone());
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        drop(catalog);
-        self.commit(lsn)?;
         Ok(table)
     }
 
@@ -264,7 +263,9 @@ impl Database {
         Ok(Some(lsn))
     }
 
-    /// Waits until the change logged at `lsn` is durable.
+    /// Waits until the change logged at `lsn` is durable. Catalog changes
+    /// wait holding the catalog lock and apply only after it: a change the
+    /// log failed to make durable is never seen.
     fn commit(&self, lsn: Option<u64>) -> Result<()> {
         match (self.durable(), lsn) {
             (Some(durable), Some(lsn)) => durable.commit(lsn),
@@ -310,13 +311,12 @@ impl Database {
             None => None,
         };
         let lsn = self.log_creation(&table, replace)?;
+        self.commit(lsn)?;
         if let Some(mut writer) = old_writer {
             writer.mark_dropped();
         }
         catalog.tables.insert(name.into(), table);
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        drop(catalog);
-        self.commit(lsn)?;
         Ok(out)
     }
 
@@ -355,10 +355,10 @@ impl Database {
             }
             None => None,
         };
+        self.commit(lsn)?;
         catalog.views.insert(name.into(), definition.into());
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        drop(catalog);
-        self.commit(lsn)
+        Ok(())
     }
 
     /// Drops view `name`.
@@ -371,10 +371,10 @@ impl Database {
             Some(durable) => Some(durable.append(&LogRecord::DropView { name: name.into() })?),
             None => None,
         };
+        self.commit(lsn)?;
         catalog.views.remove(name);
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        drop(catalog);
-        self.commit(lsn)
+        Ok(())
     }
 
     /// The definition of view `name`, if there is one.
@@ -399,10 +399,10 @@ impl Database {
             Some(durable) => Some(durable.append(&LogRecord::CreateSchema { name: name.into() })?),
             None => None,
         };
+        self.commit(lsn)?;
         catalog.schemas.insert(name.into());
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        drop(catalog);
-        self.commit(lsn)
+        Ok(())
     }
 
     /// Drops schema `name`, and with `cascade` its tables and views, all
@@ -420,6 +420,7 @@ impl Database {
             Some(durable) => Some(durable.append(&LogRecord::DropSchema { name: name.into(), cascade })?),
             None => None,
         };
+        self.commit(lsn)?;
         writers.iter_mut().for_each(|w| w.mark_dropped());
         drop(writers);
         for n in &doomed {
@@ -428,8 +429,7 @@ impl Database {
         }
         catalog.schemas.remove(name);
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        drop(catalog);
-        self.commit(lsn)
+        Ok(())
     }
 
     /// Changes the definition of table `name` without touching its rows
@@ -535,14 +535,14 @@ impl Database {
             Some(durable) => Some(durable.append(&record)?),
             None => None,
         };
+        self.commit(lsn)?;
         next.take_log(&mut writer)?;
         writer.mark_dropped();
         drop(writer);
         catalog.tables.remove(name);
         catalog.tables.insert(new_name, next);
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        drop(catalog);
-        self.commit(lsn)
+        Ok(())
     }
 
     /// Names of the schemas besides the default one, sorted.
@@ -567,12 +567,12 @@ impl Database {
             Some(durable) => Some(durable.append(&LogRecord::DropTable { name: name.into() })?),
             None => None,
         };
+        self.commit(lsn)?;
         writer.mark_dropped();
         drop(writer);
         catalog.tables.remove(name);
         self.inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-        drop(catalog);
-        self.commit(lsn)
+        Ok(())
     }
 
     /// A number that changes whenever a table or view is created, replaced

@@ -75,7 +75,7 @@ pub(crate) fn settle(table: &TableCore, data: &ShardData) {
 /// Rebuilds every shard of `table` that has delta rows or deletions, on all
 /// cores, and returns when they are done.
 pub(crate) fn rebuild_table(table: &TableCore) -> Result<()> {
-    let state = table.state();
+    let state = table.latest();
     let ids: Vec<ShardId> =
         state.shards.iter().filter(|s| s.delta_len > 0 || s.deleted() > 0).map(|s| s.data.id).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(ids.len());
@@ -110,7 +110,7 @@ pub(crate) fn rebuild_shard(table: &TableCore, id: ShardId, thorough: bool) -> R
         let Some(data) = current_data(table, id) else { return Ok(()) };
         let _rebuilding = data.rebuild_lock.lock().map_err(|_| Error::Internal("a rebuild panicked".into()))?;
         data.rebuild_queued.store(false, Ordering::Release);
-        let state = table.state();
+        let state = table.latest();
         let Some(pos) = state.shards.position(id) else { return Ok(()) };
         let snap = state.shards.get(pos).clone();
         if !Arc::ptr_eq(&snap.data, &data) {
@@ -147,7 +147,7 @@ pub(crate) fn replay_rebuild(
     let mismatch = |what: String| {
         Error::Internal(format!("the log rebuilds shard {shard} of table '{}', but {what}", table.name()))
     };
-    let state = table.state();
+    let state = table.latest();
     let pos = state.shards.position(shard).ok_or_else(|| mismatch("the table has no such shard".into()))?;
     let cur = state.shards.get(pos);
     if cur.data.version != version {
@@ -168,7 +168,7 @@ pub(crate) fn replay_rebuild(
 }
 
 fn current_data(table: &TableCore, id: ShardId) -> Option<Arc<ShardData>> {
-    let state = table.state();
+    let state = table.latest();
     state.shards.position(id).map(|p| Arc::clone(&state.shards.get(p).data))
 }
 
@@ -179,7 +179,7 @@ fn publish(table: &TableCore, snap: &ShardState, main: Main) -> Result<()> {
     if table.is_dropped() {
         return Ok(()); // nothing reads it any more, and it must not be logged
     }
-    let state = table.state();
+    let state = table.latest();
     let Some(pos) = state.shards.position(data.id) else {
         return Ok(()); // truncated meanwhile
     };
@@ -199,12 +199,14 @@ fn publish(table: &TableCore, snap: &ShardState, main: Main) -> Result<()> {
     }
     let deletes = carry_deletes(snap, cur, new_rows)?;
     let live = new_rows + carried - deletes.as_ref().map_or(0, DeleteSet::count);
-    if writer.log().is_on() {
+    let lsn = if writer.log().is_on() {
         let deleted = snap.deletes.as_ref().map_or_else(Vec::new, |d| d.ids(snap.rows()));
         let change =
             TableChange::Rebuild { shard: data.id.0, version: data.version, delta_len: snap.delta_len as u32, deleted };
-        writer.log_mut().write(table.name(), change, None)?;
-    }
+        writer.log_mut().write(table.name(), change, None)?
+    } else {
+        None
+    };
     let new_data = Arc::new(ShardData::new(data.id, data.version + 1, data.capacity, main, delta));
     new_data.delta.commit(carried);
     let mut next = (*state).clone();
@@ -213,7 +215,10 @@ fn publish(table: &TableCore, snap: &ShardState, main: Main) -> Result<()> {
     } else {
         *next.shards.get_mut(pos) = ShardState { data: new_data, delta_len: carried, deletes };
     }
-    writer.publish(next);
+    match lsn {
+        Some(lsn) => writer.publish_logged(lsn, next, true),
+        None => writer.publish(next),
+    }
     Ok(())
 }
 

@@ -5,18 +5,25 @@
 //!   TableCore
 //!   ├─ name, schema, options                     fixed at creation
 //!   ├─ state: ArcSwap<TableState>                readers: one pointer load
+//!   ├─ pending: Mutex<VecDeque<Pending>>         logged, not durable yet
 //!   └─ writer: Mutex<Writer>                     writers: serialised
 //!        next shard id · change log · uid
 //!
-//!   WriterGuard::publish(next)  ── the only store of `state`, made while
-//!                                  holding the writer lock
+//!   WriterGuard::publish(next)          ── visible now (nothing logged)
+//!   WriterGuard::publish_logged(lsn, ..) ─▶ pending ── TableCore::durable(lsn) ─▶ state
+//!                                                   └─ TableCore::discard(lsn)  ─▶ dropped
 //! ```
 //!
 //! Transactions, rebuilds and recovery all build a new [`TableState`] and
-//! hand it to [`WriterGuard::publish`]; readers never take the lock. This
-//! module knows nothing about how a state is built: the modules that do
-//! (`table`, `rebuild`, `snapshot`, recovery) build on it.
+//! hand it to the writer guard; readers never take the lock. A state whose
+//! change was logged becomes visible only once its log record is durable
+//! (under the log's sync mode): a write the log fails to make durable is
+//! never seen, not even until a restart. Meanwhile the next writer builds
+//! on it ([`TableCore::latest`]), so commits to one table still share
+//! syncs. This module knows nothing about how a state is built: the
+//! modules that do (`table`, `rebuild`, `snapshot`, recovery) build on it.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -146,6 +153,15 @@ pub(crate) struct TableState {
     pub(crate) shards: ShardList,
 }
 
+/// A published state waiting for its log record to become durable.
+#[derive(Debug)]
+struct Pending {
+    lsn: u64,
+    state: Arc<TableState>,
+    /// Published by a rebuild: the same rows as the state before it.
+    rebuild: bool,
+}
+
 /// What the writer lock protects.
 #[derive(Debug)]
 struct Writer {
@@ -162,7 +178,11 @@ pub(crate) struct TableCore {
     name: String,
     schema: TableSchema,
     options: TableOptions,
+    /// The visible state: what readers see.
     state: ArcSwap<TableState>,
+    /// States published after `state` whose log records are not known
+    /// durable yet, oldest first (see [`WriterGuard::publish_logged`]).
+    pending: Mutex<VecDeque<Pending>>,
     writer: Mutex<Writer>,
     dropped: AtomicBool,
     background: Background,
@@ -180,6 +200,7 @@ impl TableCore {
             schema,
             options,
             state: ArcSwap::from_pointee(TableState::default()),
+            pending: Mutex::new(VecDeque::new()),
             writer: Mutex::new(Writer { next_shard_id: 0, log: TableLog::Off, uid: 0 }),
             dropped: AtomicBool::new(false),
             background,
@@ -201,9 +222,43 @@ impl TableCore {
         &self.options
     }
 
-    /// The published state.
+    /// The visible state: every change in it is durable.
     pub(crate) fn state(&self) -> Arc<TableState> {
         self.state.load_full()
+    }
+
+    /// The newest state, durable or not: what the next change builds on
+    /// (and what a checkpoint, which syncs the log first, writes).
+    pub(crate) fn latest(&self) -> Arc<TableState> {
+        let pending = self.pending();
+        match pending.back() {
+            Some(p) => Arc::clone(&p.state),
+            None => self.state.load_full(),
+        }
+    }
+
+    fn pending(&self) -> MutexGuard<'_, VecDeque<Pending>> {
+        // The queue is consistent after every statement that changes it.
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the states whose records are durable through `lsn` visible
+    /// (with the rebuilds published right after them, which change no rows).
+    pub(crate) fn durable(&self, lsn: u64) {
+        let mut pending = self.pending();
+        let mut newest = None;
+        while pending.front().is_some_and(|p| p.lsn <= lsn || p.rebuild) {
+            newest = pending.pop_front();
+        }
+        if let Some(p) = newest {
+            self.state.store(p.state);
+        }
+    }
+
+    /// Drops the states from the one logged at `lsn` on: its record failed
+    /// to become durable, and the log refuses everything after it.
+    pub(crate) fn discard(&self, lsn: u64) {
+        self.pending().retain(|p| p.lsn < lsn);
     }
 
     /// Number of live rows of the published state (no reference kept).
@@ -298,10 +353,28 @@ impl<'t> WriterGuard<'t> {
         self.writer.uid = uid;
     }
 
-    /// Makes `next` the table's state: one pointer swap; every snapshot
-    /// taken from now on sees it, and none taken before changes.
+    /// Makes `next`, a change that was not logged, the table's state: one
+    /// pointer swap; every snapshot taken from now on sees it, and none
+    /// taken before changes. Nothing may be pending (a table that logs
+    /// publishes through [`WriterGuard::publish_logged`]).
     pub(crate) fn publish(&mut self, next: TableState) {
+        let pending = self.table.pending();
+        debug_assert!(pending.is_empty(), "a change that was not logged published over logged ones");
         self.table.state.store(Arc::new(next));
+        drop(pending);
+    }
+
+    /// Publishes `next`, whose change was logged at `lsn`: the next change
+    /// builds on it, and readers see it once [`TableCore::durable`] says
+    /// the record is (or at once, for a `rebuild`, which changes no rows,
+    /// if nothing is pending before it).
+    pub(crate) fn publish_logged(&mut self, lsn: u64, next: TableState, rebuild: bool) {
+        let mut pending = self.table.pending();
+        if rebuild && pending.is_empty() {
+            self.table.state.store(Arc::new(next));
+        } else {
+            pending.push_back(Pending { lsn, state: Arc::new(next), rebuild });
+        }
     }
 
     /// Marks the table dropped: writes through old handles fail from now on.

@@ -143,7 +143,7 @@ impl Table {
             return Err(Error::Internal("a redefined table must keep the types of the columns it keeps".into()));
         }
         let table = Self::create(name, schema, options, self.core.background().clone())?;
-        let mut state = (*self.core.state()).clone();
+        let mut state = (*self.core.latest()).clone();
         if *change != ColumnChange::None {
             let mut shards = ShardList::default();
             for shard in state.shards.iter() {
@@ -304,7 +304,8 @@ impl<'t> Transaction<'t> {
         if table.is_dropped() {
             return Err(Error::TableNotFound(table.name().to_string()));
         }
-        let base = table.state();
+        writer.log().check_writable()?;
+        let base = table.latest();
         let work = (*base).clone();
         let keys = PendingKeys::of(table.schema());
         let log = writer.log().is_on().then(PendingLog::default);
@@ -546,7 +547,7 @@ impl<'t> Transaction<'t> {
 
     /// Checks the primary key, logs the transaction, publishes everything
     /// at once, and (for a logged table) waits until the log makes it as
-    /// durable as its sync mode promises.
+    /// durable as its sync mode promises: only then do readers see it.
     fn commit(mut self) -> Result<()> {
         if let Err(e) = self.check_keys() {
             return Err(self.abort(e));
@@ -589,7 +590,10 @@ impl<'t> Transaction<'t> {
             }
         }
         let Self { mut writer, work, .. } = self;
-        writer.publish(work);
+        match &durable {
+            Some((lsn, _)) => writer.publish_logged(*lsn, work, false),
+            None => writer.publish(work),
+        }
         drop(writer);
         if options.background_rebuild {
             for data in to_rebuild {
@@ -599,8 +603,19 @@ impl<'t> Transaction<'t> {
                 rebuild::settle(table, &data);
             }
         }
+        // Visible once durable; a change the log failed to make durable
+        // is never seen (the log refuses every change after it).
         match durable {
-            Some((lsn, log)) => log.commit(lsn),
+            Some((lsn, log)) => match log.commit(lsn) {
+                Ok(()) => {
+                    table.durable(lsn);
+                    Ok(())
+                }
+                Err(e) => {
+                    table.discard(lsn);
+                    Err(e)
+                }
+            },
             None => Ok(()),
         }
     }

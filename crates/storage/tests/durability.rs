@@ -377,6 +377,63 @@ fn a_failed_sync_makes_the_database_read_only_and_loses_nothing_acknowledged() {
     assert!(!db.contains_table("u"));
 }
 
+/// Every change, under every sync mode, that the log fails to make
+/// durable: none of it is seen by readers of the running database, not
+/// even until a restart, and the restart agrees.
+#[test]
+fn a_change_the_log_fails_to_make_durable_is_never_seen() {
+    type Change = fn(&Database, &Table) -> quiverdb_storage::Result<()>;
+    let changes: [(&str, Change); 8] = [
+        ("append", |_, t| t.append(&batch(&[(10, None, None), (11, None, None)])).map(drop)),
+        ("delete", |_, t| {
+            let snapshot = t.snapshot();
+            t.delete(&snapshot, &select(&snapshot, |id| id == 1)).map(drop)
+        }),
+        ("truncate", |_, t| t.truncate().map(drop)),
+        ("create", |db, _| db.create_table("u", &schema(), TableOptions::default()).map(drop)),
+        ("create with rows (an ingest)", |db, _| {
+            db.create_table_with("u", &schema(), TableOptions::default(), false, |u| {
+                u.append(&batch(&[(7, None, None)])).map(drop)
+            })
+        }),
+        ("replace", |db, _| {
+            db.create_table_with("t", &schema(), TableOptions::default(), true, |u| {
+                u.append(&batch(&[(7, None, None)])).map(drop)
+            })
+        }),
+        ("drop", |db, _| db.drop_table("t")),
+        ("rename", |db, _| db.alter_table("t", &Alteration::RenameTo("v".into()))),
+    ];
+    let first = vec![(1, Some("a".to_string()), None), (2, None, Some(0.5))];
+    for sync in [SyncMode::Always, SyncMode::Batch(std::time::Duration::from_secs(3600)), SyncMode::Off] {
+        for (what, change) in changes {
+            let io = SimulatedIo::default();
+            let db = open_with_io(Arc::new(io.clone()), "/data", durable(sync)).unwrap();
+            let t = db.create_table("t", &schema(), TableOptions::default()).unwrap();
+            t.append(&batch(&first)).unwrap();
+            db.checkpoint().unwrap();
+            let before = digest(&db);
+            // `always` fails at the commit's sync; the others at its write.
+            io.fail_syncs(true);
+            io.fail_writes(sync != SyncMode::Always);
+            let failed = change(&db, &t);
+            assert!(matches!(failed, Err(Error::Io { .. })), "{sync:?} {what}: {failed:?}");
+            io.fail_syncs(false);
+            io.fail_writes(false);
+            assert_eq!(digest(&db), before, "{sync:?} {what}: seen after the log failed");
+            assert_eq!(t.row_count(), first.len(), "{sync:?} {what}");
+            // And a later write through the same table is refused as such.
+            let later = t.append(&batch(&[(12, None, None)]));
+            assert!(matches!(later, Err(Error::ReadOnly(_))), "{sync:?} {what}: {later:?}");
+            assert_eq!(digest(&db), before, "{sync:?} {what}");
+            io.crash(0);
+            drop((t, db));
+            let db = open_with_io(Arc::new(io.clone()), "/data", durable(sync)).unwrap();
+            assert_eq!(digest(&db), before, "{sync:?} {what}: after the restart");
+        }
+    }
+}
+
 #[test]
 fn concurrent_writers_share_syncs_and_all_are_durable() {
     let io = SimulatedIo::default();

@@ -356,6 +356,10 @@ impl ChangeLog for Wal {
     fn stage_bytes(&self) -> usize {
         Wal::stage_bytes(self)
     }
+
+    fn check_writable(&self) -> Result<()> {
+        Wal::check_writable(self)
+    }
 }
 
 /// A table's options (format 3): shard capacity, dead fraction, background

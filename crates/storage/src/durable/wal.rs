@@ -512,7 +512,9 @@ impl Wal {
     }
 
     /// Writes and syncs everything appended so far, whatever the mode.
+    /// A failed log refuses, even with nothing left to sync.
     pub(crate) fn sync(&self) -> Result<()> {
+        self.check_writable()?;
         let last = self.inner.lock()?.last_lsn;
         self.inner.flush_through(last, true)
     }
@@ -527,6 +529,14 @@ impl Wal {
     /// it (every handle that can still write) is dropped.
     pub(crate) fn hold(&self, lock: DirLock) {
         let _ = self.inner.lock.set(lock);
+    }
+
+    /// Fails with [`Error::ReadOnly`] once the log refuses appends.
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        match &self.inner.lock()?.failed {
+            Some(reason) => Err(Error::ReadOnly(reason.clone())),
+            None => Ok(()),
+        }
     }
 
     /// The LSN of the last record appended.
@@ -614,11 +624,13 @@ impl Inner {
     fn flush_through(&self, lsn: u64, sync: bool) -> Result<()> {
         let mut state = self.lock()?;
         loop {
-            if let Some(reason) = &state.failed {
-                return Err(Error::ReadOnly(reason.clone()));
-            }
+            // A record made durable before a later write failed stays so:
+            // its commit succeeded, whatever came after it.
             if state.durable_lsn >= lsn || (!sync && state.written_lsn >= lsn) {
                 return Ok(());
+            }
+            if let Some(reason) = &state.failed {
+                return Err(Error::ReadOnly(reason.clone()));
             }
             if state.segment.is_none() || (sync && state.syncing) {
                 // Another caller is writing or syncing: wait for it.
@@ -1017,6 +1029,9 @@ mod tests {
         // It does not retry and carry on.
         assert!(matches!(wal.append(1, b"later"), Err(Error::ReadOnly(_))));
         assert!(matches!(wal.commit(lsn), Err(Error::ReadOnly(_))));
+        assert!(matches!(wal.check_writable(), Err(Error::ReadOnly(_))));
+        // What was durable before the failure stays committed.
+        assert!(wal.commit(lsn - 1).is_ok());
         io.crash(0);
         assert_eq!(payloads(&io), [b"ok".to_vec()]);
     }
