@@ -183,6 +183,52 @@ fn a_second_server_on_the_same_directory_is_refused() {
     first.stop();
 }
 
+/// The reproduction: an acknowledged DELETE (`--sync always`) is
+/// the last record of the log, and a bit of it flips on the disk. The
+/// server refuses to start, naming the segment and the offset, and leaves
+/// the directory as it is; `--recover-truncate` starts it without the
+/// damaged record, saying so.
+#[test]
+fn a_damaged_last_log_record_is_refused_unless_recover_truncate_drops_it() {
+    let dir = data_dir("damaged-tail");
+    let rt = runtime();
+    let server = Server::start(&dir, &[]);
+    rt.block_on(async {
+        let mut c = server.client().await;
+        ingest(&mut c, "t", true, batch(0..100)).await.unwrap();
+        assert_eq!(c.execute_update("DELETE FROM t WHERE id < 10".into(), None).await.unwrap(), 10);
+    });
+    server.kill();
+    // The last non-zero byte of the newest segment ends the DELETE's record.
+    let segment = std::fs::read_dir(dir.join("wal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .max()
+        .unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let end = bytes.iter().rposition(|&b| b != 0).unwrap() + 1;
+    bytes[end - 6] ^= 0x08;
+    std::fs::write(&segment, &bytes).unwrap();
+
+    let out = Command::new(env!("CARGO_BIN_EXE_quiverdb"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&*dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let name = segment.file_name().unwrap().to_string_lossy().to_string();
+    assert!(stderr.contains(&name) && stderr.contains("checksum") && stderr.contains("--recover-truncate"), "{stderr}");
+    assert_eq!(std::fs::read(&segment).unwrap(), bytes, "refusing changed nothing");
+
+    let server = Server::start(&dir, &["--recover-truncate"]);
+    assert!(server.startup.iter().any(|l| l.contains("--recover-truncate: dropped")), "{:#?}", server.startup);
+    let left = rt.block_on(async { ids(&mut server.client().await, "SELECT COUNT(*) FROM t").await });
+    assert_eq!(left, [100], "the damaged DELETE was dropped, as asked");
+    server.stop();
+}
+
 /// What the writer knows when the server dies.
 #[derive(Default)]
 struct Acknowledged {

@@ -70,6 +70,12 @@ pub(crate) struct ServeArgs {
     /// (suffixes K, M, G); 0: only at shutdown.
     #[arg(long, value_parser = parse_bytes, default_value = "256M")]
     checkpoint_bytes: usize,
+    /// Open a data directory whose last log segment is damaged (a record
+    /// whose checksum fails) by dropping the damaged record and everything
+    /// after it, rather than refusing to start. Changes that were
+    /// acknowledged may be lost: the server logs what it drops.
+    #[arg(long, conflicts_with = "in_memory")]
+    recover_truncate: bool,
     /// Client connections open at once; more are closed as they are
     /// accepted. Default: what the descriptor limit (ulimit -n) leaves
     /// after 64, between 16 and 4096.
@@ -190,10 +196,21 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
             SyncArg::Batch => SyncMode::Batch(Duration::from_millis(args.sync_interval_ms.max(1))),
             SyncArg::Off => SyncMode::Off,
         };
-        let durable =
-            DurableOptions { sync, checkpoint_bytes: args.checkpoint_bytes as u64, ..DurableOptions::default() };
-        let db =
-            Database::open(&args.data_dir, durable).map_err(|e| format!("opening {}: {e}", args.data_dir.display()))?;
+        let durable = DurableOptions {
+            sync,
+            checkpoint_bytes: args.checkpoint_bytes as u64,
+            recover_truncate: args.recover_truncate,
+            ..DurableOptions::default()
+        };
+        let db = Database::open(&args.data_dir, durable).map_err(|e| {
+            let hint = match &e {
+                quiverdb::storage::Error::Corrupt { file, .. } if file.extension().is_some_and(|x| x == "log") => {
+                    "; the data directory is left as it is. To start anyway, --recover-truncate drops the damaged log record and everything after it (changes acknowledged to clients may be among them)"
+                }
+                _ => "",
+            };
+            format!("opening {}: {e}{hint}", args.data_dir.display())
+        })?;
         if let Some(r) = db.recovery() {
             info!(
                 "opened {} (sync {:?}): checkpoint through log record {} ({} tables, {} shard files), {} log records replayed, in {:.1} ms",
@@ -208,6 +225,12 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
             if let Some((segment, offset, bytes)) = &r.torn {
                 warn!(
                     "dropped an incomplete write at the end of the log ({bytes} bytes at byte {offset} of {}): a write cut short by a crash, never acknowledged",
+                    segment.display()
+                );
+            }
+            if let Some((segment, offset, bytes, what)) = &r.dropped {
+                warn!(
+                    "--recover-truncate: dropped {bytes} bytes of the log from byte {offset} of {} ({what}); changes in them are lost",
                     segment.display()
                 );
             }

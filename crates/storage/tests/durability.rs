@@ -108,7 +108,7 @@ fn options(rng: &mut StdRng) -> TableOptions {
 
 fn durable(sync: SyncMode) -> DurableOptions {
     // Small segments: many are prepared, used, rolled and removed.
-    DurableOptions { sync, checkpoint_bytes: 0, log_segment_bytes: 64 << 10 }
+    DurableOptions { sync, checkpoint_bytes: 0, log_segment_bytes: 64 << 10, recover_truncate: false }
 }
 
 /// One random change to `db`, mirrored in `model`.
@@ -523,6 +523,90 @@ fn a_flipped_bit_in_the_log_catalog_or_a_shard_file_refuses_to_open() {
     }
 }
 
+/// An acknowledged DELETE, the last record of the log, with a bit flipped
+/// on the disk: a record written whole whose checksum fails is damage,
+/// not a write cut short. Opening refuses (naming the segment and the
+/// record's offset) unless told to drop it, and then reports what it dropped.
+#[test]
+fn a_flipped_bit_in_the_last_record_refuses_to_open_unless_told_to_drop_it() {
+    let io = SimulatedIo::default();
+    let db = open_with_io(Arc::new(io.clone()), "/data", durable(SyncMode::Always)).unwrap();
+    let t = db.create_table("t", &schema(), TableOptions::default()).unwrap();
+    let all = vec![(1, Some("a".to_string()), None), (2, None, Some(0.5)), (3, None, None)];
+    t.append(&batch(&all)).unwrap();
+    let snapshot = t.snapshot();
+    assert_eq!(t.delete(&snapshot, &select(&snapshot, |id| id == 2)).unwrap(), 1);
+    drop((t, db));
+    // The last non-zero byte of the log ends the DELETE's record.
+    let segment =
+        files_under(&io, "/data/wal").into_iter().filter(|p| p.to_string_lossy().ends_with(".log")).max().unwrap();
+    let bytes = io.read(&segment).unwrap();
+    let end = bytes.iter().rposition(|&b| b != 0).unwrap() + 1;
+    io.flip_bit(&segment, end - 10, 4).unwrap();
+
+    let open = |recover_truncate: bool| {
+        let options = DurableOptions { recover_truncate, ..durable(SyncMode::Always) };
+        open_with_io(Arc::new(io.clone()), "/data", options)
+    };
+    match open(false) {
+        Err(Error::Corrupt { file, offset, what }) => {
+            assert_eq!(file, segment);
+            assert!(offset < (end - 10) as u64 && offset + 64 > (end - 10) as u64, "offset {offset}: {what}");
+            assert!(what.contains("checksum"), "{what}");
+        }
+        other => panic!("a damaged last record opened: {other:?}"),
+    }
+    // Refusing changed nothing: it refuses again.
+    assert!(matches!(open(false), Err(Error::Corrupt { .. })));
+    let db = open(true).unwrap();
+    let report = db.recovery().unwrap();
+    let (file, _, bytes, _) = report.dropped.clone().expect("the dropped record is reported");
+    assert_eq!(file, segment);
+    assert!(bytes > 0);
+    assert!(report.torn.is_none());
+    assert_eq!(rows(&db.table("t").unwrap()), all, "the delete is gone, as asked");
+    drop(db);
+    // The dropped bytes are gone: the next open needs no option.
+    assert_eq!(rows(&open(false).unwrap().table("t").unwrap()), all);
+}
+
+/// A server killed again and again, each time before its own appends
+/// reach the checkpoint threshold: the log since the last checkpoint
+/// (replayed at each start) counts, so a checkpoint comes after a long
+/// enough recovery and the next start replays little.
+#[test]
+fn a_crash_loop_still_checkpoints() {
+    let io = SimulatedIo::default();
+    let options = DurableOptions { checkpoint_bytes: 48 << 10, ..durable(SyncMode::Always) };
+    let (mut rng, mut next_id, mut expected) = (StdRng::seed_from_u64(8), 0, Vec::new());
+    let mut replayed = Vec::new();
+    for _ in 0..4 {
+        let db = open_with_io(Arc::new(io.clone()), "/data", options).unwrap();
+        replayed.push(db.recovery().unwrap().replayed);
+        if !db.contains_table("t") {
+            db.create_table("t", &schema(), TableOptions::default()).unwrap();
+        }
+        let t = db.table("t").unwrap();
+        assert_eq!(rows(&t), expected);
+        // About 30 KiB of log: under the threshold within one process.
+        for _ in 0..30 {
+            let rows = random_rows(&mut rng, &mut next_id, 20);
+            t.append(&batch(&rows)).unwrap();
+            expected.extend(rows);
+        }
+        // Long enough for the checkpoint thread to look twice.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        io.crash(0);
+        drop((t, db));
+    }
+    // Without the earlier processes' log counted, each start replays
+    // more: 31, 61, 91 records.
+    assert_eq!(replayed[..2], [0, 31], "{replayed:?}");
+    assert!(replayed[2..].iter().all(|&n| n <= 31), "a checkpoint after the second start: {replayed:?}");
+    let db = open_with_io(Arc::new(io.clone()), "/data", options).unwrap();
+    assert_eq!(rows(&db.table("t").unwrap()), expected);
+}
+
 #[test]
 fn records_larger_than_a_frame_are_split_and_recovered_whole() {
     let io = SimulatedIo::default();
@@ -565,7 +649,12 @@ fn a_split_record_can_open_the_log_after_a_checkpoint() {
     // checkpoint, though the record takes its last frame's number.
     let io = SimulatedIo::default();
     let dir = Path::new("/data");
-    let options = DurableOptions { sync: SyncMode::Always, checkpoint_bytes: 0, log_segment_bytes: 4096 };
+    let options = DurableOptions {
+        sync: SyncMode::Always,
+        checkpoint_bytes: 0,
+        log_segment_bytes: 4096,
+        recover_truncate: false,
+    };
     let db = open_with_io(Arc::new(io.clone()), dir, options).unwrap();
     set_log_frame_bytes(&db, 1000);
     let t = db.create_table("t", &schema(), TableOptions::default().with_background_rebuild(false)).unwrap();

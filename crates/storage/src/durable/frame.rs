@@ -1,38 +1,53 @@
 //! Framed records: what the write-ahead log is made of.
 //!
 //! ```text
-//! frame  = header payload
+//! frame  = header payload trailer
 //! header = len: u32 LE      payload bytes
-//!          head_crc: u32 LE CRC32C of `len`
+//!          head_crc: u32 LE CRC32C of `len` and the format byte 2
 //!          crc: u32 LE      CRC32C of `kind` and `payload`
 //!          kind: u8         record type
+//! trailer = 0xA5            the frame's last byte: never zero
 //! ```
 //!
 //! The header checks itself, so a damaged length is told apart from a
 //! frame cut short by a crash. Log files are prepared full of zeros and
-//! written over, so a file's *data* ends at its last non-zero byte.
-//! [`scan`] reads frames up to the last complete one and classifies what
-//! follows:
+//! written over, so a file's *data* ends at its last non-zero byte, and a
+//! write cut short leaves zeros where its last bytes belong: the trailer
+//! tells a frame written to its end from one that was not. [`scan_all`]
+//! reads frames up to the last complete one and classifies what follows:
 //!
 //! * nothing, or nothing but zeros: a clean end (the zeros are room
 //!   never written);
 //! * a **torn tail** — the last write never completed: fewer bytes than a
 //!   header, a header whose bytes end the data, a valid header whose
 //!   payload runs past the end of the file, or a last frame whose checksum
-//!   fails and after which only zeros follow. Recovery drops it and
-//!   reports it;
-//! * anything else — a bad checksum with data after it, a damaged header
-//!   with data after it — is **corruption**, reported with its offset;
-//!   recovery refuses to go on rather than drop or misapply data.
+//!   fails, whose trailer is missing and after which only zeros follow.
+//!   Recovery drops it and reports it;
+//! * anything else — a frame written whole whose checksum fails (a bit
+//!   flipped on the disk, even in the last record), a bad checksum with
+//!   data after it, a damaged header with data after it — is
+//!   **damage**, reported with its offset; recovery refuses to go on
+//!   rather than drop or misapply data (unless told to drop it).
+//!
+//! Frames written before the trailer existed (`head_crc` of `len` alone)
+//! are read as they were: without a trailer, a last one whose checksum
+//! fails is taken as torn.
 
 use std::io::IoSlice;
 
 use arrow_buffer::Buffer;
 
-use super::damage::Damage;
-
 /// Bytes of a frame header.
 pub(super) const HEADER: usize = 13;
+
+/// The last byte of every frame written.
+const TRAILER: u8 = 0xA5;
+
+/// Bytes of a frame besides its payload: header and trailer.
+pub(super) const OVERHEAD: usize = HEADER + 1;
+
+/// The format byte the header checksum of a frame with a trailer covers.
+const TRAILED: u8 = 2;
 
 /// The largest payload a frame may carry.
 pub(super) const MAX_PAYLOAD: usize = 1 << 30;
@@ -49,15 +64,25 @@ pub(super) fn encode(kind: u8, payload: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER]);
     out.extend_from_slice(payload);
-    seal(kind, &mut out[start..]);
+    let (header, payload) = out[start..].split_at_mut(HEADER);
+    write_header(header, kind, payload.len(), crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload));
+    out.push(TRAILER);
 }
 
-/// Fills in the header of `frame`: [`HEADER`] bytes of room followed by
-/// the payload (so a payload can be written in place, then sealed).
+/// Appends one frame as written before frames had a trailer.
 #[cfg(test)]
-pub(super) fn seal(kind: u8, frame: &mut [u8]) {
-    let (header, payload) = frame.split_at_mut(HEADER);
-    write_header(header, kind, payload.len(), crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload));
+pub(super) fn encode_untrailed(kind: u8, payload: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    encode(kind, payload, out);
+    out.pop();
+    let len: [u8; 4] = out[start..start + 4].try_into().expect("four bytes");
+    out[start + 4..start + 8].copy_from_slice(&crc32c::crc32c(&len).to_le_bytes());
+}
+
+/// The header checksum of a frame whose length bytes are `len`.
+fn head_crc(len: &[u8; 4], trailed: bool) -> u32 {
+    let crc = crc32c::crc32c(len);
+    if trailed { crc32c::crc32c_append(crc, &[TRAILED]) } else { crc }
 }
 
 /// Writes a header for a payload of `len` bytes whose checksum (of `kind`
@@ -66,7 +91,7 @@ fn write_header(header: &mut [u8], kind: u8, len: usize, crc: u32) {
     debug_assert!(len <= MAX_PAYLOAD);
     let len = (len as u32).to_le_bytes();
     header[0..4].copy_from_slice(&len);
-    header[4..8].copy_from_slice(&crc32c::crc32c(&len).to_le_bytes());
+    header[4..8].copy_from_slice(&head_crc(&len, true).to_le_bytes());
     header[8..12].copy_from_slice(&crc.to_le_bytes());
     header[12] = kind;
 }
@@ -144,7 +169,7 @@ impl FrameBuf {
     }
 
     /// Fills in the header of the frame started at `start`, of type `kind`,
-    /// holding everything appended since.
+    /// holding everything appended since, and ends it with its trailer.
     pub(crate) fn seal(&mut self, start: FrameStart, kind: u8) {
         let len = self.payload_len(start);
         let (before, payload) = self.bytes.split_at_mut(start.at + HEADER);
@@ -157,6 +182,7 @@ impl FrameBuf {
         }
         crc = crc32c::crc32c_append(crc, &payload[from..]);
         write_header(&mut before[start.at..], kind, len, crc);
+        self.bytes.push(TRAILER);
     }
 
     /// Splits the payload appended since `start` into frames of at most
@@ -266,13 +292,15 @@ pub(super) enum End {
     /// An incomplete last write starts at `offset`; `bytes` of data
     /// (up to the last non-zero byte) follow it.
     Torn { offset: u64, bytes: u64 },
+    /// Damage (`what`) at `offset`, followed by `bytes` of data.
+    Damaged { offset: u64, bytes: u64, what: &'static str },
 }
 
 impl End {
     /// Where the complete frames end: where writing can go on.
     pub(super) fn offset(self) -> u64 {
         match self {
-            End::Clean { offset } | End::Torn { offset, .. } => offset,
+            End::Clean { offset } | End::Torn { offset, .. } | End::Damaged { offset, .. } => offset,
         }
     }
 }
@@ -291,16 +319,16 @@ pub(super) fn data_end(bytes: &[u8]) -> usize {
     page.map_or(0, |p| p * PAGE + bytes[p * PAGE..(p + 1) * PAGE].iter().rposition(|&b| b != 0).map_or(0, |l| l + 1))
 }
 
-/// The bytes of a file up to where [`scan`] must see them, given its
+/// The bytes of a file up to where [`scan_all`] must see them, given its
 /// data (`bytes`, up to its last non-zero byte) and its length: a frame
 /// whose data ends in zeros gets them back, up to the end of the frame
-/// (or of the file). Then [`scan`] of the result reads what it would
+/// (or of the file). Then [`scan_all`] of the result reads what it would
 /// read of the whole file.
 pub(super) fn restore_zeros(bytes: &mut Vec<u8>, file_len: u64) {
     let mut at = 0usize;
     while at + HEADER <= bytes.len() {
-        let Some(len) = declared_len(&bytes[at..]) else { return };
-        at += HEADER + len;
+        let Some((len, trailed)) = declared_len(&bytes[at..]) else { return };
+        at += HEADER + len + usize::from(trailed);
     }
     let needed = (at as u64).min(file_len) as usize;
     if needed > bytes.len() {
@@ -309,16 +337,34 @@ pub(super) fn restore_zeros(bytes: &mut Vec<u8>, file_len: u64) {
 }
 
 /// The payload length declared by the frame header at the start of `rest`
-/// (at least [`HEADER`] bytes), if the length's own checksum holds and the
-/// length is allowed.
-fn declared_len(rest: &[u8]) -> Option<usize> {
-    let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
-    let head_crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-    (crc32c::crc32c(&rest[..4]) == head_crc && len as usize <= MAX_PAYLOAD).then_some(len as usize)
+/// (at least [`HEADER`] bytes), and whether a trailer follows the payload,
+/// if the length's own checksum holds and the length is allowed.
+fn declared_len(rest: &[u8]) -> Option<(usize, bool)> {
+    let len = [rest[0], rest[1], rest[2], rest[3]];
+    let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+    let trailed = if crc == head_crc(&len, true) {
+        true
+    } else if crc == head_crc(&len, false) {
+        false
+    } else {
+        return None;
+    };
+    let len = u32::from_le_bytes(len) as usize;
+    (len <= MAX_PAYLOAD).then_some((len, trailed))
 }
 
-/// Reads the frames of `bytes` (a whole file) in order.
-pub(super) fn scan(bytes: &[u8]) -> Result<(Vec<Frame<'_>>, End), Damage> {
+/// Reads the frames of `bytes` (a whole file) in order; damage is an error.
+#[cfg(test)]
+pub(super) fn scan(bytes: &[u8]) -> Result<(Vec<Frame<'_>>, End), super::damage::Damage> {
+    match scan_all(bytes) {
+        (_, End::Damaged { offset, what, .. }) => Err(super::damage::Damage::new(offset as usize, what)),
+        (frames, end) => Ok((frames, end)),
+    }
+}
+
+/// Reads the frames of `bytes` (a whole file) in order, up to the end, a
+/// torn tail or the first damage.
+pub(super) fn scan_all(bytes: &[u8]) -> (Vec<Frame<'_>>, End) {
     let mut frames = Vec::new();
     let mut at = 0usize;
     while at < bytes.len() {
@@ -326,32 +372,41 @@ pub(super) fn scan(bytes: &[u8]) -> Result<(Vec<Frame<'_>>, End), Damage> {
         // Where the data after `at` ends (only asked once a frame fails).
         let data = || data_end(rest);
         let torn = || End::Torn { offset: at as u64, bytes: data() as u64 };
+        let damaged = |what| End::Damaged { offset: at as u64, bytes: data() as u64, what };
         if rest.len() < HEADER {
-            return Ok((frames, if data() == 0 { End::Clean { offset: at as u64 } } else { torn() }));
+            return (frames, if data() == 0 { End::Clean { offset: at as u64 } } else { torn() });
         }
-        let Some(len) = declared_len(rest) else {
+        let Some((len, trailed)) = declared_len(rest) else {
             return match data() {
-                0 => Ok((frames, End::Clean { offset: at as u64 })),
-                n if n <= HEADER => Ok((frames, torn())),
-                _ => Err(Damage::new(at, "damaged frame header")),
+                0 => (frames, End::Clean { offset: at as u64 }),
+                n if n <= HEADER => (frames, torn()),
+                _ => (frames, damaged("damaged frame header")),
             };
         };
         let crc = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]);
-        let end = HEADER + len;
+        let end = HEADER + len + usize::from(trailed);
         if end > rest.len() {
-            return Ok((frames, torn()));
+            return (frames, torn());
         }
-        let (kind, payload) = (rest[12], &rest[HEADER..end]);
+        let (kind, payload) = (rest[12], &rest[HEADER..HEADER + len]);
+        // Zeros where the frame's last byte belongs: its write was cut short.
+        let cut_short = data() <= end && (!trailed || rest[end - 1] == 0);
         if crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload) != crc {
-            if data() <= end {
-                return Ok((frames, torn()));
+            if cut_short {
+                return (frames, torn());
             }
-            return Err(Damage::new(at, "frame checksum mismatch"));
+            return (frames, damaged("frame checksum mismatch"));
+        }
+        if trailed && rest[end - 1] != TRAILER {
+            if cut_short {
+                return (frames, torn());
+            }
+            return (frames, damaged("damaged frame trailer"));
         }
         frames.push(Frame { kind, payload, offset: at as u64 });
         at += end;
     }
-    Ok((frames, End::Clean { offset: at as u64 }))
+    (frames, End::Clean { offset: at as u64 })
 }
 
 #[cfg(test)]
@@ -502,13 +557,44 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_last_payload_is_a_torn_tail() {
-        let (mut bytes, starts) = log(&[(1, b"first"), (2, b"second")]);
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0x10;
+    fn a_flipped_bit_in_a_last_frame_written_whole_is_damage_not_a_torn_tail() {
+        // Ends in zero bytes, as many records do.
+        let (bytes, starts) = log(&[(1, b"first"), (2, b"second\0\0\0")]);
+        let mut prepared = bytes.clone();
+        prepared.resize(bytes.len() + 512, 0);
+        for at in starts[1]..bytes.len() {
+            for bit in 0..8 {
+                let mut damaged = prepared.clone();
+                damaged[at] ^= 1 << bit;
+                let (frames, end) = scan_all(&damaged);
+                assert_eq!(kinds(&frames), [1], "bit {bit} of byte {at}");
+                assert!(
+                    matches!(end, End::Damaged { offset, .. } if offset == starts[1] as u64),
+                    "bit {bit} of byte {at}: {end:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn frames_written_before_the_trailer_are_read_as_they_were() {
+        let mut bytes = Vec::new();
+        encode_untrailed(1, b"first", &mut bytes);
+        let second = bytes.len();
+        encode_untrailed(2, b"second", &mut bytes);
+        let third = bytes.len();
+        encode(3, b"third", &mut bytes);
         let (frames, end) = scan(&bytes).unwrap();
+        assert_eq!(kinds(&frames), [1, 2, 3]);
+        assert_eq!(end, End::Clean { offset: bytes.len() as u64 });
+        // Without a trailer, a damaged last payload cannot be told from a
+        // write cut short: it is taken as torn, as it was.
+        let mut old = bytes[..third].to_vec();
+        let last = old.len() - 1;
+        old[last] ^= 0x10;
+        let (frames, end) = scan(&old).unwrap();
         assert_eq!(kinds(&frames), [1]);
-        assert_eq!(end, End::Torn { offset: starts[1] as u64, bytes: (bytes.len() - starts[1]) as u64 });
+        assert_eq!(end, End::Torn { offset: second as u64, bytes: (old.len() - second) as u64 });
     }
 
     #[test]
@@ -552,7 +638,7 @@ mod tests {
         }
         assert_eq!(shared.len(), copied.len());
         // The buffers of 4 KiB and more were not copied.
-        assert_eq!(shared.io_slices().len(), 2 * 4, "four buffers, each after bytes");
+        assert_eq!(shared.io_slices().len(), 2 * 4 + 1, "four buffers, each after bytes, then a trailer");
         let bytes = shared.into_bytes();
         assert!(bytes == copied, "the same frames");
         let (frames, _) = scan(&bytes).unwrap();

@@ -44,7 +44,7 @@ use arrow_schema::SchemaRef;
 use super::catalog::{CATALOG, CatalogFile, ShardEntry, TableEntry, decode_catalog, encode_catalog};
 use super::checkpoint::{decode_main, encode_main};
 use super::damage::Damage;
-use super::frame::HEADER as FRAME_HEADER;
+use super::frame::{HEADER as FRAME_HEADER, OVERHEAD as FRAME_OVERHEAD};
 use super::io::{StorageIo, write_atomically};
 use super::lock::DirLock;
 use super::record::{LogRecord, Reader, STAGE, append_record, from_ipc, ipc};
@@ -79,11 +79,23 @@ pub struct DurableOptions {
     /// (written full of zeros) ahead of use, so an open data directory
     /// holds up to two segments' worth of log files even when idle.
     pub log_segment_bytes: u64,
+    /// Opening drops damage in the last log segment — a record written
+    /// whole whose checksum fails, and everything after it — rather than
+    /// refusing to open (the default). What it drops is logged and
+    /// reported in [`RecoveryReport::dropped`]: acknowledged changes may
+    /// be among it. A write cut short at the end of the log is dropped
+    /// either way.
+    pub recover_truncate: bool,
 }
 
 impl Default for DurableOptions {
     fn default() -> Self {
-        Self { sync: SyncMode::Always, checkpoint_bytes: 256 << 20, log_segment_bytes: SEGMENT_BYTES }
+        Self {
+            sync: SyncMode::Always,
+            checkpoint_bytes: 256 << 20,
+            log_segment_bytes: SEGMENT_BYTES,
+            recover_truncate: false,
+        }
     }
 }
 
@@ -100,6 +112,11 @@ pub struct RecoveryReport {
     /// An incomplete write at the end of the log, dropped: the segment,
     /// the offset it started at, and its length in bytes.
     pub torn: Option<(PathBuf, u64, u64)>,
+    /// Damage dropped from the end of the log because
+    /// [`DurableOptions::recover_truncate`] said to: the segment, the
+    /// offset of the damaged record, the bytes dropped from it on, and
+    /// what was wrong.
+    pub dropped: Option<(PathBuf, u64, u64, String)>,
     /// Time taken to open.
     pub elapsed: Duration,
 }
@@ -113,13 +130,16 @@ pub(crate) struct Durable {
     report: RecoveryReport,
     /// What the durable catalog holds; held for the whole of a checkpoint.
     checkpointed: Mutex<Checkpointed>,
+    /// Bytes of the log after the checkpoint it was opened from.
+    replayed_bytes: u64,
 }
 
 #[derive(Debug, Default)]
 struct Checkpointed {
     /// Shard files the catalog refers to.
     files: BTreeSet<String>,
-    /// Bytes the log had been appended when the cut was taken.
+    /// Bytes logged (see [`Durable::log_position`]) when the cut of the
+    /// last checkpoint was taken.
     log_bytes: u64,
 }
 
@@ -189,17 +209,24 @@ impl Durable {
         self.wal.stats()
     }
 
-    /// The position of the last logged record and the bytes appended
-    /// since open. Read while every writer is held, it is the position a
+    /// The position of the last logged record and the bytes logged since
+    /// the checkpoint the directory was opened from (replayed, then
+    /// appended). Read while every writer is held, it is the position a
     /// cut reflects.
     pub(crate) fn log_position(&self) -> Result<(u64, u64)> {
-        Ok((self.wal.last_lsn()?, self.wal.appended_bytes()?))
+        Ok((self.wal.last_lsn()?, self.logged_bytes()?))
     }
 
-    /// True once the log has grown by `every` bytes since the last checkpoint.
+    fn logged_bytes(&self) -> Result<u64> {
+        Ok(self.replayed_bytes + self.wal.appended_bytes()?)
+    }
+
+    /// True once the log holds `every` bytes after the last checkpoint,
+    /// counting what earlier processes logged (a server killed again and
+    /// again before it checkpoints would otherwise replay more each time).
     pub(crate) fn checkpoint_due(&self, every: u64) -> Result<bool> {
         let since = self.checkpointed.lock().map_err(lock_error)?.log_bytes;
-        Ok(self.wal.appended_bytes()?.saturating_sub(since) >= every)
+        Ok(self.logged_bytes()?.saturating_sub(since) >= every)
     }
 
     /// Writes a checkpoint of the cut `cut` takes (see the module
@@ -411,7 +438,14 @@ pub(crate) fn recover(
     }
 
     let wal_dir = dir.join(WAL);
-    let (wal, contents) = Wal::open(Arc::clone(&io), &wal_dir, options.sync, options.log_segment_bytes)?;
+    let (wal, contents) =
+        Wal::open(Arc::clone(&io), &wal_dir, options.sync, options.log_segment_bytes, options.recover_truncate)?;
+    if let Some((segment, offset, bytes, what)) = &contents.dropped {
+        tracing::warn!(
+            "recovery: dropped {bytes} bytes of the log from offset {offset} of {} ({what}), as asked",
+            segment.display()
+        );
+    }
     if let Some(lock) = lock {
         wal.hold(lock);
     }
@@ -464,6 +498,12 @@ pub(crate) fn recover(
         replayed += 1;
     }
 
+    let replayed_bytes: u64 = contents
+        .records
+        .iter()
+        .filter(|r| r.lsn > catalog.lsn)
+        .map(|r| (r.payload.len() + (r.lsn - r.first_lsn + 1) as usize * FRAME_OVERHEAD) as u64)
+        .sum();
     let orphans = staged.unfinished(catalog.lsn);
     if orphans > 0 {
         tracing::info!("recovery: {orphans} staged parts of transactions that never committed are not applied");
@@ -480,6 +520,7 @@ pub(crate) fn recover(
         shard_files: files.len(),
         replayed,
         torn: contents.torn,
+        dropped: contents.dropped,
         elapsed: started.elapsed(),
     };
     let durable = Durable {
@@ -488,6 +529,7 @@ pub(crate) fn recover(
         wal,
         report,
         checkpointed: Mutex::new(Checkpointed { files, log_bytes: 0 }),
+        replayed_bytes,
     };
     // From here on every change is logged.
     for table in replay.tables.values() {

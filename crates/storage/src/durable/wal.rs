@@ -112,6 +112,10 @@ pub(crate) struct LogContents {
     /// A write cut short at the end of the log: the segment, the offset
     /// and the number of bytes dropped.
     pub torn: Option<(PathBuf, u64, u64)>,
+    /// Damage in the last segment dropped because the caller said to
+    /// (see [`read_log`]): the segment, the offset, the bytes dropped and
+    /// what was wrong.
+    pub dropped: Option<(PathBuf, u64, u64, String)>,
     /// The last segment, and where its last complete record ends.
     pub end: Option<(PathBuf, u64)>,
 }
@@ -135,8 +139,10 @@ fn segments(io: &dyn StorageIo, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 
 /// Reads the log in `dir` up to its last complete record. A torn write is
 /// accepted only at the very end of the last segment; damage anywhere
-/// else, or a gap between segments, is [`Error::Corrupt`].
-pub(crate) fn read_log(io: &dyn StorageIo, dir: &Path) -> Result<LogContents> {
+/// else, or a gap between segments, is [`Error::Corrupt`] — except, with
+/// `drop_damage`, damage in the last segment, where the log then ends
+/// (everything from the damaged frame on is dropped and reported).
+pub(crate) fn read_log(io: &dyn StorageIo, dir: &Path, drop_damage: bool) -> Result<LogContents> {
     let segments = segments(io, dir)?;
     let mut out = LogContents::default();
     let mut next: Option<u64> = None;
@@ -149,12 +155,23 @@ pub(crate) fn read_log(io: &dyn StorageIo, dir: &Path) -> Result<LogContents> {
         }
         let (mut bytes, len) = io.read_data(path).map_err(|e| Error::io(path, e))?;
         frame::restore_zeros(&mut bytes, len);
-        let (frames, end) = frame::scan(&bytes).map_err(|d| d.in_file(path))?;
-        if let End::Torn { offset, bytes } = end {
-            if i + 1 != segments.len() {
-                return Err(corrupt(offset, "incomplete record before the last segment".into()));
+        let (frames, end) = frame::scan_all(&bytes);
+        let last = i + 1 == segments.len();
+        match end {
+            End::Torn { offset, bytes } => {
+                if !last {
+                    return Err(corrupt(offset, "incomplete record before the last segment".into()));
+                }
+                out.torn = Some((path.clone(), offset, bytes));
             }
-            out.torn = Some((path.clone(), offset, bytes));
+            End::Damaged { offset, bytes, what } => {
+                if !(last && drop_damage) {
+                    let hint = if last { " (a record written whole whose bytes changed since)" } else { "" };
+                    return Err(corrupt(offset, format!("{what}{hint}")));
+                }
+                out.dropped = Some((path.clone(), offset, bytes, what.to_string()));
+            }
+            End::Clean { .. } => {}
         }
         out.end = Some((path.clone(), end.offset()));
         let mut lsn = *first;
@@ -335,13 +352,15 @@ struct Segment {
 impl Wal {
     /// Opens the log in `dir` (created if missing) for appending after its
     /// existing records, which it returns for replay; a new segment starts
-    /// once the current one holds `segment_bytes`. A torn tail is reported
-    /// in the contents and zeroed; writing goes on where it starts.
+    /// once the current one holds `segment_bytes`. A torn tail (and, with
+    /// `drop_damage`, damage in the last segment: see [`read_log`]) is
+    /// reported in the contents and zeroed; writing goes on where it starts.
     pub(crate) fn open(
         io: Arc<dyn StorageIo>,
         dir: &Path,
         mode: SyncMode,
         segment_bytes: u64,
+        drop_damage: bool,
     ) -> Result<(Self, LogContents)> {
         if segment_bytes < MIN_SEGMENT_BYTES {
             return Err(Error::InvalidOption {
@@ -350,8 +369,9 @@ impl Wal {
             });
         }
         io.create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let contents = read_log(io.as_ref(), dir)?;
-        if let Some((path, offset, bytes)) = &contents.torn {
+        let contents = read_log(io.as_ref(), dir, drop_damage)?;
+        let dropped = contents.dropped.as_ref().map(|(path, offset, bytes, _)| (path, offset, bytes));
+        if let Some((path, offset, bytes)) = contents.torn.as_ref().map(|(p, o, b)| (p, o, b)).or(dropped) {
             let zeroed = io.open_at(path, *offset).and_then(|mut file| {
                 file.write(&vec![0; *bytes as usize])?;
                 file.sync()
@@ -478,7 +498,7 @@ impl Wal {
             state.buffer.seal(start, kind);
             1
         };
-        let bytes = (frames * frame::HEADER + len) as u64;
+        let bytes = (frames * frame::OVERHEAD + len) as u64;
         state.appended_bytes += bytes;
         state.appended += 1;
         state.last_lsn += frames as u64;
@@ -814,7 +834,7 @@ mod tests {
     }
 
     fn open(io: &SimulatedIo, mode: SyncMode) -> Wal {
-        Wal::open(Arc::new(io.clone()), &dir(), mode, MIN_SEGMENT_BYTES).unwrap().0
+        Wal::open(Arc::new(io.clone()), &dir(), mode, MIN_SEGMENT_BYTES, false).unwrap().0
     }
 
     /// Waits for a background preparation of the next segment to end.
@@ -829,7 +849,7 @@ mod tests {
     }
 
     fn payloads(io: &SimulatedIo) -> Vec<Vec<u8>> {
-        read_log(io, &dir()).unwrap().records.into_iter().map(|r| r.payload).collect()
+        read_log(io, &dir(), false).unwrap().records.into_iter().map(|r| r.payload).collect()
     }
 
     #[test]
@@ -851,10 +871,10 @@ mod tests {
         assert_eq!(lsn, 4);
         wal.commit(lsn).unwrap();
         io.crash(0);
-        let records = read_log(&io, &dir()).unwrap().records;
+        let records = read_log(&io, &dir(), false).unwrap().records;
         assert_eq!(records.iter().map(|r| r.lsn).collect::<Vec<_>>(), [1, 2, 3, 4]);
         assert_eq!((records[3].lsn, records[3].kind, records[3].payload.as_slice()), (4, 2, &b"after"[..]));
-        assert_eq!(records[3].offset, 3 * (frame::HEADER as u64 + 1), "writing went on after the last record");
+        assert_eq!(records[3].offset, 3 * (frame::OVERHEAD as u64 + 1), "writing went on after the last record");
         assert!(records[3].segment.ends_with(segment_name(1)));
     }
 
@@ -878,7 +898,7 @@ mod tests {
             assert!(len(&io, path) >= MIN_SEGMENT_BYTES as usize, "{} was prepared", path.display());
         }
         io.crash(0);
-        let records = read_log(&io, &dir()).unwrap();
+        let records = read_log(&io, &dir(), false).unwrap();
         assert_eq!(records.records.iter().map(|r| r.lsn).collect::<Vec<_>>(), (1..=lsn).collect::<Vec<_>>());
         assert!(records.records.iter().all(|r| r.payload == payload));
         assert!(records.torn.is_none(), "the zeros after the last record are not a torn tail");
@@ -903,12 +923,13 @@ mod tests {
             wal.commit(wal.append(1, &[byte; 3000]).unwrap()).unwrap();
         }
         let settled = wal.appended_bytes().unwrap();
-        assert_eq!(settled, 4 * (frame::HEADER + 3000) as u64);
+        assert_eq!(settled, 4 * (frame::OVERHEAD + 3000) as u64);
         wal.remove_through(wal.last_lsn().unwrap()).unwrap();
-        let kept = |io: &SimulatedIo| read_log(io, &dir()).unwrap().records.iter().map(|r| r.lsn).collect::<Vec<_>>();
+        let kept =
+            |io: &SimulatedIo| read_log(io, &dir(), false).unwrap().records.iter().map(|r| r.lsn).collect::<Vec<_>>();
         assert_eq!(kept(&io).first(), Some(&first), "the pinned part is kept");
         drop(pin);
-        assert_eq!(wal.appended_bytes().unwrap(), settled + (frame::HEADER + 3000) as u64);
+        assert_eq!(wal.appended_bytes().unwrap(), settled + (frame::OVERHEAD + 3000) as u64);
         wal.remove_through(wal.last_lsn().unwrap()).unwrap();
         assert!(kept(&io).first().is_none_or(|&lsn| lsn > first), "unpinned, it goes with the checkpoint");
     }
@@ -924,10 +945,11 @@ mod tests {
         wal.commit(wal.append(1, &[2; 3000]).unwrap()).unwrap();
         wal.commit(wal.append(1, &[3; 10]).unwrap()).unwrap();
         let second = dir().join(segment_name(3));
-        assert_eq!(len(&io, &second), frame::HEADER + 10, "a plain file");
+        assert_eq!(len(&io, &second), frame::OVERHEAD + 10, "a plain file");
         drop(wal);
         io.crash(0);
-        let (wal, contents) = Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES).unwrap();
+        let (wal, contents) =
+            Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES, false).unwrap();
         assert_eq!(contents.records.iter().map(|r| r.payload[0]).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(wal.append(1, b"x").unwrap(), 4);
     }
@@ -944,7 +966,7 @@ mod tests {
         let lsn = wal.append(1, b"b").unwrap();
         wal.commit(lsn).unwrap();
         assert_eq!(wal.last_lsn().unwrap(), 3);
-        assert_eq!(wal.appended_bytes().unwrap(), (frame::HEADER + 1) as u64);
+        assert_eq!(wal.appended_bytes().unwrap(), (frame::OVERHEAD + 1) as u64);
         wal.remove_through(0).unwrap();
         assert_eq!(segments(&io, &dir()).unwrap().len(), 2);
         wal.remove_through(3).unwrap();
@@ -976,18 +998,19 @@ mod tests {
         wal.commit(wal.append(1, b"cut short by the crash").unwrap()).unwrap();
         drop(wal);
         io.crash(7);
-        let contents = read_log(&io, &dir()).unwrap();
+        let contents = read_log(&io, &dir(), false).unwrap();
         assert_eq!(contents.records.len(), 1);
         let (_, offset, bytes) = contents.torn.clone().expect("a torn tail");
-        assert_eq!(offset, (frame::HEADER + 4) as u64, "right after the record kept");
+        assert_eq!(offset, (frame::OVERHEAD + 4) as u64, "right after the record kept");
         assert!((1..=7).contains(&bytes), "{bytes} bytes of data dropped");
 
-        let (wal, contents) = Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES).unwrap();
+        let (wal, contents) =
+            Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES, false).unwrap();
         assert!(contents.torn.is_some(), "open reports the torn tail");
-        assert!(read_log(&io, &dir()).unwrap().torn.is_none(), "and zeroes it");
+        assert!(read_log(&io, &dir(), false).unwrap().torn.is_none(), "and zeroes it");
         wal.commit(wal.append(1, b"next").unwrap()).unwrap();
         io.crash(0);
-        let contents = read_log(&io, &dir()).unwrap();
+        let contents = read_log(&io, &dir(), false).unwrap();
         assert_eq!(contents.records.iter().map(|r| r.lsn).collect::<Vec<_>>(), [1, 2]);
         assert_eq!(contents.records[1].payload, b"next");
     }
@@ -1001,16 +1024,16 @@ mod tests {
         }
         let segment = dir().join(segment_name(1));
         // Inside the second record's payload.
-        io.flip_bit(&segment, frame::HEADER + 10 + frame::HEADER + 3, 2).unwrap();
-        match read_log(&io, &dir()) {
+        io.flip_bit(&segment, frame::OVERHEAD + 10 + frame::HEADER + 3, 2).unwrap();
+        match read_log(&io, &dir(), false) {
             Err(Error::Corrupt { file, offset, .. }) => {
                 assert!(file.ends_with(segment_name(1)), "{}", file.display());
-                assert_eq!(offset, (frame::HEADER + 10) as u64);
+                assert_eq!(offset, (frame::OVERHEAD + 10) as u64);
             }
             other => panic!("expected corruption, got {other:?}"),
         }
         assert!(matches!(
-            Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES),
+            Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES, false),
             Err(Error::Corrupt { .. })
         ));
     }
@@ -1051,7 +1074,7 @@ mod tests {
             }
         });
         io.crash(0);
-        let records = read_log(&io, &dir()).unwrap().records;
+        let records = read_log(&io, &dir(), false).unwrap().records;
         assert_eq!(records.len(), 200);
         assert_eq!(records.iter().map(|r| r.lsn).collect::<Vec<_>>(), (1..=200).collect::<Vec<_>>());
         for t in 0..4u8 {
@@ -1122,7 +1145,7 @@ mod tests {
         assert_eq!(wal.durable_lsn().unwrap(), 5);
         drop(wal);
         io.crash(0);
-        let contents = read_log(&io, &dir()).unwrap();
+        let contents = read_log(&io, &dir(), false).unwrap();
         assert_eq!(contents.records.iter().map(|r| r.lsn).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
         assert!(contents.torn.is_none());
 
@@ -1132,7 +1155,7 @@ mod tests {
         assert_eq!(wal.append(1, b"after").unwrap(), 6);
         wal.sync().unwrap();
         io.crash(0);
-        let records = read_log(&io, &dir()).unwrap().records;
+        let records = read_log(&io, &dir(), false).unwrap().records;
         assert_eq!(records.len(), 6);
         assert_eq!((records[5].payload.as_slice(), records[5].offset), (&b"after"[..], 0));
         assert!(records[5].segment.ends_with(segment_name(6)));
