@@ -21,6 +21,11 @@
 //! `--modes memory,off,batch,always` runs only the ingests named (the
 //! ratio column is against the first one run).
 //!
+//! Replay of many small transactions: `--small 100000` single-row
+//! commits (random keys) into a table with a primary key on `id`, then the
+//! time to reopen it from the log alone, and (for reference, same rows)
+//! from a checkpoint.
+//!
 //! Prints a markdown table and, as its last line, a JSON object of the
 //! figures.
 
@@ -79,6 +84,42 @@ fn ingest(db: &Database, batches: &[RecordBatch], writers: usize) -> Result<Dura
         handles.into_iter().try_for_each(|h| h.join().map_err(|_| "a writer panicked")?.map_err(BoxError::from))
     })?;
     Ok(start.elapsed())
+}
+
+/// `n` one-row commits with random keys into a table keyed on `id`; the
+/// time to reopen it from its log alone, then from a checkpoint.
+fn replay_small(dir: &Path, n: usize) -> Result<(Duration, Duration), BoxError> {
+    let _ = std::fs::remove_dir_all(dir);
+    let durable = DurableOptions { sync: SyncMode::Off, checkpoint_bytes: 0, ..DurableOptions::default() };
+    let db = Database::open(dir, durable)?;
+    let options = TableOptions::default().with_primary_key(["id"]);
+    let table = db.create_table("t", &seed::schema(), options)?;
+    let batch = seed::batches(n.max(1)).remove(0);
+    // Keys in a random order: a multiplicative permutation of 0..n.
+    let mut done = 0;
+    let mut key = 0usize;
+    while done < n {
+        key = (key + 7_919) % n.max(1);
+        let ids = arrow_array::Int64Array::from(vec![key as i64]);
+        let row = batch.slice(done % batch.num_rows(), 1);
+        let mut columns = row.columns().to_vec();
+        columns[0] = std::sync::Arc::new(ids);
+        table.append(&RecordBatch::try_new(row.schema(), columns)?)?;
+        done += 1;
+    }
+    drop((table, db));
+    let start = Instant::now();
+    let db = Database::open(dir, durable)?;
+    let from_log = start.elapsed();
+    assert_eq!(db.recovery().map_or(0, |r| r.replayed), n + 1);
+    assert_eq!(db.table("t")?.row_count(), n);
+    db.close()?;
+    let start = Instant::now();
+    let db = Database::open(dir, durable)?;
+    let from_checkpoint = start.elapsed();
+    assert_eq!(db.table("t")?.row_count(), n);
+    drop(db);
+    Ok((from_log, from_checkpoint))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -161,6 +202,8 @@ fn main() -> Result<(), BoxError> {
     let checkpoint_bytes: u64 =
         std::fs::read_dir(dir.join("shards"))?.map(|e| e.map_or(0, |e| e.metadata().map_or(0, |m| m.len()))).sum();
     drop(db);
+    let small = seed::flag(&flags, "small", 100_000)?;
+    let (small_log, small_checkpoint) = replay_small(&root.join("small"), small)?;
     std::fs::remove_dir_all(&root)?;
 
     println!(
@@ -185,6 +228,11 @@ fn main() -> Result<(), BoxError> {
         from_checkpoint.as_secs_f64() * 1e3,
         checkpoint_bytes as f64 / 1e6
     );
+    println!(
+        "| from the log alone ({small} one-row transactions, primary key) | {:.0} | |",
+        small_log.as_secs_f64() * 1e3
+    );
+    println!("| the same from a checkpoint | {:.0} | |", small_checkpoint.as_secs_f64() * 1e3);
     let ingest_json: Vec<String> = results
         .iter()
         .map(|(label, w, secs, rate, syncs)| {
@@ -195,10 +243,12 @@ fn main() -> Result<(), BoxError> {
         })
         .collect();
     println!(
-        r#"{{"rows": {rows}, "ingest": [{}], "reopen_log_ms": {:.1}, "reopen_checkpoint_ms": {:.1}}}"#,
+        r#"{{"rows": {rows}, "ingest": [{}], "reopen_log_ms": {:.1}, "reopen_checkpoint_ms": {:.1}, "small_transactions": {small}, "reopen_small_log_ms": {:.1}, "reopen_small_checkpoint_ms": {:.1}}}"#,
         ingest_json.join(", "),
         from_log.as_secs_f64() * 1e3,
-        from_checkpoint.as_secs_f64() * 1e3
+        from_checkpoint.as_secs_f64() * 1e3,
+        small_log.as_secs_f64() * 1e3,
+        small_checkpoint.as_secs_f64() * 1e3
     );
     Ok(())
 }

@@ -70,6 +70,11 @@ pub(crate) struct ServeArgs {
     /// (suffixes K, M, G); 0: only at shutdown.
     #[arg(long, value_parser = parse_bytes, default_value = "256M")]
     checkpoint_bytes: usize,
+    /// Size of a log segment (suffixes K, M, G; at least 4K). Each is
+    /// written full of zeros ahead of use, so the data directory needs
+    /// room for two of them to open.
+    #[arg(long, value_parser = parse_bytes, default_value = "64M")]
+    log_segment_bytes: usize,
     /// Open a data directory whose last log segment is damaged (a record
     /// whose checksum fails) by dropping the damaged record and everything
     /// after it, rather than refusing to start. Changes that were
@@ -200,12 +205,15 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
             sync,
             checkpoint_bytes: args.checkpoint_bytes as u64,
             recover_truncate: args.recover_truncate,
-            ..DurableOptions::default()
+            log_segment_bytes: args.log_segment_bytes as u64,
         };
         let db = Database::open(&args.data_dir, durable).map_err(|e| {
             let hint = match &e {
                 quiverdb::storage::Error::Corrupt { file, .. } if file.extension().is_some_and(|x| x == "log") => {
                     "; the data directory is left as it is. To start anyway, --recover-truncate drops the damaged log record and everything after it (changes acknowledged to clients may be among them)"
+                }
+                quiverdb::storage::Error::NoSpace { .. } => {
+                    "; free some space, or start with a smaller --log-segment-bytes"
                 }
                 _ => "",
             };

@@ -174,7 +174,7 @@ impl ErrorKind {
             | S::SchemaMismatch { .. }
             | S::TypeMismatch { .. } => Self::InvalidInput,
             S::Arrow(e) => Self::of_arrow(e),
-            S::Io { .. } | S::ReadOnly(_) | S::DirectoryInUse { .. } => Self::Unavailable,
+            S::Io { .. } | S::ReadOnly(_) | S::DirectoryInUse { .. } | S::NoSpace { .. } => Self::Unavailable,
             S::Corrupt { .. } | S::Internal(_) => Self::Internal,
             _ => Self::Internal,
         }

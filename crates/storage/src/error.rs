@@ -179,6 +179,22 @@ pub enum Error {
         holder: String,
     },
 
+    /// The file system holding the data directory has too little free
+    /// space to open it.
+    #[error(
+        "not enough free disk space for {dir}: {available} bytes free, {needed} needed to open it (log segments of {segment_bytes} bytes are written full of zeros ahead of use; smaller segments need less)"
+    )]
+    NoSpace {
+        /// The log directory.
+        dir: String,
+        /// Bytes free.
+        available: u64,
+        /// Bytes needed.
+        needed: u64,
+        /// The log's segment size.
+        segment_bytes: u64,
+    },
+
     /// An earlier write or sync of the log (or a checkpoint) failed, so
     /// nothing more is accepted: whether it reached the disk is unknown.
     /// Restart to recover from what is durable.

@@ -607,6 +607,67 @@ fn a_crash_loop_still_checkpoints() {
     assert_eq!(rows(&db.table("t").unwrap()), expected);
 }
 
+/// A small disk: opening refuses, saying what it needs, rather than
+/// serving and failing at the first write; temporary files a crash left
+/// are removed on open; a segment preparation that fills the disk leaves
+/// no file behind; a write that meets the full disk fails and is not seen.
+#[test]
+fn a_small_disk_is_refused_at_open_and_never_left_full_of_temporary_files() {
+    let io = SimulatedIo::default();
+    let options = durable(SyncMode::Always); // 64 KiB segments
+    io.set_capacity(Some(100 << 10));
+    match open_with_io(Arc::new(io.clone()), "/data", options) {
+        Err(Error::NoSpace { available, needed, .. }) => {
+            assert_eq!(needed, 128 << 10, "a first segment and the next, prepared");
+            assert!(available <= 100 << 10);
+        }
+        other => panic!("opened on a disk too small: {other:?}"),
+    }
+    assert!(files_under(&io, "/data/wal").is_empty(), "{:?}", files_under(&io, "/data/wal"));
+
+    // Leftovers of a crash: a segment half prepared, a catalog half written.
+    io.set_capacity(None);
+    for leftover in ["/data/wal/next-segment.tmp", "/data/CATALOG.tmp"] {
+        let mut file = io.append(Path::new(leftover)).unwrap();
+        file.write(&[0; 50 << 10]).unwrap();
+        file.sync().unwrap();
+    }
+    io.set_capacity(Some(200 << 10));
+    let db = open_with_io(Arc::new(io.clone()), "/data", options).unwrap();
+    let temporary = |io: &SimulatedIo| {
+        ["/data", "/data/wal", "/data/shards"]
+            .into_iter()
+            .flat_map(|d| files_under(io, d))
+            .filter(|p| p.to_string_lossy().ends_with(".tmp"))
+            .collect::<Vec<_>>()
+    };
+    assert!(temporary(&io).is_empty(), "{:?}", temporary(&io));
+
+    // The disk fills: the next segment's preparation fails and leaves
+    // nothing; writes go on in the current segment, then fail.
+    let t = db.create_table("t", &schema(), TableOptions::default()).unwrap();
+    let (mut rng, mut next_id, mut acknowledged) = (StdRng::seed_from_u64(5), 0, Vec::new());
+    let failure = loop {
+        let rows = random_rows(&mut rng, &mut next_id, 40);
+        match t.append(&batch(&rows)) {
+            Ok(_) => acknowledged.extend(rows),
+            Err(e) => break e,
+        }
+        assert!(acknowledged.len() < 100_000, "the disk never filled");
+    };
+    assert!(
+        matches!(&failure, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull),
+        "{failure:?}"
+    );
+    db.wait_for_background_rebuilds();
+    assert!(temporary(&io).is_empty(), "{:?}", temporary(&io));
+    assert_eq!(rows(&t), acknowledged, "the failed write is not seen");
+    drop((t, db));
+    io.set_capacity(None);
+    let db = open_with_io(Arc::new(io.clone()), "/data", options).unwrap();
+    assert_eq!(rows(&db.table("t").unwrap()), acknowledged);
+}
+
 #[test]
 fn records_larger_than_a_frame_are_split_and_recovered_whole() {
     let io = SimulatedIo::default();

@@ -41,6 +41,11 @@ pub trait StorageIo: Send + Sync + std::fmt::Debug {
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Makes the entries of `dir` (creations, renames, removals) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Bytes that files in `dir` may still take on its file system, if
+    /// known.
+    fn available_bytes(&self, _dir: &Path) -> io::Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 /// A file being written in order, from where it was opened.
@@ -84,6 +89,16 @@ pub(crate) fn write_atomically(io: &dyn StorageIo, dir: &Path, name: &str, bytes
     io.sync_dir(dir)
 }
 
+/// Removes the temporary files (`*.tmp`) a crash left in `dir`: a file
+/// being written atomically or a log segment being prepared, which take
+/// room (up to a segment each) for nothing.
+pub(crate) fn remove_temporary(io: &dyn StorageIo, dir: &Path) -> io::Result<()> {
+    for name in io.list(dir)?.iter().filter(|n| n.ends_with(".tmp")) {
+        io.remove(&dir.join(name))?;
+    }
+    Ok(())
+}
+
 /// Creates the file `path` holding `len` zero bytes, written (not a
 /// sparse hole) and, if `sync`, synced, through a temporary file renamed
 /// into place: `path` exists only once it is whole. Writing over it later
@@ -109,20 +124,27 @@ pub(crate) fn create_zeroed(
     let mut file = io.append(&tmp)?;
     let zeros = vec![0; CHUNK.min(len as usize)];
     let mut left = len;
-    while left > 0 {
+    let written = loop {
+        if left == 0 {
+            break if sync { file.sync() } else { Ok(()) };
+        }
         if cancel() {
             drop(file);
             io.remove(&tmp)?;
             return Ok(false);
         }
         let n = left.min(CHUNK as u64) as usize;
-        file.write(&zeros[..n])?;
+        if let Err(e) = file.write(&zeros[..n]) {
+            break Err(e);
+        }
         left -= n as u64;
-    }
-    if sync {
-        file.sync()?;
-    }
+    };
     drop(file);
+    if let Err(e) = written {
+        // A full disk must not stay full of a file nobody will use.
+        let _ = io.remove(&tmp);
+        return Err(e);
+    }
     io.rename(&tmp, path)?;
     Ok(true)
 }
@@ -240,6 +262,22 @@ impl StorageIo for FileSystem {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+
+    #[cfg(target_os = "linux")]
+    fn available_bytes(&self, dir: &Path) -> io::Result<Option<u64>> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
+        let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: `path` is a NUL-terminated string and `stats` points to
+        // room for one `statvfs`, which the call fills when it returns 0.
+        if unsafe { libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the call returned 0, so it filled `stats`.
+        let stats = unsafe { stats.assume_init() };
+        Ok(Some(u64::from(stats.f_bavail).saturating_mul(u64::from(stats.f_frsize))))
     }
 }
 

@@ -26,6 +26,14 @@ struct SimState {
     dirs: Vec<PathBuf>,
     fail_syncs: bool,
     fail_writes: bool,
+    /// Bytes all files together may hold (a small disk), if limited.
+    capacity: Option<usize>,
+}
+
+impl SimState {
+    fn used(&self) -> usize {
+        self.names.values().map(|&id| self.files[id].0.len()).sum()
+    }
 }
 
 #[derive(Debug)]
@@ -50,8 +58,12 @@ impl AppendFile for SimFile {
         if state.fail_writes {
             return Err(io::Error::other("simulated write failure"));
         }
-        let file = &mut state.files[self.id].0;
         let end = self.at + bytes.len();
+        let growth = end.saturating_sub(state.files[self.id].0.len());
+        if state.capacity.is_some_and(|c| state.used() + growth > c) {
+            return Err(io::Error::new(io::ErrorKind::StorageFull, "simulated disk full"));
+        }
+        let file = &mut state.files[self.id].0;
         if file.len() < end {
             file.resize(end, 0);
         }
@@ -106,6 +118,14 @@ impl SimulatedIo {
     pub fn fail_writes(&self, fail: bool) {
         if let Ok(mut state) = self.state.lock() {
             state.fail_writes = fail;
+        }
+    }
+
+    /// Makes the disk hold at most `bytes` of files (writes past it fail
+    /// as on a full disk), or any amount.
+    pub fn set_capacity(&self, bytes: Option<usize>) {
+        if let Ok(mut state) = self.state.lock() {
+            state.capacity = bytes;
         }
     }
 
@@ -201,5 +221,10 @@ impl StorageIo for SimulatedIo {
         durable.extend(state.names.iter().filter(|(p, _)| in_dir(p)).map(|(p, &id)| (p.clone(), id)));
         state.durable_names = durable;
         Ok(())
+    }
+
+    fn available_bytes(&self, _dir: &Path) -> io::Result<Option<u64>> {
+        let state = lock(&self.state)?;
+        Ok(state.capacity.map(|c| c.saturating_sub(state.used()) as u64))
     }
 }

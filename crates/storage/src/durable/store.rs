@@ -45,7 +45,7 @@ use super::catalog::{CATALOG, CatalogFile, ShardEntry, TableEntry, decode_catalo
 use super::checkpoint::{decode_main, encode_main};
 use super::damage::Damage;
 use super::frame::{HEADER as FRAME_HEADER, OVERHEAD as FRAME_OVERHEAD};
-use super::io::{StorageIo, write_atomically};
+use super::io::{StorageIo, remove_temporary, write_atomically};
 use super::lock::DirLock;
 use super::record::{LogRecord, Reader, STAGE, append_record, from_ipc, ipc};
 use super::wal::{LogStats, Record, SEGMENT_BYTES, SyncMode, Wal};
@@ -398,6 +398,9 @@ pub(crate) fn recover(
     let started = Instant::now();
     let shards_dir = dir.join(SHARDS);
     io.create_dir_all(&shards_dir).map_err(|e| Error::io(&shards_dir, e))?;
+    for d in [dir, shards_dir.as_path()] {
+        remove_temporary(io.as_ref(), d).map_err(|e| Error::io(d, e))?;
+    }
     io.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
 
     let catalog_path = dir.join(CATALOG);
@@ -778,7 +781,7 @@ impl<'r> StagedParts<'r> {
 /// Applies a logged change to `table`.
 fn replay_on(table: &Table, change: &TableChange) -> Result<()> {
     match change {
-        TableChange::Commit { truncate, appends, deletes, .. } => table.transaction(|t| {
+        TableChange::Commit { truncate, appends, deletes, .. } => table.replay_transaction(|t| {
             if *truncate {
                 t.truncate();
             }

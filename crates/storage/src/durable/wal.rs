@@ -45,7 +45,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::frame::{self, End, FrameBuf};
-use super::io::{AppendFile, StorageIo, create_zeroed};
+use super::io::{AppendFile, StorageIo, create_zeroed, remove_temporary};
 use super::lock::DirLock;
 use crate::error::{Error, Result};
 
@@ -382,7 +382,18 @@ impl Wal {
             || segments(io.as_ref(), dir).map(|s| s.last().map_or(0, |(first, _)| first - 1)),
             |r| Ok(r.lsn),
         )?;
+        remove_temporary(io.as_ref(), dir).map_err(|e| Error::io(dir, e))?;
         let ready = io.list(dir).map_err(|e| Error::io(dir, e))?.iter().any(|n| n == PREPARED);
+        // Room for what opening writes: a new segment unless the last one
+        // has room, and the next one, prepared full of zeros. Refused
+        // here, not at the first write after the server said it serves.
+        let continues = matches!(&contents.end, Some((_, offset)) if *offset < segment_bytes);
+        let needed = segment_bytes * (u64::from(!ready) + u64::from(!continues));
+        if let Some(available) = io.available_bytes(dir).map_err(|e| Error::io(dir, e))?
+            && available < needed
+        {
+            return Err(Error::NoSpace { dir: dir.display().to_string(), available, needed, segment_bytes });
+        }
         if ready && mode == SyncMode::Always {
             // It may have been prepared without a sync (in another mode).
             let path = dir.join(PREPARED);
