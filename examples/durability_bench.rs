@@ -111,7 +111,8 @@ fn replay_small(dir: &Path, n: usize) -> Result<(Duration, Duration), BoxError> 
     let start = Instant::now();
     let db = Database::open(dir, durable)?;
     let from_log = start.elapsed();
-    assert_eq!(db.recovery().map_or(0, |r| r.replayed), n + 1);
+    // The creation, the commits, and the rebuilds of the shards that filled.
+    assert!(db.recovery().map_or(0, |r| r.replayed) > n);
     assert_eq!(db.table("t")?.row_count(), n);
     db.close()?;
     let start = Instant::now();
