@@ -229,6 +229,43 @@ fn a_damaged_last_log_record_is_refused_unless_recover_truncate_drops_it() {
     server.stop();
 }
 
+/// A server asked to stop while a client runs a query that would take
+/// hours: the query gets the grace period (`--shutdown-grace-secs`), is
+/// then cancelled (its client hears so), and the server writes its
+/// checkpoint and exits, within seconds of the grace.
+#[test]
+fn a_stop_with_a_busy_client_cancels_after_the_grace_and_checkpoints() {
+    let dir = data_dir("busy-stop");
+    let rt = runtime();
+    let server = Server::start(&dir, &["--shutdown-grace-secs", "2"]);
+    let reading = rt.block_on(async {
+        let mut c = server.client().await;
+        ingest(&mut c, "t", true, batch(0..1000)).await.unwrap();
+        let endless = "SELECT COUNT(*) FROM generate_series(1, 100000000000) WHERE value < 0";
+        let info = c.execute(endless.into(), None).await.unwrap();
+        let mut stream = c.do_get(info.endpoint[0].ticket.clone().unwrap()).await.unwrap();
+        let reading = tokio::spawn(async move { futures::StreamExt::next(&mut stream).await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        reading
+    });
+    let asked = std::time::Instant::now();
+    let log = server.stop();
+    let took = asked.elapsed();
+    assert!(took >= Duration::from_secs(2), "the query did not get its grace: {took:?}");
+    assert!(took < Duration::from_secs(15), "the stop took {took:?}: {log:#?}");
+    assert!(log.iter().any(|l| l.contains("queries still running after")), "{log:#?}");
+    assert!(log.iter().any(|l| l.contains("checkpoint written")), "{log:#?}");
+    let heard = rt.block_on(reading).unwrap().expect("an error, not the end of the stream");
+    match heard {
+        Err(FlightError::Tonic(status)) => assert_eq!(status.code(), tonic::Code::Cancelled, "{status}"),
+        other => panic!("the client heard {other:?}"),
+    }
+    // The rows were checkpointed: the next start replays nothing.
+    let server = Server::start(&dir, &[]);
+    assert!(server.startup.iter().any(|l| l.contains(" 0 log records replayed")), "{:#?}", server.startup);
+    server.stop();
+}
+
 /// What the writer knows when the server dies.
 #[derive(Default)]
 struct Acknowledged {

@@ -1837,6 +1837,133 @@ async fn graceful_shutdown_lets_a_running_stream_finish() -> TestResult {
 }
 
 // ---------------------------------------------------------------------------
+// Running queries and cancellation
+// ---------------------------------------------------------------------------
+
+/// A query that would run for hours: an aggregate over 10^11 generated
+/// rows (nothing is sent before it ends).
+const ENDLESS: &str = "SELECT COUNT(*) AS n FROM generate_series(1, 100000000000) WHERE value < 0";
+
+/// Waits until nothing but `system.queries` itself is listed there: the
+/// query ended on the server. (That it stops using the CPU is checked on
+/// a server process, in `hostile.rs`.)
+async fn until_nothing_runs(client: &mut Client) -> TestResult {
+    let listed = "SELECT COUNT(*) AS n FROM system.queries WHERE sql NOT LIKE '%system.queries%'";
+    let wait = async {
+        loop {
+            let batch = query(client, listed).await?;
+            if batch.column(0).as_primitive::<Int64Type>().value(0) == 0 {
+                return Ok::<_, FlightError>(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(HANG_GUARD, wait).await.expect("the query is still listed")?;
+    Ok(())
+}
+
+/// The id `system.queries` shows for the running statement `sql`.
+async fn running_id(client: &mut Client, sql: &str) -> Result<i64, FlightError> {
+    let find = format!("SELECT id, state FROM system.queries WHERE sql = '{}'", sql.replace('\'', "''"));
+    let wait = async {
+        loop {
+            let batch = query(client, &find).await?;
+            if batch.num_rows() == 1 {
+                return Ok::<_, FlightError>(batch.column(0).as_primitive::<Int64Type>().value(0));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(HANG_GUARD, wait).await.expect("the query never showed in system.queries")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_stops_a_running_query_and_its_client_hears_cancelled() -> TestResult {
+    let server = TestServer::open().await;
+    let mut admin = server.client().await;
+    let mut client = server.client().await;
+    let info = client.execute(ENDLESS.into(), None).await?;
+    let mut stream = client.do_get(only_ticket(&info)).await?;
+    let waiting = tokio::spawn(async move { stream.next().await.map(|r| r.map(|b| b.num_rows())) });
+    let id = running_id(&mut admin, ENDLESS).await?;
+    let listed =
+        query(&mut admin, &format!("SELECT client, state, changes_data FROM system.queries WHERE id = {id}")).await?;
+    assert_eq!(non_null_strings(&listed, "state"), ["running"]);
+    assert!(non_null_strings(&listed, "client")[0].starts_with("127.0.0.1:"));
+
+    assert_eq!(update(&mut admin, &format!("CANCEL {id}")).await?, 0);
+    let heard = tokio::time::timeout(HANG_GUARD, waiting).await.expect("the client never heard")?;
+    let status = status_of(heard.expect("an error, not the end of the stream"));
+    assert_eq!(status.code(), Code::Cancelled, "{status}");
+    assert!(status.message().contains(&format!("statement {id} was cancelled")), "{status}");
+    until_nothing_runs(&mut admin).await?;
+
+    // What cannot be cancelled says why.
+    let gone = status_of(update(&mut admin, &format!("KILL QUERY {id}")).await);
+    assert_eq!(gone.code(), Code::NotFound, "{gone}");
+    let malformed = status_of(update(&mut admin, "CANCEL the query").await);
+    assert_eq!(malformed.code(), Code::InvalidArgument, "{malformed}");
+    assert!(malformed.message().contains("system.queries"), "{malformed}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_that_goes_away_stops_its_query() -> TestResult {
+    let server = TestServer::open().await;
+    let mut admin = server.client().await;
+    let mut client = server.client().await;
+    let info = client.execute(ENDLESS.into(), None).await?;
+    let stream = client.do_get(only_ticket(&info)).await?;
+    running_id(&mut admin, ENDLESS).await?;
+    // The client gives up: its call is dropped (a gRPC cancel), then its connection.
+    drop((stream, client));
+    until_nothing_runs(&mut admin).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_flight_info_stops_the_statement_and_later_fetches() -> TestResult {
+    let server = TestServer::open().await;
+    let mut admin = server.client().await;
+    let mut client = server.client().await;
+    let info = client.execute(ENDLESS.into(), None).await?;
+    let mut stream = client.do_get(only_ticket(&info)).await?;
+    let waiting = tokio::spawn(async move { stream.next().await.map(|r| r.map(|b| b.num_rows())) });
+    running_id(&mut admin, ENDLESS).await?;
+    // Another run of the same text is another statement: it is not cancelled.
+    let other = admin.execute(ENDLESS.into(), None).await?;
+    assert_ne!(only_ticket(&other), only_ticket(&info), "each GetFlightInfo hands out its own ticket");
+
+    let request = arrow_flight::CancelFlightInfoRequest { info: Some(info.clone()) };
+    let action = Action::new("CancelFlightInfo", request.encode_to_vec());
+    let results: Vec<_> = client.do_action(action).await?.try_collect().await?;
+    let result = arrow_flight::CancelFlightInfoResult::decode(&*results[0].body)?;
+    assert_eq!(result.status, arrow_flight::CancelStatus::Cancelled as i32);
+    let heard = tokio::time::timeout(HANG_GUARD, waiting).await.expect("the client never heard")?;
+    assert_eq!(status_of(heard.expect("an error")).code(), Code::Cancelled);
+    // A fetch of the cancelled ticket fails too.
+    let again = client.do_get(only_ticket(&info)).await.map(drop);
+    assert_eq!(status_of(again).code(), Code::Cancelled);
+    until_nothing_runs(&mut admin).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_cancels_queries_still_running_after_the_grace() -> TestResult {
+    let grace = std::time::Duration::from_secs(1);
+    let server = TestServer::start(FlightOptions { shutdown_grace: grace, ..FlightOptions::default() }).await;
+    let mut client = server.client().await;
+    let info = client.execute(ENDLESS.into(), None).await?;
+    let mut stream = client.do_get(only_ticket(&info)).await?;
+    running_id(&mut server.client().await, ENDLESS).await?;
+    let started = std::time::Instant::now();
+    let stopping = tokio::spawn(server.stop());
+    let heard = tokio::time::timeout(HANG_GUARD, stream.next()).await.expect("the client never heard");
+    assert_eq!(status_of(heard.expect("an error")).code(), Code::Cancelled);
+    tokio::time::timeout(HANG_GUARD, stopping).await.expect("serve did not return")??;
+    assert!(started.elapsed() >= grace, "the query was not given its grace");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
 // Sessions
 // ---------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ use arrow_flight::sql::{TableExistsOption, TableNotExistOption};
 use arrow_schema::{DataType, Field, Schema};
 use child::Server;
 use flight::{query, status_of, update};
+use futures::StreamExt;
 use ingest::ingest_command;
 use quiverdb::server::{MAX_EXPRESSION_DEPTH, MAX_SET_OPERATION_BRANCHES};
 
@@ -84,6 +85,80 @@ fn deep_statements_answer_up_to_the_bounds_and_are_refused_past_them() {
         assert!(status.message().contains("joins 200000 branches"), "{status:?}");
 
         assert_eq!(first("SELECT COUNT(*) FROM t".into()).await.unwrap(), 2);
+    });
+    assert!(server.alive());
+}
+
+/// CPU seconds process `pid` has used (user and system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name, which is in parentheses.
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / 100.0
+}
+
+/// CPU seconds process `pid` uses in the next second.
+fn cpu_in_a_second(pid: u32) -> f64 {
+    let before = cpu_seconds(pid);
+    std::thread::sleep(Duration::from_secs(1));
+    cpu_seconds(pid) - before
+}
+
+/// A query abandoned by its client (its call dropped, then its
+/// connection) and one cancelled with `CANCEL <id>` stop using the
+/// server's CPU at once, rather than computing for hours.
+#[test]
+fn abandoned_and_cancelled_queries_stop_using_the_servers_cpu() {
+    const ENDLESS: &str = "SELECT COUNT(*) FROM generate_series(1, 100000000000) WHERE value < 0";
+    let mut server = Server::in_memory(&[]);
+    let rt = runtime();
+    let running = |c: &flight::Client| {
+        let mut c = c.clone();
+        async move {
+            let sql = "SELECT id FROM system.queries WHERE sql LIKE '%generate_series(1, 100000000000)%' AND sql NOT LIKE '%system.queries%'";
+            let batch = query(&mut c, sql).await.unwrap();
+            (0..batch.num_rows()).map(|i| batch.column(0).as_primitive::<Int64Type>().value(i)).collect::<Vec<_>>()
+        }
+    };
+    rt.block_on(async {
+        let admin = server.client().await;
+        for how in ["goes away", "is cancelled"] {
+            let mut c = server.client().await;
+            let info = c.execute(ENDLESS.into(), None).await.unwrap();
+            let ticket = info.endpoint[0].ticket.clone().unwrap();
+            let mut stream = c.do_get(ticket).await.unwrap();
+            let reading = tokio::spawn(async move { stream.next().await.map(|r| r.map(drop)) });
+            let mut ids = Vec::new();
+            for _ in 0..200 {
+                ids = running(&admin).await;
+                if !ids.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert_eq!(ids.len(), 1, "{how}: the query is listed once");
+            let pid = server.child.id();
+            let busy = tokio::task::spawn_blocking(move || cpu_in_a_second(pid)).await.unwrap();
+            assert!(busy > 0.5, "{how}: the query was not computing ({busy:.2} s of CPU in a second)");
+            if how == "goes away" {
+                reading.abort();
+                drop(c);
+            } else {
+                update(&mut admin.clone(), &format!("CANCEL {}", ids[0])).await.unwrap();
+                let heard = tokio::time::timeout(Duration::from_secs(30), reading).await.unwrap().unwrap();
+                assert_eq!(status_of(heard.unwrap()).code(), tonic::Code::Cancelled);
+            }
+            for _ in 0..200 {
+                if running(&admin).await.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(running(&admin).await.is_empty(), "{how}: still listed");
+            let pid = server.child.id();
+            let idle = tokio::task::spawn_blocking(move || cpu_in_a_second(pid)).await.unwrap();
+            assert!(idle < 0.3, "{how}: the server used {idle:.2} s of CPU in a second after the query stopped");
+        }
     });
     assert!(server.alive());
 }

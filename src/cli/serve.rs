@@ -106,6 +106,11 @@ pub(crate) struct ServeArgs {
     /// ResourceExhausted.
     #[arg(long, default_value_t = 300)]
     queue_timeout_secs: u64,
+    /// Seconds requests in flight get to finish once the server is asked
+    /// to stop (SIGTERM, Ctrl-C); queries still running then are
+    /// cancelled, and the shutdown checkpoint is written.
+    #[arg(long, default_value_t = 30)]
+    shutdown_grace_secs: u64,
 }
 
 /// `--sync`.
@@ -178,6 +183,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         max_message_bytes: args.max_message_bytes,
         handshake_timeout: Duration::from_secs(args.handshake_timeout_secs),
         idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
         max_connections: args.max_connections.unwrap_or_else(|| FlightOptions::default().max_connections),
         admission: AdmissionOptions {
             max_running: args.max_running_queries.unwrap_or_else(|| AdmissionOptions::default().max_running),
@@ -267,7 +273,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         serve(served, listener, options, shutdown).await?;
         Ok::<_, CliError>(ExitCode::SUCCESS)
     })?;
-    drop(runtime);
+    // Work the runtime still runs (a statement that changes data runs to
+    // its end) gets a few seconds; the checkpoint does not wait longer.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
     if db.is_durable() {
         // A checkpoint makes the next start read it instead of replaying the log.
         db.close().map_err(|e| format!("writing the shutdown checkpoint: {e}"))?;
@@ -276,6 +284,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     info!("quiverdb stopped");
     Ok(code)
 }
+
+/// How long stopping waits for work left on the runtime after serving ends.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(5);
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM. The handlers are installed
 /// when this is called (inside the runtime), not when it is first polled.

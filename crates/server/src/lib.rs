@@ -64,6 +64,7 @@ mod options;
 mod provider;
 mod retained;
 mod rules;
+pub mod running;
 mod session;
 mod stats;
 mod system;

@@ -11,6 +11,9 @@
 //!                    table bytes, query memory reserved now, and the
 //!                    allocator's own statistics when the program reports
 //!                    them (the quiverdb binary does)
+//!   system.queries   one row per statement running on the server: its id
+//!                    (for `CANCEL <id>`), client, state, start, time so
+//!                    far, rows sent, whether it changes data, and its SQL
 //! ```
 //!
 //! Each is computed when it is scanned, from the tables' current state.
@@ -18,14 +21,18 @@
 
 use std::sync::{Arc, OnceLock};
 
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_array::{
+    ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::catalog::{MemTable, SchemaProvider, Session, TableProvider};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use quiverdb_storage::Database;
+
+use crate::running::{QueryState, RunningQueries};
 
 /// The name of the system schema.
 pub const SYSTEM_SCHEMA: &str = "system";
@@ -63,11 +70,12 @@ enum Kind {
     Tables,
     Columns,
     Memory,
+    Queries,
 }
 
 impl Kind {
-    const ALL: [(&'static str, Kind); 3] =
-        [("tables", Kind::Tables), ("columns", Kind::Columns), ("memory", Kind::Memory)];
+    const ALL: [(&'static str, Kind); 4] =
+        [("tables", Kind::Tables), ("columns", Kind::Columns), ("memory", Kind::Memory), ("queries", Kind::Queries)];
 
     fn schema(self) -> SchemaRef {
         let text = |name: &str| Field::new(name, DataType::Utf8, false);
@@ -99,10 +107,50 @@ impl Kind {
                 int("total_bytes"),
             ],
             Kind::Memory => vec![text("name"), Field::new("bytes", DataType::Int64, true), text("description")],
+            Kind::Queries => vec![
+                int("id"),
+                text("client"),
+                text("state"),
+                Field::new("started", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+                Field::new("seconds", DataType::Float64, false),
+                int("rows"),
+                Field::new("changes_data", DataType::Boolean, false),
+                text("sql"),
+            ],
         }))
     }
 
+    /// `system.queries`: the statements of the server whose registry the
+    /// session holds (none in a session of its own).
+    fn queries(state: &dyn Session) -> Result<RecordBatch> {
+        let running = state.config().get_extension::<RunningQueries>().map(|r| r.list()).unwrap_or_default();
+        let micros = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        };
+        let state_name = |s: QueryState| match s {
+            QueryState::Queued => "queued",
+            QueryState::Running => "running",
+        };
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(running.iter().map(|q| i64::try_from(q.id).unwrap_or(i64::MAX)))),
+            Arc::new(StringArray::from_iter_values(running.iter().map(|q| q.client.as_str()))),
+            Arc::new(StringArray::from_iter_values(running.iter().map(|q| state_name(q.state)))),
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values(running.iter().map(|q| micros(q.started)))
+                    .with_timezone("UTC"),
+            ),
+            Arc::new(Float64Array::from_iter_values(running.iter().map(|q| q.seconds))),
+            Arc::new(Int64Array::from_iter_values(running.iter().map(|q| i64::try_from(q.rows).unwrap_or(i64::MAX)))),
+            Arc::new(BooleanArray::from_iter(running.iter().map(|q| Some(q.changes)))),
+            Arc::new(StringArray::from_iter_values(running.iter().map(|q| q.sql.as_str()))),
+        ];
+        Ok(RecordBatch::try_new(Kind::Queries.schema(), columns)?)
+    }
+
     fn batch(self, db: &Database, default_schema: &str, state: &dyn Session) -> Result<RecordBatch> {
+        if self == Kind::Queries {
+            return Self::queries(state);
+        }
         let mut text: Vec<Vec<String>> = Vec::new();
         let mut ints: Vec<Vec<Option<i64>>> = Vec::new();
         let mut push = |t: Vec<String>, i: Vec<Option<i64>>| {
@@ -162,6 +210,7 @@ impl Kind {
                     }
                 }
             }
+            Kind::Queries => {}
             Kind::Memory => {
                 let mut row = |name: &str, bytes: Option<u64>, description: &str| {
                     push(

@@ -14,6 +14,10 @@ use bytes::Bytes;
 use tonic::Status;
 
 const VERSION: u8 = 1;
+/// A ticket: as [`VERSION`], with a number after the kind that makes each
+/// ticket a `GetFlightInfo` hands out its own (so `CancelFlightInfo` stops
+/// that one statement, not another client's run of the same text).
+const TICKET_VERSION: u8 = 2;
 const QUERY: u8 = 1;
 const PREPARED: u8 = 2;
 const DONE: u8 = 3;
@@ -69,13 +73,26 @@ impl Handle {
         Ok(out.into())
     }
 
+    /// The handle as a ticket numbered `nonce` (see [`TICKET_VERSION`]).
+    pub(crate) fn encode_ticket(&self, nonce: u64) -> Result<Bytes, Status> {
+        let mut out = self.encode()?.to_vec();
+        out[0] = TICKET_VERSION;
+        out.splice(2..2, nonce.to_le_bytes());
+        Ok(out.into())
+    }
+
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, Status> {
         let bad = |what: &str| Status::invalid_argument(format!("malformed quiverdb statement handle: {what}"));
         let mut r = Reader { rest: bytes };
-        if r.byte().ok_or_else(|| bad("empty"))? != VERSION {
+        let version = r.byte().ok_or_else(|| bad("empty"))?;
+        if version != VERSION && version != TICKET_VERSION {
             return Err(bad("unknown version"));
         }
-        let handle = match r.byte().ok_or_else(|| bad("no kind"))? {
+        let kind = r.byte().ok_or_else(|| bad("no kind"))?;
+        if version == TICKET_VERSION {
+            r.take(8).ok_or_else(|| bad("truncated ticket number"))?;
+        }
+        let handle = match kind {
             QUERY => Handle::Query { sql: r.string().ok_or_else(|| bad("truncated SQL"))? },
             PREPARED => {
                 let sql = r.string().ok_or_else(|| bad("truncated SQL"))?;
@@ -239,6 +256,12 @@ mod tests {
             },
         ] {
             assert_eq!(Handle::decode(&handle.encode().unwrap()).unwrap(), handle);
+            let (one, two) = (handle.encode_ticket(1).unwrap(), handle.encode_ticket(2).unwrap());
+            assert_ne!(one, two, "each ticket its own");
+            assert_eq!(Handle::decode(&one).unwrap(), handle);
+            for n in 0..one.len() {
+                assert!(Handle::decode(&one[..n]).is_err(), "a ticket cut at {n}");
+            }
         }
     }
 

@@ -52,6 +52,7 @@ use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::admission::{Admission, AdmissionOptions};
 use crate::options::SessionOptions;
+use crate::running::RunningQueries;
 use crate::session::session_parts;
 
 mod auth;
@@ -189,8 +190,11 @@ fn flight_service(
     db: &Database,
     options: &FlightOptions,
     auth: Arc<Authenticator>,
+    running: Arc<RunningQueries>,
 ) -> std::io::Result<FlightServiceServer<QuiverFlightService>> {
     let session = session_parts(db, options.session.clone());
+    // What `system.queries` lists.
+    session.0.state_ref().write().config_mut().set_extension(Arc::clone(&running));
     let service = QuiverFlightSql::new(
         db.clone(),
         session,
@@ -199,6 +203,7 @@ fn flight_service(
         options.max_message_bytes,
         options.session_idle,
         Arc::new(Admission::new(options.admission.clone())?),
+        running,
     );
     Ok(FlightServiceServer::new(QuiverFlightService(service))
         .max_decoding_message_size(options.max_message_bytes)
@@ -233,7 +238,8 @@ pub async fn serve(
         return Err(ServeError::Config("the message size bound must be at least 1024 bytes".into()));
     }
     let auth = Arc::new(Authenticator::new(options.auth.clone(), options.token_ttl));
-    let service = flight_service(&db, &options, Arc::clone(&auth))?;
+    let running = Arc::new(RunningQueries::default());
+    let service = flight_service(&db, &options, Arc::clone(&auth), Arc::clone(&running))?;
     if options.max_connections == 0 {
         return Err(ServeError::Config("the connection limit must be at least 1".into()));
     }
@@ -268,9 +274,20 @@ pub async fn serve(
             shutdown.await;
             let _ = asked.send(());
         });
+    // Requests in flight get the grace period; then running queries are
+    // cancelled (their clients get `Cancelled`), and what is still open
+    // after a few more seconds is dropped.
     let grace_over = async {
         match stopping.await {
-            Ok(()) => tokio::time::sleep(options.shutdown_grace).await,
+            Ok(()) => {
+                tokio::time::sleep(options.shutdown_grace).await;
+                let cancelled = running.cancel_all();
+                tracing::warn!(
+                    "shutdown: {cancelled} queries still running after {:?} cancelled",
+                    options.shutdown_grace
+                );
+                tokio::time::sleep(CANCELLED_GRACE).await;
+            }
             Err(_) => std::future::pending().await,
         }
     };
@@ -278,8 +295,12 @@ pub async fn serve(
         served = serving => served?,
         () = grace_over => tracing::warn!(
             "stopping with connections still open {:?} after shutdown was asked for",
-            options.shutdown_grace
+            options.shutdown_grace + CANCELLED_GRACE
         ),
     }
     Ok(())
 }
+
+/// How long cancelled queries get to end (and their clients to hear so)
+/// once the shutdown grace is over.
+const CANCELLED_GRACE: Duration = Duration::from_secs(2);

@@ -11,19 +11,20 @@ use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::metadata::{GetCatalogsBuilder, GetDbSchemasBuilder, GetTablesBuilder};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
-    Any, Command, CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo,
-    CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
-    CommandPreparedStatementUpdate, CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate,
-    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TableExistsOption, TableNotExistOption,
-    TicketStatementQuery,
+    ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any, Command, CommandGetCatalogs,
+    CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
+    CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementIngest,
+    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
+    TableExistsOption, TableNotExistOption, TicketStatementQuery,
 };
 use arrow_flight::{
-    FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
-    SchemaAsIpc, SchemaResult, Ticket,
+    CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightData, FlightDescriptor, FlightEndpoint,
+    FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc, SchemaResult, Ticket,
 };
 use arrow_ipc::writer::IpcWriteOptions;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use bytes::Bytes;
 use datafusion::catalog::SchemaProvider;
 use datafusion::catalog::information_schema::InformationSchemaProvider;
 use datafusion::common::tree_node::TreeNode;
@@ -58,6 +59,7 @@ use crate::exec::Incoming;
 use crate::limits::TableMemoryLimit;
 use crate::many::{as_one_statement, as_one_update, bind_delete_where, bind_insert_values};
 use crate::retained::row_bytes;
+use crate::running::{RunningGuard, RunningQueries, Statement as Registered, cancellable};
 use crate::session::DEFAULT_CATALOG;
 
 use super::incoming::IncomingBatches;
@@ -97,6 +99,8 @@ pub(crate) struct QuiverFlightSql {
     max_decompressed: usize,
     /// The slots statements run in (see [`crate::admission`]).
     admission: Arc<Admission>,
+    /// The statements running (see [`crate::running`]).
+    running: Arc<RunningQueries>,
 }
 
 impl std::fmt::Debug for QuiverFlightSql {
@@ -114,6 +118,7 @@ impl QuiverFlightSql {
         max_message_bytes: usize,
         session_idle: Duration,
         admission: Arc<Admission>,
+        running: Arc<RunningQueries>,
     ) -> Self {
         // Leave room for the IPC framing around a data message.
         let max_flight_data_bytes = (max_message_bytes / 2).clamp(1024, 2 << 20);
@@ -133,6 +138,7 @@ impl QuiverFlightSql {
             max_flight_data_bytes,
             max_decompressed: max_message_bytes.saturating_mul(4),
             admission,
+            running,
         }
     }
 
@@ -407,6 +413,10 @@ impl QuiverFlightSql {
         params: Option<RecordBatch>,
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
+        if let Some(cancel) = cancel_target(&sql) {
+            self.cancel(cancel?)?;
+            return self.done_info(None, descriptor);
+        }
         let (plan, version) = self.plan_versioned(&sql).await?;
         let (schema, handle, total_records) = if is_query(&plan) {
             let schema = self.query_schema(&sql, version, &plan, params.as_ref())?;
@@ -416,17 +426,19 @@ impl QuiverFlightSql {
             };
             (schema.as_ref().clone(), handle, -1)
         } else if is_change(&plan) {
-            let count = self.run_mutations(Self::bind(plan, params.as_ref())?).await?;
-            let records = count.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
-            (outcome_schema(count).as_ref().clone(), Handle::Done { count }, records)
+            let bound = Self::bind(plan, params.as_ref())?;
+            let count = self.registered(&sql, |this| this.run_mutations(bound)).await?;
+            return self.done_info(count, descriptor);
         } else {
             // A query that writes as it runs: run it once, now; its ticket
             // carries the result.
-            let result = self.run_writing_query(Self::bind(plan, params.as_ref())?).await?;
+            let bound = Self::bind(plan, params.as_ref())?;
+            let result = self.registered(&sql, |this| this.run_writing_query(bound)).await?;
             let records = result.num_rows() as i64;
             (result.schema().as_ref().clone(), Handle::Ran { result }, records)
         };
-        let ticket = TicketStatementQuery { statement_handle: handle.encode()? };
+        // Each ticket its own: `CancelFlightInfo` names this one.
+        let ticket = TicketStatementQuery { statement_handle: handle.encode_ticket(next_ticket())? };
         let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
         let info = FlightInfo::new()
             .try_with_schema(&schema)
@@ -436,6 +448,69 @@ impl QuiverFlightSql {
             .with_total_records(total_records)
             .with_ordered(true);
         Ok(Response::new(info))
+    }
+
+    /// `FlightInfo` of a statement that already ran, with `count` rows
+    /// affected (`None` for DDL).
+    fn done_info(&self, count: Option<u64>, descriptor: FlightDescriptor) -> Result<Response<FlightInfo>, Status> {
+        let records = count.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+        let ticket = TicketStatementQuery { statement_handle: Handle::Done { count }.encode()? };
+        let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
+        let info = FlightInfo::new()
+            .try_with_schema(&outcome_schema(count))
+            .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
+            .with_endpoint(endpoint)
+            .with_descriptor(descriptor)
+            .with_total_records(records)
+            .with_ordered(true);
+        Ok(Response::new(info))
+    }
+
+    /// Runs `work`, a statement that changes data (`sql`), listed in
+    /// `system.queries` while it runs; its outcome is logged.
+    async fn registered<'a, T, F>(&'a self, sql: &str, work: impl FnOnce(&'a Self) -> F) -> Result<T, Status>
+    where
+        F: std::future::Future<Output = Result<T, Status>> + 'a,
+    {
+        let mut guard = self.register(sql, None, true);
+        guard.set_running();
+        let outcome = work(self).await;
+        guard.finish(&outcome.as_ref().map_err(|e| e.message().to_string()));
+        outcome
+    }
+
+    /// Lists statement `sql` (run from `ticket`, if a query) in `system.queries`.
+    fn register(&self, sql: &str, ticket: Option<Bytes>, changes: bool) -> RunningGuard {
+        self.running.start(Registered {
+            client: self.session.peer(),
+            owner: self.session.owner().map(str::to_string),
+            sql: sql.to_string(),
+            ticket,
+            changes,
+        })
+    }
+
+    /// `CANCEL <id>`: cancels a running query.
+    fn cancel(&self, id: u64) -> Result<(), Status> {
+        self.running.cancel(id).map_err(|e| match e {
+            crate::running::CancelError::NotRunning(_) => Status::not_found(e.to_string()),
+            crate::running::CancelError::ChangesData(_) => Status::failed_precondition(e.to_string()),
+        })
+    }
+
+    /// Cancels the queries running from the ticket of `info` (and any
+    /// later fetch of it); how many were running.
+    fn cancel_info(&self, info: &FlightInfo) -> Result<usize, Status> {
+        let mut running = 0;
+        for endpoint in &info.endpoint {
+            let Some(ticket) = &endpoint.ticket else { continue };
+            let any = Any::decode(&*ticket.ticket).map_err(|e| Status::invalid_argument(format!("a ticket: {e}")))?;
+            let Some(statement) = any.unpack::<TicketStatementQuery>().map_err(arrow_status)? else {
+                continue;
+            };
+            running += self.running.cancel_ticket(&statement.statement_handle, self.session.owner());
+        }
+        Ok(running)
     }
 
     /// The schema of query `plan`'s results (`sql` planned at catalog
@@ -505,8 +580,9 @@ impl QuiverFlightSql {
         Ok(SchemaResult { schema: schema_ipc(&schema)? })
     }
 
-    /// The result stream of a ticket.
-    async fn run_handle(&self, handle: Handle) -> Result<Response<FlightStream>, Status> {
+    /// The result stream of a ticket (`ticket`, its bytes, for a query
+    /// `CancelFlightInfo` may stop).
+    async fn run_handle(&self, handle: Handle, ticket: Option<Bytes>) -> Result<Response<FlightStream>, Status> {
         let (sql, params) = match handle {
             Handle::Done { count } => {
                 let schema = outcome_schema(count);
@@ -526,12 +602,18 @@ impl QuiverFlightSql {
             Handle::Query { sql } => (sql, None),
             Handle::Prepared { sql, params } => (sql, params),
         };
+        if let Some(ticket) = &ticket
+            && self.running.ticket_cancelled(ticket, self.session.owner())
+        {
+            return Err(Status::cancelled("this statement was cancelled (CancelFlightInfo)"));
+        }
         let (plan, version) = self.plan_versioned(&sql).await?;
         if !is_query(&plan) {
             return Err(Status::invalid_argument(
                 "this ticket names a statement that changes data; run it through GetFlightInfo or an update",
             ));
         }
+        let guard = self.register(&sql, ticket, false);
         let failed = |e: datafusion::error::DataFusionError| FlightError::from_external_error(Box::new(e));
         let (schema, batches) = match params {
             None => {
@@ -563,9 +645,13 @@ impl QuiverFlightSql {
                 (schema, batches.boxed())
             }
         };
+        guard.set_running();
         let out = Arc::clone(&schema);
         let batches = batches.map(move |batch| to_client_batch(&batch?, &out).map_err(failed));
-        Ok(self.encode(schema, batches.boxed()))
+        let batches = cancellable(batches.boxed(), guard, |id| {
+            FlightError::Tonic(Box::new(Status::cancelled(format!("statement {id} was cancelled"))))
+        });
+        Ok(self.encode(schema, batches))
     }
 
     /// `plan`, the plan of query text `sql` (with no parameters) made at
@@ -765,6 +851,36 @@ fn bind_as(value: ScalarValue, ty: &DataType, i: usize) -> Result<ScalarValue, S
         Ok(back) if back == value => Ok(bound),
         _ => Err(refused(format!("it would become {bound}"))),
     }
+}
+
+/// The Flight action that cancels the statement of a `FlightInfo`.
+const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
+
+/// A number for the next ticket (see [`Handle::encode_ticket`]).
+fn next_ticket() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The query `CANCEL <id>` or `KILL [QUERY] <id>` names, if `sql` is one
+/// (an error if it starts so but is not one).
+fn cancel_target(sql: &str) -> Option<Result<u64, Status>> {
+    let mut words = sql.trim().trim_end_matches(';').split_whitespace();
+    let first = words.next()?;
+    if !first.eq_ignore_ascii_case("cancel") && !first.eq_ignore_ascii_case("kill") {
+        return None;
+    }
+    let mut words = words.peekable();
+    if words.peek().is_some_and(|w| w.eq_ignore_ascii_case("query")) {
+        words.next();
+    }
+    let usage =
+        || Status::invalid_argument(format!("usage: {} <id>, with an id from system.queries", first.to_uppercase()));
+    let id = words.next().and_then(|w| w.parse::<u64>().ok());
+    Some(match (id, words.next()) {
+        (Some(id), None) => Ok(id),
+        _ => Err(usage()),
+    })
 }
 
 /// A statement not admitted: the server is busy.
@@ -970,7 +1086,8 @@ impl FlightSqlService for QuiverFlightSql {
         ticket: TicketStatementQuery,
         _request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        self.run_handle(Handle::decode(&ticket.statement_handle)?).await
+        let handle = Handle::decode(&ticket.statement_handle)?;
+        self.run_handle(handle, Some(ticket.statement_handle)).await
     }
 
     async fn do_get_prepared_statement(
@@ -978,7 +1095,7 @@ impl FlightSqlService for QuiverFlightSql {
         query: CommandPreparedStatementQuery,
         _request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        self.run_handle(Handle::decode(&query.prepared_statement_handle)?).await
+        self.run_handle(Handle::decode(&query.prepared_statement_handle)?, None).await
     }
 
     async fn do_get_catalogs(
@@ -1069,17 +1186,24 @@ impl FlightSqlService for QuiverFlightSql {
             return Err(Status::invalid_argument("quiverdb does not support transactions"));
         }
         debug!(sql = %command.query, "update");
+        if let Some(cancel) = cancel_target(&command.query) {
+            self.cancel(cancel?)?;
+            return Ok(0);
+        }
         let plan = self.plan(&command.query).await?;
         let count = if is_query(&plan) {
             // A query run as an update: run it, report its row count.
-            let mut rows = 0u64;
-            let mut batches = self.execute_optimized(self.optimize(&plan)?).await?;
-            while let Some(batch) = batches.next().await {
-                rows += batch.map_err(df_status)?.num_rows() as u64;
-            }
-            Some(rows)
+            self.registered(&command.query, |this| async move {
+                let mut rows = 0u64;
+                let mut batches = this.execute_optimized(this.optimize(&plan)?).await?;
+                while let Some(batch) = batches.next().await {
+                    rows += batch.map_err(df_status)?.num_rows() as u64;
+                }
+                Ok(Some(rows))
+            })
+            .await?
         } else {
-            self.run_mutations(vec![plan]).await?
+            self.registered(&command.query, |this| this.run_mutations(vec![plan])).await?
         };
         Ok(count.map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)))
     }
@@ -1220,7 +1344,8 @@ impl FlightSqlService for QuiverFlightSql {
             return Err(Status::invalid_argument("a query cannot run as an update; execute it as a query"));
         }
         let _held = params.as_ref().map(|p| self.reserve_params(p)).transpose()?;
-        let count = self.run_mutations(Self::bind(plan, params.as_ref())?).await?;
+        let bound = Self::bind(plan, params.as_ref())?;
+        let count = self.registered(&sql, |this| this.run_mutations(bound)).await?;
         Ok(count.map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)))
     }
 
@@ -1261,6 +1386,44 @@ impl FlightSqlService for QuiverFlightSql {
     ) -> Result<(), Status> {
         // Handles are stateless: nothing to free, but reject garbage.
         Handle::decode(&query.prepared_statement_handle).map(drop)
+    }
+
+    async fn do_action_cancel_query(
+        &self,
+        query: ActionCancelQueryRequest,
+        _request: Request<arrow_flight::Action>,
+    ) -> Result<ActionCancelQueryResult, Status> {
+        let info = FlightInfo::decode(&*query.info)
+            .map_err(|e| Status::invalid_argument(format!("CancelQuery needs a FlightInfo: {e}")))?;
+        self.cancel_info(&info)?;
+        // `CancelResult::Cancelled`, numbered as `CancelStatus::Cancelled`.
+        Ok(ActionCancelQueryResult { result: CancelStatus::Cancelled as i32 })
+    }
+
+    async fn do_action_fallback(
+        &self,
+        request: Request<arrow_flight::Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        let action = request.into_inner();
+        if action.r#type != CANCEL_FLIGHT_INFO {
+            return Err(Status::invalid_argument(format!("unsupported action: {}", action.r#type)));
+        }
+        let request = CancelFlightInfoRequest::decode(&*action.body)
+            .map_err(|e| Status::invalid_argument(format!("CancelFlightInfo: {e}")))?;
+        let info = request.info.ok_or_else(|| Status::invalid_argument("CancelFlightInfo names no FlightInfo"))?;
+        self.cancel_info(&info)?;
+        let result = CancelFlightInfoResult { status: CancelStatus::Cancelled as i32 };
+        let body = arrow_flight::Result { body: result.encode_to_vec().into() };
+        Ok(Response::new(Box::pin(stream::iter([Ok(body)]))))
+    }
+
+    async fn list_custom_actions(&self) -> Option<Vec<Result<arrow_flight::ActionType, Status>>> {
+        Some(vec![Ok(arrow_flight::ActionType {
+            r#type: CANCEL_FLIGHT_INFO.into(),
+            description:
+                "Cancels the statement of a FlightInfo: its running fetches fail with Cancelled, and so do later ones."
+                    .into(),
+        })])
     }
 
     async fn do_get_fallback(

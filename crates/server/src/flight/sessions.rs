@@ -119,6 +119,16 @@ impl RequestSession {
         Ok(Self { id, owner, peer, opened: Arc::default() })
     }
 
+    /// The `authorization` header the request carried.
+    pub(crate) fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// The connection the request came over.
+    pub(crate) fn peer(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
     /// Adds the cookie of a session opened while serving the request, or
     /// the expiry of one that was closed, to `metadata`.
     pub(crate) fn answer(&self, metadata: &mut MetadataMap) {
