@@ -2,6 +2,7 @@
 //! interactive SQL shell over Flight SQL, `load` bulk-loads a CSV or
 //! Parquet file through Flight SQL ingest.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -122,7 +123,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            // A closed stderr loses the message, not the exit status.
+            let _ = writeln!(std::io::stderr(), "error: {e}");
             ExitCode::FAILURE
         }
     }

@@ -159,7 +159,15 @@ fn sql_command_runs_ddl_dml_and_queries() {
     assert_eq!(server.rows("t"), 2);
 
     let out = server.sql("SELECT * FROM t ORDER BY a");
-    let expected = table(&["+---+---+", "| a | b |", "+---+---+", "| 1 | x |", "| 2 |   |", "+---+---+", "2 rows ("]);
+    let expected = table(&[
+        "+---+------+",
+        "| a | b    |",
+        "+---+------+",
+        "| 1 | x    |",
+        "| 2 | NULL |",
+        "+---+------+",
+        "2 rows (",
+    ]);
     assert!(out.starts_with(&expected), "{out}");
 
     // An empty result still shows its columns.
@@ -176,6 +184,101 @@ fn sql_command_runs_ddl_dml_and_queries() {
         server.query("SELECT * FROM t"),
         table(&["+---+---+", "| a | b |", "+---+---+", "| 2 | y |", "+---+---+"])
     );
+}
+
+/// Output formats for scripts, NULL told apart from '' in each, `-t`,
+/// `-f`, and a query whose one column is a UInt64 named `count` printed as
+/// rows, not as an affected-row count.
+#[test]
+fn sql_formats_nulls_scripts_and_count_columns() {
+    let server = TestServer::start();
+    server.sql("CREATE TABLE f (id BIGINT NOT NULL, s VARCHAR); INSERT INTO f VALUES (1, 'a,b'), (2, ''), (3, NULL)");
+    let select = "SELECT id, s FROM f ORDER BY id";
+    let format = |format: &str, extra: &[&str]| {
+        let mut args = vec!["sql", "--format", format, "-c", select];
+        args.extend_from_slice(extra);
+        let out = server.run(&args);
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+        stdout(&out)
+    };
+    assert_eq!(format("csv", &[]), "id,s\n1,\"a,b\"\n2,\"\"\n3,\n");
+    assert_eq!(format("tsv", &["-t"]), "1\ta,b\n2\t\n3\t\\N\n");
+    assert_eq!(format("json", &[]), "[{\"id\":1,\"s\":\"a,b\"},\n{\"id\":2,\"s\":\"\"},\n{\"id\":3,\"s\":null}]\n");
+    assert_eq!(format("jsonl", &[]).lines().nth(2), Some("{\"id\":3,\"s\":null}"));
+    assert_eq!(format("markdown", &[]), "| id | s |\n|---|---|\n| 1 | a,b |\n| 2 |  |\n| 3 | NULL |\n");
+    assert_eq!(format("csv", &["--null", "<null>", "-t"]), "1,\"a,b\"\n2,\"\"\n3,<null>\n");
+    let tuples = format("table", &["-t"]);
+    assert_eq!(tuples, "1 | a,b\n2 |\n3 | NULL\n");
+
+    // A query's `count` column is data.
+    let counted = server.sql("SELECT CAST(COUNT(*) AS BIGINT UNSIGNED) AS count FROM f");
+    assert!(counted.starts_with(&table(&["+-------+", "| count |", "+-------+", "| 3     |"])), "{counted}");
+
+    // -f runs a file's statements, stopping at the first error.
+    let script = write_file(
+        "script.sql",
+        "INSERT INTO f VALUES (4, 'd');\nSELECT COUNT(*) AS n FROM f;\nSELECT * FROM nope;\nINSERT INTO f VALUES (5, 'e');\n",
+    );
+    let out = server.run(&["sql", "-f", script.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stdout(&out).contains("| 4 |"), "{}", stdout(&out));
+    assert!(stderr(&out).contains("nope"), "{}", stderr(&out));
+    assert_eq!(server.rows("f"), 4, "the statement after the failing one ran");
+}
+
+/// `quiverdb sql -c … | head`: the shell ends quietly when its output
+/// is closed (no panic, the status a SIGPIPE gives), and streams the
+/// rows it prints rather than holding the result.
+#[test]
+fn a_closed_output_ends_the_shell_quietly() {
+    let server = TestServer::start();
+    let mut child = server
+        .command(&["sql", "--format", "csv", "-c", "SELECT value FROM generate_series(1, 5000000)"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 64];
+    std::io::Read::read_exact(&mut out, &mut first).unwrap();
+    assert!(first.starts_with(b"value\n1\n2\n"), "{}", String::from_utf8_lossy(&first));
+    drop(out);
+    let done = child.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(141), "{}", String::from_utf8_lossy(&done.stderr));
+    assert!(done.stderr.is_empty(), "{}", String::from_utf8_lossy(&done.stderr));
+}
+
+/// The shell on a terminal (a pseudo-terminal driven by
+/// `tests/python/shell_pty.py`): Ctrl-D at a continuation prompt discards
+/// the unfinished `DELETE` (the table keeps its rows), Ctrl-C cancels a
+/// running statement on the server and the shell goes on, and the history
+/// is saved.
+#[test]
+fn the_shell_on_a_terminal_discards_on_ctrl_d_and_cancels_on_ctrl_c() {
+    let server = TestServer::start();
+    server.sql("CREATE TABLE z (x BIGINT); INSERT INTO z VALUES (1), (2), (3)");
+    let home = scratch("shell-home");
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir_all(&home).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/shell_pty.py");
+    let out = Command::new("python3")
+        .args([script, env!("CARGO_BIN_EXE_quiverdb"), &format!("grpc://{}", server.addr), USER, PASSWORD])
+        .arg(&home)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(text.contains("=== ctrl-d exit 0"), "{text}");
+    assert!(text.contains("unfinished statement was discarded"), "{text}");
+    assert_eq!(server.rows("z"), 3, "Ctrl-D ran the unfinished DELETE");
+    assert!(text.contains("=== ctrl-c exit 0"), "{text}");
+    assert!(text.contains("| 42"), "{text}");
+    let running = server.sql(
+        "SELECT COUNT(*) AS n FROM system.queries WHERE sql LIKE '%100000000000%' AND sql NOT LIKE '%system.queries%'",
+    );
+    assert!(running.contains("| 0 |"), "the cancelled statement still runs: {running}");
+    let history = std::fs::read_to_string(home.join(".quiverdb_history")).unwrap();
+    assert!(history.contains("SELECT 42 AS answer;"), "{history}");
 }
 
 #[test]

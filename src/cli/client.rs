@@ -21,7 +21,8 @@ use arrow_schema::SchemaRef;
 use base64::Engine;
 use base64::prelude::BASE64_STANDARD;
 use clap::Args;
-use futures::TryStreamExt;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use quiverdb::server::flight::DEFAULT_MAX_MESSAGE_BYTES;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
@@ -275,13 +276,19 @@ pub(crate) struct Session {
     args: ConnectArgs,
 }
 
-/// The result of one statement.
-#[derive(Debug)]
-pub(crate) struct Outcome {
+/// The result of one statement, as it arrives.
+pub(crate) struct Started {
     /// The result's schema (empty for DDL).
     pub(crate) schema: SchemaRef,
-    /// The result's batches.
-    pub(crate) batches: Vec<RecordBatch>,
+    /// The result's batches, fetched as they are read (dropping the
+    /// stream cancels the statement on the server).
+    pub(crate) batches: BoxStream<'static, Result<RecordBatch, RequestError>>,
+}
+
+impl fmt::Debug for Started {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Started").field("schema", &self.schema).finish_non_exhaustive()
+    }
 }
 
 impl Session {
@@ -338,14 +345,14 @@ impl Session {
         &self.args.connect
     }
 
-    /// Runs one SQL statement and collects its result: `GetFlightInfo`
-    /// (which runs DDL and DML), then `DoGet` on each endpoint's ticket.
+    /// Runs one SQL statement: `GetFlightInfo` (which runs DDL and DML),
+    /// then `DoGet` on each endpoint's ticket as the batches are read.
     ///
     /// If the server refuses `GetFlightInfo` for an expired handshake
     /// token, authenticates again and retries once: the server checks the
     /// token before it runs anything. A failing `DoGet` is never retried
     /// (the statement has run by then).
-    pub(crate) async fn run(&mut self, sql: &str) -> Result<Outcome, RequestError> {
+    pub(crate) async fn start(&mut self, sql: &str) -> Result<Started, RequestError> {
         let info = match self.client.execute(sql.to_string(), None).await.map_err(RequestError) {
             Err(e) if e.is_unauthenticated() && self.args.user.is_some() => {
                 if self.authenticate().await.is_err() {
@@ -356,14 +363,16 @@ impl Session {
             other => other?,
         };
         let schema: SchemaRef = Arc::new(info.clone().try_decode_schema()?);
-        let mut batches = Vec::new();
-        for endpoint in info.endpoint {
-            let Some(ticket) = endpoint.ticket else { continue };
-            let stream = self.client.do_get(ticket).await?;
-            let mut part: Vec<RecordBatch> = stream.try_collect().await?;
-            batches.append(&mut part);
-        }
-        Ok(Outcome { schema, batches })
+        let client = self.client.clone();
+        let tickets = info.endpoint.into_iter().filter_map(|e| e.ticket);
+        let batches = futures::stream::iter(tickets)
+            .then(move |ticket| {
+                let mut client = client.clone();
+                async move { client.do_get(ticket).await.map(|s| s.map_err(RequestError)).map_err(RequestError) }
+            })
+            .try_flatten()
+            .boxed();
+        Ok(Started { schema, batches })
     }
 }
 

@@ -1,5 +1,6 @@
 //! `quiverdb serve`.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -111,6 +112,54 @@ pub(crate) struct ServeArgs {
     /// cancelled, and the shutdown checkpoint is written.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_secs: u64,
+    /// How log lines are written to stderr: `text` (coloured only on a
+    /// terminal, and never with NO_COLOR set) or `json` (one object a line).
+    /// RUST_LOG sets what is logged (default `info`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// What is logged when RUST_LOG does not say: quiverdb's `info` lines.
+const DEFAULT_LOG: &str = "info";
+
+/// Added to RUST_LOG unless it names these crates itself: their `debug`
+/// lines (DataFusion's optimizer passes, HTTP/2 frames) drown quiverdb's.
+const QUIET_DEPENDENCIES: [&str; 5] = ["datafusion=info", "h2=info", "hyper=info", "tower=info", "tonic=info"];
+
+/// Logs to stderr as `format` says. A stderr that fails (a closed pipe)
+/// loses the lines and nothing else: the server keeps serving.
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let asked = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
+    let mut directives = asked.clone().unwrap_or_else(|| DEFAULT_LOG.to_string());
+    for quiet in QUIET_DEPENDENCIES {
+        let krate = quiet.split('=').next().unwrap_or_default();
+        if !asked.as_deref().is_some_and(|a| a.contains(krate)) {
+            directives.push(',');
+            directives.push_str(quiet);
+        }
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives).unwrap_or_else(|e| {
+        let _ = writeln!(std::io::stderr(), "RUST_LOG is not a valid filter ({e}): logging at {DEFAULT_LOG}");
+        tracing_subscriber::EnvFilter::new(DEFAULT_LOG)
+    });
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .log_internal_errors(false);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }
 
 /// `--sync`.
@@ -155,13 +204,7 @@ fn auth_of(user: Option<String>, password: Option<String>, token: Option<String>
 }
 
 pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(args.log_format);
     let auth = auth_of(args.user, args.password, args.token)?;
     if matches!(auth, Auth::None) && !args.listen.ip().is_loopback() {
         return Err(format!(

@@ -1,26 +1,40 @@
-//! `quiverdb sql`: an interactive SQL shell over Flight SQL, or one
-//! command with `-c`.
+//! `quiverdb sql`: an interactive SQL shell over Flight SQL, or the
+//! statements of `-c` or `-f`.
 //!
 //! Input is cut into statements at each `;` outside quotes and comments
 //! ([`split_statements`]); a line without one continues the statement on
 //! the next line. Each statement is sent to the server as it completes and
-//! its result printed as a table (queries), an affected-row count (DML:
-//! one `UInt64` column named `count`) or `OK` (DDL).
+//! its result printed as it arrives ([`super::output`]): rows in the
+//! chosen format, `N rows affected` for a statement that changes data (by
+//! its first keyword, never by a result column's name), or `OK`.
+//!
+//! Ctrl-C while a statement runs cancels it (the call is dropped, which
+//! stops the statement on the server); at the prompt it discards the
+//! statement being typed. Ctrl-D, `\q`, `quit` or `exit` leave the shell
+//! at any prompt; input unfinished at a terminal is discarded, never run.
+//! The history is saved after every statement.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arrow_cast::pretty::pretty_format_batches_with_schema;
-use arrow_schema::{ArrowError, DataType};
-use clap::Args;
-use rustyline::DefaultEditor;
+use arrow_schema::DataType;
+use clap::{Args, ValueEnum};
+use futures::StreamExt;
+use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
+use rustyline::highlight::Highlighter;
+use rustyline::hint::Hinter;
+use rustyline::history::DefaultHistory;
+use rustyline::validate::Validator;
+use rustyline::{Context, Editor, Helper};
 use tokio::runtime::Runtime;
 
 use super::CliError;
-use super::client::{ConnectArgs, Outcome, Session};
+use super::client::{ConnectArgs, Session};
+use super::output::{Format, OutputOptions, Printer};
 
 /// Arguments of `quiverdb sql`.
 #[derive(Debug, Args)]
@@ -29,8 +43,26 @@ pub(crate) struct SqlArgs {
     pub(crate) connect: ConnectArgs,
     /// Run these statements (separated by ';'), print their results and exit
     /// (non-zero at the first error).
-    #[arg(short = 'c', long = "command")]
+    #[arg(short = 'c', long = "command", conflicts_with = "file")]
     pub(crate) command: Option<String>,
+    /// Run the statements of this file ('-': standard input), as -c does.
+    #[arg(short = 'f', long = "file")]
+    pub(crate) file: Option<PathBuf>,
+    /// How results print: table, csv, tsv, json (one array), jsonl (an
+    /// object a line) or markdown.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub(crate) format: Format,
+    /// Print rows only: no header, no row count, no timing.
+    #[arg(short = 't', long = "tuples-only")]
+    pub(crate) tuples_only: bool,
+    /// How NULL shows (default: NULL in tables and Markdown, an empty
+    /// field in CSV where the empty string is "", \N in TSV, null in JSON).
+    #[arg(long)]
+    pub(crate) null: Option<String>,
+    /// Rows a result shows at most; the rest are counted (default: 100 in
+    /// the interactive shell, all with -c and -f; 0: all).
+    #[arg(long)]
+    pub(crate) max_rows: Option<usize>,
 }
 
 /// The prompt at the start of a statement.
@@ -39,170 +71,517 @@ const PROMPT: &str = "quiverdb> ";
 const CONTINUATION: &str = "      -> ";
 /// The history file, under `$HOME`.
 const HISTORY_FILE: &str = ".quiverdb_history";
+/// Rows the interactive shell shows of a result unless told otherwise.
+const INTERACTIVE_MAX_ROWS: usize = 100;
+/// The exit status of a shell whose output was closed (as of a process a
+/// SIGPIPE ended: 128 + 13).
+const BROKEN_PIPE: u8 = 141;
+/// The exit status after Ctrl-C stopped a script (128 + SIGINT).
+const INTERRUPTED: u8 = 130;
 
 const HELP: &str = "\
-Statements end with ';' and may span lines. Results print as tables.
-  \\q, quit, exit   leave the shell (also Ctrl-D)
-  \\?, help         this help
-  Ctrl-C           discard the statement being typed";
+Statements end with ';' and may span lines.
+  \\q, quit, exit    leave the shell (also Ctrl-D; an unfinished statement is discarded)
+  \\?, help          this help
+  \\dt, .tables      list tables
+  \\d [table]        list tables, or describe one
+  \\maxrows [n]      show at most n rows of a result (0: all); no n: say the current bound
+  \\format [f]       table, csv, tsv, json, jsonl or markdown
+  \\timing           show or hide the time each statement took
+  Ctrl-C            cancel the running statement, or discard the one being typed
+  Tab               complete keywords, table and column names";
+
+/// Words tab completion offers besides table and column names.
+const KEYWORDS: &[&str] = &[
+    "SELECT",
+    "FROM",
+    "WHERE",
+    "GROUP",
+    "BY",
+    "ORDER",
+    "HAVING",
+    "LIMIT",
+    "OFFSET",
+    "JOIN",
+    "LEFT",
+    "RIGHT",
+    "INNER",
+    "OUTER",
+    "FULL",
+    "CROSS",
+    "ON",
+    "USING",
+    "AS",
+    "AND",
+    "OR",
+    "NOT",
+    "NULL",
+    "IS",
+    "IN",
+    "BETWEEN",
+    "LIKE",
+    "ILIKE",
+    "CASE",
+    "WHEN",
+    "THEN",
+    "ELSE",
+    "END",
+    "DISTINCT",
+    "UNION",
+    "ALL",
+    "EXCEPT",
+    "INTERSECT",
+    "WITH",
+    "INSERT",
+    "INTO",
+    "VALUES",
+    "UPDATE",
+    "SET",
+    "DELETE",
+    "CREATE",
+    "TABLE",
+    "VIEW",
+    "SCHEMA",
+    "DROP",
+    "ALTER",
+    "ADD",
+    "COLUMN",
+    "RENAME",
+    "TRUNCATE",
+    "PRIMARY",
+    "KEY",
+    "UNIQUE",
+    "DEFAULT",
+    "EXPLAIN",
+    "ANALYZE",
+    "SHOW",
+    "TABLES",
+    "COUNT",
+    "SUM",
+    "AVG",
+    "MIN",
+    "MAX",
+    "CAST",
+    "BIGINT",
+    "INT",
+    "INTEGER",
+    "DOUBLE",
+    "VARCHAR",
+    "TEXT",
+    "BOOLEAN",
+    "DATE",
+    "TIMESTAMP",
+    "DECIMAL",
+    "CANCEL",
+];
 
 pub(crate) fn run(args: SqlArgs) -> Result<ExitCode, CliError> {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let mut session = runtime.block_on(Session::connect(&args.connect))?;
-    match args.command {
-        Some(text) => Ok(run_command(&runtime, &mut session, &text)),
-        None => interactive(&runtime, &mut session),
-    }
+    let session = runtime.block_on(Session::connect(&args.connect))?;
+    let script = match (&args.command, &args.file) {
+        (Some(text), _) => Some(text.clone()),
+        (None, Some(path)) if path.as_os_str() == "-" => Some(std::io::read_to_string(std::io::stdin())?),
+        (None, Some(path)) => {
+            Some(std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?)
+        }
+        (None, None) => None,
+    };
+    let interactive = script.is_none();
+    let max_rows = match args.max_rows {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None if interactive && std::io::stdout().is_terminal() => Some(INTERACTIVE_MAX_ROWS),
+        None => None,
+    };
+    let output = OutputOptions { format: args.format, tuples_only: args.tuples_only, null: args.null, max_rows };
+    let mut shell = Shell { runtime, session, output, timing: true, names: Arc::default() };
+    let code = match script {
+        Some(text) => shell.run_script(&text),
+        None => shell.interactive()?,
+    };
+    Ok(code)
 }
 
-/// `-c`: runs the statements of `text` in order, stopping at the first
-/// error (printed to stderr).
-fn run_command(runtime: &Runtime, session: &mut Session, text: &str) -> ExitCode {
-    let split = split_statements(text);
-    let mut statements = split.statements;
-    if !split.rest_blank {
-        statements.push(split.rest.trim());
-    }
-    if statements.is_empty() {
-        eprintln!("error: no SQL statement given");
-        return ExitCode::FAILURE;
-    }
-    for sql in statements {
-        if !execute(runtime, session, sql) {
+/// How a statement ended, when not as it should.
+#[derive(Debug)]
+enum Failure {
+    /// The server or the connection said no (printed to stderr).
+    Error(String),
+    /// Ctrl-C cancelled it.
+    Cancelled,
+    /// Standard output was closed.
+    BrokenPipe,
+}
+
+/// A connected shell and how it prints.
+struct Shell {
+    runtime: Runtime,
+    session: Session,
+    output: OutputOptions,
+    timing: bool,
+    /// Table and column names, for completion.
+    names: Arc<Mutex<Vec<String>>>,
+}
+
+impl Shell {
+    /// `-c` and `-f`: runs the statements of `text` in order, stopping at
+    /// the first error (printed to stderr).
+    fn run_script(&mut self, text: &str) -> ExitCode {
+        let split = split_statements(text);
+        let mut statements = split.statements;
+        if !split.rest_blank {
+            statements.push(split.rest.trim());
+        }
+        if statements.is_empty() {
+            report("error: no SQL statement given");
             return ExitCode::FAILURE;
         }
-    }
-    ExitCode::SUCCESS
-}
-
-/// Runs one statement and prints its result to stdout or its error to
-/// stderr; returns whether it succeeded.
-fn execute(runtime: &Runtime, session: &mut Session, sql: &str) -> bool {
-    let start = Instant::now();
-    let outcome = runtime.block_on(session.run(sql));
-    let elapsed = start.elapsed();
-    match outcome.map_err(CliError::from).and_then(|o| render(&o, elapsed).map_err(CliError::from)) {
-        Ok(text) => {
-            println!("{text}");
-            true
+        for sql in statements {
+            match self.execute(sql) {
+                Ok(()) => {}
+                Err(Failure::Error(_)) => return ExitCode::FAILURE,
+                Err(Failure::Cancelled) => return ExitCode::from(INTERRUPTED),
+                Err(Failure::BrokenPipe) => return ExitCode::from(BROKEN_PIPE),
+            }
         }
-        Err(e) => {
-            eprintln!("error: {e}");
-            false
+        ExitCode::SUCCESS
+    }
+
+    /// Runs one statement and prints its result as it arrives (its error
+    /// to stderr). Ctrl-C cancels it.
+    fn execute(&mut self, sql: &str) -> Result<(), Failure> {
+        let Self { runtime, session, output, timing, .. } = self;
+        let outcome = runtime.block_on(async {
+            tokio::select! {
+                done = print_statement(session, output, *timing, sql) => done,
+                _ = tokio::signal::ctrl_c() => Err(Failure::Cancelled),
+            }
+        });
+        match &outcome {
+            Err(Failure::Error(e)) => report(&format!("error: {e}")),
+            Err(Failure::Cancelled) => report("cancelled"),
+            _ => {}
+        }
+        outcome
+    }
+
+    /// Table and column names from the server, for completion.
+    fn refresh_names(&mut self) {
+        let sql = "SELECT DISTINCT table_name, column_name FROM information_schema.columns \
+                   WHERE table_schema NOT IN ('information_schema', 'system')";
+        let Self { runtime, session, names, .. } = self;
+        let fetched = runtime.block_on(async {
+            let started = session.start(sql).await.ok()?;
+            let batches: Vec<_> = started.batches.collect().await;
+            let mut found = std::collections::BTreeSet::new();
+            for batch in batches {
+                let batch = batch.ok()?;
+                for c in 0..batch.num_columns() {
+                    let column = arrow_cast::cast(batch.column(c), &DataType::Utf8).ok()?;
+                    let column = arrow_array::cast::AsArray::as_string::<i32>(column.as_ref()).clone();
+                    found.extend(column.iter().flatten().map(str::to_string));
+                }
+            }
+            Some(found)
+        });
+        if let (Some(found), Ok(mut names)) = (fetched, names.lock()) {
+            *names = found.into_iter().collect();
         }
     }
-}
 
-/// What happens to an input line typed at the start of a statement.
-#[derive(Debug, PartialEq, Eq)]
-enum Special {
-    Quit,
-    Help,
-    Unknown,
-}
+    /// A shell command (`\d`, `\maxrows`, …): whether it was one, and
+    /// whether it failed.
+    fn command(&mut self, line: &str) -> Option<Result<(), Failure>> {
+        let words: Vec<&str> = line.trim().trim_end_matches(';').split_whitespace().collect();
+        let (&first, rest) = words.split_first()?;
+        let tables = "SELECT table_schema, table_name, table_type FROM information_schema.tables \
+                      WHERE table_schema NOT IN ('information_schema', 'system') ORDER BY 1, 2";
+        match (first.to_ascii_lowercase().as_str(), rest) {
+            ("\\?" | "\\h" | "help", []) => {
+                say(HELP);
+                Some(Ok(()))
+            }
+            ("\\dt" | ".tables", []) | ("\\d", []) => Some(self.execute(tables)),
+            ("\\d", [table]) => {
+                let (schema, name) = match table.split_once('.') {
+                    Some((schema, name)) => (Some(schema), name),
+                    None => (None, *table),
+                };
+                let quoted = |s: &str| s.replace('\'', "''");
+                let mut sql = format!(
+                    "SELECT column_name, data_type, is_nullable FROM information_schema.columns \
+                     WHERE table_name = '{}'",
+                    quoted(&normalized(name))
+                );
+                if let Some(schema) = schema {
+                    sql.push_str(&format!(" AND table_schema = '{}'", quoted(&normalized(schema))));
+                }
+                sql.push_str(" ORDER BY table_schema, ordinal_position");
+                Some(self.execute(&sql))
+            }
+            ("\\maxrows", []) => {
+                match self.output.max_rows {
+                    Some(n) => say(&format!("results show at most {n} rows")),
+                    None => say("results show all their rows"),
+                }
+                Some(Ok(()))
+            }
+            ("\\maxrows", [n]) => Some(match n.parse::<usize>() {
+                Ok(n) => {
+                    self.output.max_rows = (n > 0).then_some(n);
+                    Ok(())
+                }
+                Err(_) => fail(format!("\\maxrows takes a number of rows, not '{n}'")),
+            }),
+            ("\\format", [f]) => Some(match <Format as ValueEnum>::from_str(f, true) {
+                Ok(format) => {
+                    self.output.format = format;
+                    Ok(())
+                }
+                Err(_) => fail(format!("unknown format '{f}': table, csv, tsv, json, jsonl or markdown")),
+            }),
+            ("\\timing", []) => {
+                self.timing = !self.timing;
+                say(if self.timing { "timing is on" } else { "timing is off" });
+                Some(Ok(()))
+            }
+            (w, _) if w.starts_with('\\') => Some(fail(format!("unknown command '{}'; \\? for help", line.trim()))),
+            _ => None,
+        }
+    }
 
-/// The shell command `line` names, if it is one.
-fn special(line: &str) -> Option<Special> {
-    let word = line.trim().trim_end_matches(';').trim_end();
-    match word.to_ascii_lowercase().as_str() {
-        "\\q" | "quit" | "exit" => Some(Special::Quit),
-        "\\?" | "\\h" | "help" => Some(Special::Help),
-        w if w.starts_with('\\') => Some(Special::Unknown),
-        _ => None,
-    }
-}
-
-/// The read-eval-print loop. Reading from a pipe works too (no prompt, no
-/// history); then the exit code says whether every statement succeeded.
-fn interactive(runtime: &Runtime, session: &mut Session) -> Result<ExitCode, CliError> {
-    let terminal = std::io::stdin().is_terminal();
-    let mut editor = DefaultEditor::new()?;
-    let history = if terminal { history_path() } else { None };
-    if let Some(path) = &history {
-        // A missing or unreadable history is no reason not to start.
-        let _ = editor.load_history(path);
-    }
-    if terminal {
-        println!("connected to {}; statements end with ';', \\? for help, \\q to quit", session.address());
-    }
-    let mut failed = false;
-    let mut buffer = String::new();
-    loop {
-        let prompt = if buffer.is_empty() { PROMPT } else { CONTINUATION };
-        let line = match editor.readline(prompt) {
-            Ok(line) => line,
-            Err(ReadlineError::Interrupted) => {
+    /// The read-eval-print loop. Reading from a pipe works too (no prompt,
+    /// no history; a last statement without ';' runs); then the exit code
+    /// says whether every statement succeeded.
+    fn interactive(&mut self) -> Result<ExitCode, CliError> {
+        let terminal = std::io::stdin().is_terminal();
+        let mut editor: Editor<SqlHelper, DefaultHistory> = Editor::new()?;
+        editor.set_helper(Some(SqlHelper { names: Arc::clone(&self.names) }));
+        let history = if terminal { history_path() } else { None };
+        if let Some(path) = &history {
+            // A missing or unreadable history is no reason not to start.
+            let _ = editor.load_history(path);
+        }
+        if terminal {
+            say(&format!(
+                "connected to {}; statements end with ';', \\? for help, \\q to quit",
+                self.session.address()
+            ));
+            self.refresh_names();
+        }
+        let mut failed = false;
+        let mut buffer = String::new();
+        loop {
+            let prompt = if buffer.is_empty() { PROMPT } else { CONTINUATION };
+            let line = match editor.readline(prompt) {
+                Ok(line) => line,
+                Err(ReadlineError::Interrupted) => {
+                    buffer.clear();
+                    continue;
+                }
+                Err(ReadlineError::Eof) => break,
+                Err(e) => return Err(e.into()),
+            };
+            if is_quit(&line) {
                 buffer.clear();
-                continue;
+                break;
             }
-            Err(ReadlineError::Eof) => break,
-            Err(e) => return Err(e.into()),
-        };
-        if buffer.is_empty() {
-            match special(&line) {
-                Some(Special::Quit) => break,
-                Some(Special::Help) => {
-                    println!("{HELP}");
+            if buffer.is_empty() {
+                if let Some(done) = self.command(&line) {
+                    if let Some(path) = &history {
+                        let _ = editor.add_history_entry(line.trim());
+                        let _ = editor.save_history(path);
+                    }
+                    match done {
+                        Err(Failure::BrokenPipe) => return Ok(ExitCode::from(BROKEN_PIPE)),
+                        Err(_) => failed = true,
+                        Ok(()) => {}
+                    }
                     continue;
                 }
-                Some(Special::Unknown) => {
-                    eprintln!("error: unknown command '{}'; \\? for help", line.trim());
-                    continue;
-                }
-                None => {}
+            } else {
+                buffer.push('\n');
             }
+            buffer.push_str(&line);
+            let split = split_statements(&buffer);
+            if !split.statements.is_empty() {
+                let entered = buffer[..buffer.len() - split.rest.len()].trim();
+                let _ = editor.add_history_entry(entered);
+                if let Some(path) = &history {
+                    // Saved now: a shell that is killed keeps it too.
+                    let _ = editor.save_history(path);
+                }
+            }
+            let mut changed_names = false;
+            for sql in &split.statements {
+                match self.execute(sql) {
+                    Err(Failure::BrokenPipe) => return Ok(ExitCode::from(BROKEN_PIPE)),
+                    Err(_) => failed = true,
+                    Ok(()) => changed_names |= !is_query(sql),
+                }
+            }
+            if changed_names && terminal {
+                self.refresh_names();
+            }
+            buffer = if split.rest_blank { String::new() } else { split.rest.to_string() };
+        }
+        if !buffer.trim().is_empty() {
+            if terminal {
+                // As psql: Ctrl-D never runs a statement not finished with ';'.
+                report("(the unfinished statement was discarded)");
+            } else {
+                // A script's last statement may lack its ';'.
+                match self.execute(buffer.trim()) {
+                    Err(Failure::BrokenPipe) => return Ok(ExitCode::from(BROKEN_PIPE)),
+                    Err(_) => failed = true,
+                    Ok(()) => {}
+                }
+            }
+        }
+        if let Some(path) = &history {
+            let _ = editor.save_history(path);
+        }
+        Ok(if failed && !terminal { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    }
+}
+
+/// Runs `sql` on `session` and prints its result to stdout as `output`
+/// says, with the time taken (to the last row printed) if `timing`.
+async fn print_statement(
+    session: &mut Session,
+    output: &OutputOptions,
+    timing: bool,
+    sql: &str,
+) -> Result<(), Failure> {
+    let start = Instant::now();
+    let started = session.start(sql).await.map_err(|e| Failure::Error(e.to_string()))?;
+    let stdout = std::io::stdout();
+    let table_footer = output.format == Format::Table && !output.tuples_only;
+    let time = |elapsed: Duration| if timing { format!(" ({})", format_elapsed(elapsed)) } else { String::new() };
+    let fields = started.schema.fields();
+    if fields.is_empty() {
+        drain(started.batches).await?;
+        if table_footer {
+            write_line(&stdout, &format!("OK{}", time(start.elapsed())))?;
+        }
+        return Ok(());
+    }
+    if changes_data(sql)
+        && let [field] = &fields[..]
+        && field.data_type() == &DataType::UInt64
+    {
+        let mut affected = 0u64;
+        let mut batches = started.batches;
+        while let Some(batch) = batches.next().await {
+            let batch = batch.map_err(|e| Failure::Error(e.to_string()))?;
+            if let Some(counts) = batch.column(0).as_any().downcast_ref::<arrow_array::UInt64Array>() {
+                affected = counts.values().iter().fold(affected, |sum, &n| sum.saturating_add(n));
+            }
+        }
+        if !output.tuples_only {
+            write_line(&stdout, &format!("{} affected{}", rows(affected), time(start.elapsed())))?;
+        }
+        return Ok(());
+    }
+    let mut printer = Printer::new(stdout.lock(), output, started.schema.clone()).map_err(io_failure)?;
+    let mut batches = started.batches;
+    while let Some(batch) = batches.next().await {
+        let batch = batch.map_err(|e| Failure::Error(e.to_string()))?;
+        printer.batch(&batch).map_err(io_failure)?;
+    }
+    let shown = printer.shown();
+    let total = printer.finish().map_err(io_failure)?;
+    if table_footer {
+        let footer = if shown < total {
+            format!("{} ({shown} shown; \\maxrows to show more){}", rows(total), time(start.elapsed()))
         } else {
-            buffer.push('\n');
-        }
-        buffer.push_str(&line);
-        let split = split_statements(&buffer);
-        if !split.statements.is_empty() {
-            let entered = buffer[..buffer.len() - split.rest.len()].trim();
-            let _ = editor.add_history_entry(entered);
-        }
-        for sql in &split.statements {
-            failed |= !execute(runtime, session, sql);
-        }
-        buffer = if split.rest_blank { String::new() } else { split.rest.to_string() };
+            format!("{}{}", rows(total), time(start.elapsed()))
+        };
+        write_line(&stdout, &footer)?;
     }
-    // Input ended inside a statement: run what was typed.
-    if !buffer.trim().is_empty() {
-        failed |= !execute(runtime, session, buffer.trim());
+    Ok(())
+}
+
+/// Reads what is left of a result.
+async fn drain(
+    mut batches: futures::stream::BoxStream<'static, Result<arrow_array::RecordBatch, super::client::RequestError>>,
+) -> Result<(), Failure> {
+    while let Some(batch) = batches.next().await {
+        batch.map_err(|e| Failure::Error(e.to_string()))?;
     }
-    if let Some(path) = &history {
-        let _ = editor.save_history(path);
+    Ok(())
+}
+
+fn io_failure(e: std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::BrokenPipe { Failure::BrokenPipe } else { Failure::Error(e.to_string()) }
+}
+
+/// Writes `line` to stdout (a closed stdout is a [`Failure::BrokenPipe`]).
+fn write_line(stdout: &std::io::Stdout, line: &str) -> Result<(), Failure> {
+    let mut out = stdout.lock();
+    writeln!(out, "{line}").and_then(|()| out.flush()).map_err(io_failure)
+}
+
+/// Prints a message of the shell to stdout (lost if stdout is closed).
+fn say(text: &str) {
+    let _ = writeln!(std::io::stdout(), "{text}");
+}
+
+/// Prints a message to stderr (lost if stderr is closed).
+fn report(text: &str) {
+    let _ = writeln!(std::io::stderr(), "{text}");
+}
+
+fn fail(message: String) -> Result<(), Failure> {
+    report(&format!("error: {message}"));
+    Err(Failure::Error(message))
+}
+
+/// Whether `line` asks to leave the shell (at any prompt).
+fn is_quit(line: &str) -> bool {
+    let word = line.trim().trim_end_matches(';').trim_end();
+    matches!(word.to_ascii_lowercase().as_str(), "\\q" | "quit" | "exit")
+}
+
+/// The first keyword of `sql`, lowercased (after comments and parentheses).
+fn first_keyword(sql: &str) -> String {
+    let mut rest = sql.trim_start();
+    loop {
+        if let Some(after) = rest.strip_prefix("--") {
+            rest = after.split_once('\n').map_or("", |(_, r)| r).trim_start();
+        } else if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.split_once("*/").map_or("", |(_, r)| r).trim_start();
+        } else if let Some(after) = rest.strip_prefix('(') {
+            rest = after.trim_start();
+        } else {
+            break;
+        }
     }
-    Ok(if failed && !terminal { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    rest.chars().take_while(|c| c.is_ascii_alphabetic()).collect::<String>().to_ascii_lowercase()
+}
+
+/// Whether `sql` is a statement that changes rows, whose result is its
+/// affected-row count.
+fn changes_data(sql: &str) -> bool {
+    matches!(first_keyword(sql).as_str(), "insert" | "update" | "delete" | "merge" | "truncate" | "replace" | "upsert")
+}
+
+/// Whether `sql` only reads (so the names completion offers stay as they are).
+fn is_query(sql: &str) -> bool {
+    matches!(first_keyword(sql).as_str(), "select" | "with" | "values" | "explain" | "show" | "describe")
+}
+
+/// A name as SQL resolves it: an unquoted name lowercased, a quoted one as written.
+fn normalized(name: &str) -> String {
+    match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+        Some(quoted) => quoted.replace("\"\"", "\""),
+        None => name.to_lowercase(),
+    }
 }
 
 /// `$HOME/.quiverdb_history`, if `HOME` is set.
 fn history_path() -> Option<PathBuf> {
     std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|home| PathBuf::from(home).join(HISTORY_FILE))
-}
-
-/// A statement's result as printed: `OK` for DDL, `N rows affected` for
-/// DML, else the table and `N rows`; each with the time taken.
-fn render(outcome: &Outcome, elapsed: Duration) -> Result<String, ArrowError> {
-    let time = format_elapsed(elapsed);
-    let fields = outcome.schema.fields();
-    if fields.is_empty() {
-        return Ok(format!("OK ({time})"));
-    }
-    if let [field] = &fields[..]
-        && field.name() == "count"
-        && field.data_type() == &DataType::UInt64
-    {
-        let mut affected = 0u64;
-        for batch in &outcome.batches {
-            if let Some(counts) = batch.column(0).as_any().downcast_ref::<arrow_array::UInt64Array>() {
-                affected = counts.values().iter().fold(affected, |sum, &n| sum.saturating_add(n));
-            }
-        }
-        return Ok(format!("{} affected ({time})", rows(affected)));
-    }
-    let table = pretty_format_batches_with_schema(outcome.schema.clone(), &outcome.batches)?;
-    let count: usize = outcome.batches.iter().map(|b| b.num_rows()).sum();
-    Ok(format!("{table}\n{} ({time})", rows(count as u64)))
 }
 
 /// `1 row`, `2 rows`.
@@ -218,6 +597,49 @@ fn format_elapsed(d: Duration) -> String {
         format!("{:.3} s", d.as_secs_f64())
     }
 }
+
+/// Tab completion: keywords, and the table and column names the server
+/// had when the shell last asked.
+struct SqlHelper {
+    names: Arc<Mutex<Vec<String>>>,
+}
+
+impl Completer for SqlHelper {
+    type Candidate = Pair;
+
+    fn complete(&self, line: &str, pos: usize, _ctx: &Context<'_>) -> rustyline::Result<(usize, Vec<Pair>)> {
+        let start = line[..pos].rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
+        let word = &line[start..pos];
+        if word.is_empty() {
+            return Ok((pos, Vec::new()));
+        }
+        let lower = word.to_lowercase();
+        let names = self.names.lock().map(|n| n.clone()).unwrap_or_default();
+        let mut found: Vec<Pair> = names
+            .iter()
+            .filter(|n| n.to_lowercase().starts_with(&lower))
+            .map(|n| Pair { display: n.clone(), replacement: n.clone() })
+            .collect();
+        // Keywords in the case the word is typed in.
+        let upper = word.chars().next().is_some_and(char::is_uppercase);
+        found.extend(KEYWORDS.iter().filter(|k| k.to_lowercase().starts_with(&lower)).map(|k| {
+            let k = if upper { k.to_string() } else { k.to_lowercase() };
+            Pair { display: k.clone(), replacement: k }
+        }));
+        found.dedup_by(|a, b| a.replacement == b.replacement);
+        Ok((start, found))
+    }
+}
+
+impl Hinter for SqlHelper {
+    type Hint = String;
+}
+
+impl Highlighter for SqlHelper {}
+
+impl Validator for SqlHelper {}
+
+impl Helper for SqlHelper {}
 
 /// Input cut into statements by [`split_statements`].
 #[derive(Debug, PartialEq, Eq)]
@@ -314,13 +736,7 @@ fn split_statements(text: &str) -> Split<'_> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use arrow_array::{Int64Array, RecordBatch, UInt64Array};
-    use arrow_schema::{DataType, Field, Schema};
-
-    use super::{Outcome, Special, Split, render, special, split_statements};
+    use super::{Split, changes_data, is_quit, normalized, split_statements};
 
     fn split(statements: &[&'static str], rest: &'static str, rest_blank: bool) -> Split<'static> {
         Split { statements: statements.to_vec(), rest, rest_blank }
@@ -367,34 +783,30 @@ mod tests {
     }
 
     #[test]
-    fn shell_commands() {
-        assert_eq!(special("\\q"), Some(Special::Quit));
-        assert_eq!(special("  quit; "), Some(Special::Quit));
-        assert_eq!(special("EXIT"), Some(Special::Quit));
-        assert_eq!(special("\\?"), Some(Special::Help));
-        assert_eq!(special("help"), Some(Special::Help));
-        assert_eq!(special("\\d"), Some(Special::Unknown));
-        assert_eq!(special("SELECT 1;"), None);
-        assert_eq!(special("exit_code;"), None);
+    fn quitting_works_with_or_without_a_semicolon() {
+        for quit in ["\\q", "  quit; ", "EXIT", "exit;"] {
+            assert!(is_quit(quit), "{quit}");
+        }
+        for not in ["exit_code;", "SELECT 1;", "\\qq"] {
+            assert!(!is_quit(not), "{not}");
+        }
     }
 
     #[test]
-    fn rendering() {
-        let ms = Duration::from_micros(1500);
-        let ddl = Outcome { schema: Arc::new(Schema::empty()), batches: vec![] };
-        assert_eq!(render(&ddl, ms).unwrap(), "OK (1.500 ms)");
+    fn affected_rows_are_decided_by_the_statement_not_the_column_name() {
+        for change in ["INSERT INTO t VALUES (1)", "  update t SET a = 1", "-- x\nDELETE FROM t", "/* y */ truncate t"]
+        {
+            assert!(changes_data(change), "{change}");
+        }
+        for query in ["SELECT COUNT(*) AS count FROM t", "WITH x AS (SELECT 1) SELECT * FROM x", "(SELECT 1)"] {
+            assert!(!changes_data(query), "{query}");
+        }
+    }
 
-        let count = Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]));
-        let batch = RecordBatch::try_new(count.clone(), vec![Arc::new(UInt64Array::from(vec![3]))]).unwrap();
-        let dml = Outcome { schema: count, batches: vec![batch] };
-        assert_eq!(render(&dml, Duration::from_millis(2500)).unwrap(), "3 rows affected (2.500 s)");
-
-        let x = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
-        let batch = RecordBatch::try_new(x.clone(), vec![Arc::new(Int64Array::from(vec![7]))]).unwrap();
-        let query = Outcome { schema: x.clone(), batches: vec![batch] };
-        assert_eq!(render(&query, ms).unwrap(), "+---+\n| x |\n+---+\n| 7 |\n+---+\n1 row (1.500 ms)");
-
-        let empty = Outcome { schema: x, batches: vec![] };
-        assert_eq!(render(&empty, ms).unwrap(), "+---+\n| x |\n+---+\n+---+\n0 rows (1.500 ms)");
+    #[test]
+    fn names_normalize_as_sql_does() {
+        assert_eq!(normalized("Sales"), "sales");
+        assert_eq!(normalized("\"Sales\""), "Sales");
+        assert_eq!(normalized("\"a\"\"b\""), "a\"b");
     }
 }

@@ -69,6 +69,7 @@ mod session;
 mod stats;
 mod system;
 mod translate;
+mod version;
 
 pub use alter::sql;
 pub use catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema, SessionMaker};
@@ -83,3 +84,4 @@ pub use provider::{QuiverTable, ScanSettings};
 pub use rules::QuiverPushdown;
 pub use session::{DEFAULT_CATALOG, session_context, session_context_with};
 pub use system::{SYSTEM_SCHEMA, report_allocator};
+pub use version::version_string;

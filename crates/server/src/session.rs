@@ -134,6 +134,7 @@ fn session_over(schema: Arc<QuiverSchema>, options: &SessionOptions) -> SessionC
     let mut state = state;
     crate::bounded::bound_functions(&mut state, options.memory_limit);
     crate::checked_sum::check_sums(&mut state);
+    crate::version::register(&mut state);
     SessionContext::new_with_state(state)
 }
 
