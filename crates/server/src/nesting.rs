@@ -75,16 +75,64 @@ pub const MAX_PLAN_DEPTH: usize = 4_096;
 /// (the same as the scan threads').
 pub const THREAD_STACK_BYTES: usize = quiverdb_scan::THREAD_STACK_BYTES;
 
+/// What `SHOW TABLES` runs: the tables and views users made, not the
+/// `information_schema` views or quiverdb's `system` tables; `SHOW TABLES
+/// FROM <schema>` (or `IN`) lists one schema's, those too.
+fn show_tables(schema: Option<&str>) -> String {
+    let filter = match schema {
+        Some(schema) => format!("table_schema = '{}'", schema.replace('\'', "''")),
+        None => "table_schema NOT IN ('information_schema', 'system')".to_string(),
+    };
+    format!(
+        "SELECT table_catalog, table_schema, table_name, table_type FROM information_schema.tables \
+         WHERE {filter} ORDER BY table_schema, table_name"
+    )
+}
+
 /// Parses `sql` as `state` does, then checks the statement's depth.
 pub(crate) fn parse(state: &SessionState, sql: &str) -> Result<Statement> {
     let dialect = state.config().options().sql_parser.dialect;
     let mut statement = state.sql_to_statement(sql, &dialect)?;
+    if let Some(schema) = show_tables_of(&statement, state.config().options().sql_parser.enable_ident_normalization) {
+        statement = state.sql_to_statement(&show_tables(schema.as_deref()), &dialect)?;
+    }
     let _ = visit_mut(&mut statement, &mut Rebalance);
     if let Err(e) = check_statement(&statement) {
         dismantle(&mut statement);
         return Err(e);
     }
     Ok(statement)
+}
+
+/// If `statement` is `SHOW TABLES` (nothing after it, or only `FROM`/`IN`
+/// a schema), the schema it names (`Some(None)`: none).
+fn show_tables_of(statement: &Statement, normalize: bool) -> Option<Option<String>> {
+    use datafusion::sql::sqlparser::ast::Statement as Sql;
+    let Statement::Statement(inner) = statement else { return None };
+    let Sql::ShowTables { terse: false, history: false, extended: false, full: false, external: false, show_options } =
+        inner.as_ref()
+    else {
+        return None;
+    };
+    let plain = show_options.starts_with.is_none()
+        && show_options.limit.is_none()
+        && show_options.limit_from.is_none()
+        && show_options.filter_position.is_none();
+    if !plain {
+        return None;
+    }
+    match &show_options.show_in {
+        None => Some(None),
+        Some(within) if within.parent_type.is_none() => {
+            let name = within.parent_name.as_ref()?;
+            let [part] = &name.0[..] else { return None };
+            let ident = part.as_ident()?;
+            let value =
+                if ident.quote_style.is_none() && normalize { ident.value.to_lowercase() } else { ident.value.clone() };
+            Some(Some(value))
+        }
+        Some(_) => None,
+    }
 }
 
 /// Refuses a statement whose expressions or set operations nest past the
