@@ -5,8 +5,11 @@
 //! Covered: `sql -c` (DDL, DML, queries, several statements, errors, wrong
 //! or missing credentials, an unreachable server), the interactive shell
 //! fed through a pipe (multi-line statements, help, quit, errors), and
-//! `load` of CSV and Parquet files (create, append, column matching and
-//! casting, bad input, and that a file failing half-way applies nothing),
+//! `load` of CSV and Parquet files (create, append, names read as SQL
+//! reads them, column matching and casting, the CSV options, types
+//! inferred from every row, the table checked before the file is read,
+//! errors naming the file's line, bad input, and that a file failing
+//! half-way applies nothing),
 //! and TLS (with the test CA of `tests/fixtures/tls`).
 //! What the commands did is checked through the database handle and SQL
 //! run in-process on the same database.
@@ -21,7 +24,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::{Float64Array, Int32Array, RecordBatch, StringArray};
+use arrow_array::{Float64Array, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow_cast::pretty::pretty_format_batches;
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
@@ -576,6 +579,23 @@ fn load_parquet() {
     let out = server.run(&["load", "wide", path.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(server.rows("wide"), n as usize);
+
+    // A value that does not fit the table's type is named by its row
+    // (from 1) and column; nothing is loaded.
+    let big = Arc::new(Schema::new(vec![Field::new("K", DataType::Int64, false)]));
+    let path = scratch("big.parquet");
+    let mut writer = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), big.clone(), None).unwrap();
+    let keys = Int64Array::from(vec![1, 2, 3_000_000_000, 4]);
+    writer.write(&RecordBatch::try_new(big, vec![Arc::new(keys)]).unwrap()).unwrap();
+    writer.close().unwrap();
+    server.sql("CREATE TABLE narrow (k INT NOT NULL)");
+    let out = server.run(&["load", "narrow", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert_eq!(
+        stderr(&out),
+        format!("error: reading {}: row 3, column 'k': cannot read '3000000000' as Int32\n", path.display())
+    );
+    assert_eq!(server.rows("narrow"), 0);
 }
 
 #[test]
@@ -634,10 +654,14 @@ fn a_load_failing_half_way_applies_nothing() {
     let bad = csv_failing_after("half.csv", 150_000);
     let bad = bad.to_str().unwrap();
 
+    // The header is line 1, the 150,000 good rows lines 2 to 150,001.
+    let expected = format!("error: reading {bad}: line 150002, column 'id': cannot read 'oops' as Int64\n");
     for _ in 0..2 {
-        let out = server.run(&["load", "half", bad, "--create"]);
+        // --schema: types inferred from the whole file would make `id`
+        // text, and the file would load.
+        let out = server.run(&["load", "half", bad, "--create", "--schema", "id BIGINT, name TEXT"]);
         assert!(!out.status.success());
-        assert!(stderr(&out).contains("line 150001"), "{}", stderr(&out));
+        assert_eq!(stderr(&out), expected);
         assert!(server.db.table("half").is_err(), "a failed --create load left a table");
     }
 
@@ -646,8 +670,351 @@ fn a_load_failing_half_way_applies_nothing() {
     for _ in 0..2 {
         let out = server.run(&["load", "half", bad]);
         assert!(!out.status.success());
+        assert_eq!(stderr(&out), expected);
         assert_eq!(server.rows("half"), 1, "a failed load appended rows");
     }
+}
+
+/// The tables the database holds, sorted.
+fn table_names(server: &TestServer) -> Vec<String> {
+    let mut names = server.db.table_names();
+    names.sort();
+    names
+}
+
+/// Names follow SQL: unquoted ones (the table argument, CSV header names)
+/// are folded to lower case as the server's SQL folds them, so SQL
+/// reaches them without quotes; a name in double quotes keeps its case.
+/// SQL itself, run on the same database, is the reference.
+#[test]
+fn load_names_follow_sql_identifier_rules() {
+    let server = TestServer::start();
+    // The third header field's text is "MixedCase", in double quotes.
+    let csv = write_file("names.csv", "Id,Name,\"\"\"MixedCase\"\"\"\n1,ann,x\n2,bo,y\n");
+    let path = csv.to_str().unwrap();
+
+    let out = server.run(&["load", "MyTable", path, "--create"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("loaded 2 rows into mytable in "), "{}", stdout(&out));
+    assert_eq!(table_names(&server), ["mytable"]);
+    let expected = table(&[
+        "+----+------+-----------+",
+        "| id | name | MixedCase |",
+        "+----+------+-----------+",
+        "| 1  | ann  | x         |",
+        "| 2  | bo   | y         |",
+        "+----+------+-----------+",
+    ]);
+    assert_eq!(server.query("SELECT Id, NAME, \"MixedCase\" FROM MyTable ORDER BY id"), expected);
+
+    // In double quotes the name keeps its case: a second table.
+    let out = server.run(&["load", "\"MyTable\"", path, "--create"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(table_names(&server), ["MyTable", "mytable"]);
+    assert_eq!(server.query("SELECT * FROM \"MyTable\" ORDER BY id"), expected);
+
+    // A table SQL created as `Sales` (stored as `sales`) takes the rows,
+    // however the argument spells it; no second table appears.
+    server.sql("CREATE TABLE Sales (Id BIGINT, Amount DOUBLE)");
+    let sales = write_file("sales.csv", "ID,AMOUNT\n1,2.5\n");
+    for spelling in ["Sales", "SALES", "sales"] {
+        let out = server.run(&["load", spelling, sales.to_str().unwrap()]);
+        assert!(out.status.success(), "{spelling}: {}", stderr(&out));
+        assert!(stdout(&out).starts_with("loaded 1 row into sales in "), "{}", stdout(&out));
+    }
+    assert_eq!(
+        server.query("SELECT count(*) AS n, sum(amount) AS s FROM SALES"),
+        server.query("SELECT 3 AS n, 7.5 AS s")
+    );
+    assert_eq!(table_names(&server), ["MyTable", "mytable", "sales"]);
+
+    // Schema-qualified names, as in SQL.
+    server.sql("CREATE SCHEMA Reports");
+    let out = server.run(&["load", "Reports.Daily", path, "--create"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("loaded 2 rows into reports.daily in "), "{}", stdout(&out));
+    let out = server.run(&["load", "REPORTS.daily", path]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.query("SELECT count(*) AS n FROM reports.DAILY"), server.query("SELECT 4 AS n"));
+    let out = server.run(&["load", "nowhere.daily", path]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("table 'nowhere.daily' does not exist"), "{}", stderr(&out));
+
+    // Matching an existing table's columns follows the same rule: the
+    // table's `MixedCase` (created quoted) takes the quoted header name
+    // only, and its `name` takes the header's `Name`.
+    server.sql("CREATE TABLE q (id BIGINT, \"MixedCase\" VARCHAR, name VARCHAR)");
+    let out = server.run(&["load", "q", path]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.query("SELECT \"MixedCase\" AS m FROM q WHERE id = 2"), server.query("SELECT 'y' AS m"));
+    let folded = write_file("folded.csv", "id,MixedCase,name\n1,x,y\n");
+    let out = server.run(&["load", "q", folded.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("the file has no column 'MixedCase'"), "{}", stderr(&out));
+
+    // `_` and `%` are wildcards of the server's table filter, not of the
+    // name: `a_b` is found, not `axb`.
+    server.sql("CREATE TABLE axb (x BIGINT, y BIGINT)");
+    server.sql("CREATE TABLE a_b (x BIGINT)");
+    let x = write_file("x.csv", "x\n5\n");
+    let out = server.run(&["load", "a_b", x.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.rows("a_b"), 1);
+
+    // A name SQL cannot read unquoted is refused before anything is sent.
+    let out = server.run(&["load", "my-table", path, "--create"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("'my-table' is not a table name"), "{}", stderr(&out));
+}
+
+/// `--delimiter`, `.tsv` and `.txt`, `--no-header` (new columns
+/// column_1.., or an existing table's in order) and `--schema`, whose
+/// types are the ones `CREATE TABLE` gives the same SQL types.
+#[test]
+fn load_csv_options() {
+    let server = TestServer::start();
+    let semicolons = write_file("semi.csv", "a;b\n1;x,y\n2;z\n");
+    let out = server.run(&["load", "semi", semicolons.to_str().unwrap(), "--create", "--delimiter", ";"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let expected = table(&["+---+-----+", "| a | b   |", "+---+-----+", "| 1 | x,y |", "| 2 | z   |", "+---+-----+"]);
+    assert_eq!(server.query("SELECT * FROM semi ORDER BY a"), expected);
+
+    // A .tsv file is split at tabs; `\t` names a tab.
+    let tabs = write_file("tabs.tsv", "a\tb\n1\tx,y\n2\tz\n");
+    let out = server.run(&["load", "tabs", tabs.to_str().unwrap(), "--create"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.query("SELECT * FROM tabs ORDER BY a"), expected);
+    let text = write_file("tabs.txt", "a\tb\n1\tx,y\n2\tz\n");
+    let out = server.run(&["load", "tabs", text.to_str().unwrap(), "--delimiter", "\\t"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.rows("tabs"), 4);
+    // A .txt file is CSV: commas unless told otherwise.
+    let commas = write_file("commas.txt", "a,b\n3,w\n");
+    let out = server.run(&["load", "tabs", commas.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.rows("tabs"), 5);
+
+    // Without a header: columns column_1.. for a new table, types inferred.
+    let bare = write_file("bare.csv", "1,x\n2,\n");
+    let out = server.run(&["load", "bare", bare.to_str().unwrap(), "--create", "--no-header"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        server.query("SELECT column_1, column_2, arrow_typeof(column_1) AS t FROM bare ORDER BY column_1"),
+        table(&[
+            "+----------+----------+-------+",
+            "| column_1 | column_2 | t     |",
+            "+----------+----------+-------+",
+            "| 1        | x        | Int64 |",
+            "| 2        |          | Int64 |",
+            "+----------+----------+-------+",
+        ])
+    );
+    // Appending, the fields are the table's columns in order.
+    server.sql("CREATE TABLE pos (k INT, v VARCHAR)");
+    let out = server.run(&["load", "pos", bare.to_str().unwrap(), "--no-header"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        server.query("SELECT k, v FROM pos ORDER BY k"),
+        server.query("SELECT column_1 AS k, column_2 AS v FROM bare ORDER BY column_1")
+    );
+    let out = server.run(&["load", "semi", bare.to_str().unwrap(), "--no-header"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.rows("semi"), 4);
+
+    // --schema names and types the columns (the header line is skipped);
+    // the reference is the table CREATE TABLE makes of the same text.
+    let declared = "A INT NOT NULL, \"B\" VARCHAR(3), c DECIMAL(10, 2), d DATE";
+    server.sql(&format!("CREATE TABLE reference ({declared})"));
+    let typed = write_file("typed.csv", "w,x,y,z\n1,ab,2.50,2024-02-29\n2,,-1,\n");
+    let out = server.run(&["load", "typed", typed.to_str().unwrap(), "--create", "--schema", declared]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // (CREATE TABLE keeps text as Utf8View, which the server's clients,
+    // the loader among them, are shown as Utf8: the two store alike.)
+    let fields = |name: &str| {
+        let schema = server.db.table(name).unwrap().arrow_schema().clone();
+        let text = |t: &DataType| if t == &DataType::Utf8View { DataType::Utf8 } else { t.clone() };
+        schema.fields().iter().map(|f| (f.name().clone(), text(f.data_type()), f.is_nullable())).collect::<Vec<_>>()
+    };
+    assert_eq!(fields("typed"), fields("reference"));
+    assert_eq!(
+        server.query("SELECT * FROM typed ORDER BY a"),
+        table(&[
+            "+---+----+-------+------------+",
+            "| a | B  | c     | d          |",
+            "+---+----+-------+------------+",
+            "| 1 | ab | 2.50  | 2024-02-29 |",
+            "| 2 |    | -1.00 |            |",
+            "+---+----+-------+------------+",
+        ])
+    );
+    // With --no-header, --schema names the columns of every line.
+    let rows = write_file("typed_rows.csv", "3,cd,0.5,2024-03-01\n");
+    let out = server.run(&[
+        "load",
+        "typed",
+        rows.to_str().unwrap(),
+        "--no-header",
+        "--schema",
+        "a BIGINT, B TEXT, c TEXT, d TEXT",
+    ]);
+    assert!(!out.status.success(), "--schema's B is b, which typed does not have");
+    assert!(stderr(&out).contains("the file has no column 'B'"), "{}", stderr(&out));
+    let out = server.run(&[
+        "load",
+        "typed",
+        rows.to_str().unwrap(),
+        "--no-header",
+        "--schema",
+        "a BIGINT, \"B\" TEXT, c TEXT, d TEXT",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.rows("typed"), 3);
+
+    // A type the server does not know, or a flag for CSV on Parquet.
+    let out =
+        server.run(&["load", "other", typed.to_str().unwrap(), "--create", "--schema", "a INT, b NOPE, c INT, d INT"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).starts_with("error: --schema: column 'b', type 'NOPE': "), "{}", stderr(&out));
+    let out = server.run(&["load", "other", typed.to_str().unwrap(), "--create", "--delimiter", "ab"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--delimiter takes one ASCII character"), "{}", stderr(&out));
+    let parquet = write_file("not_read.parquet", "");
+    let out = server.run(&["load", "other", parquet.to_str().unwrap(), "--create", "--no-header"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--no-header is for CSV files"), "{}", stderr(&out));
+    // A new column needs a name SQL can write.
+    let unnamed = write_file("unnamed.csv", "a,,c\n1,2,3\n");
+    let out = server.run(&["load", "other", unnamed.to_str().unwrap(), "--create"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("column 2 of the file has no name"), "{}", stderr(&out));
+    assert!(server.db.table("other").is_err());
+}
+
+/// A new table's CSV types come from every row, not the first thousand:
+/// an integer column with a float on row 1,501 is Float64, a column empty
+/// until row 1,200 takes the type of what follows. The loaded values are
+/// checked against sums computed here. The rate is a whole number, the
+/// rows over the seconds printed.
+#[test]
+fn load_infers_types_from_every_row() {
+    let server = TestServer::start();
+    let mut text = String::from("n,late\n");
+    let (mut n_sum, mut late_sum) = (0.0, 0i64);
+    for i in 1..=1501i64 {
+        let n = if i == 1501 { 0.5 } else { i as f64 };
+        let late = if i >= 1200 { Some(i) } else { None };
+        n_sum += n;
+        late_sum += late.unwrap_or(0);
+        text.push_str(&format!("{n},{}\n", late.map(|l| l.to_string()).unwrap_or_default()));
+    }
+    let csv = write_file("late_float.csv", &text);
+    let out = server.run(&["load", "late", csv.to_str().unwrap(), "--create"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        server.query("SELECT arrow_typeof(n) AS n, arrow_typeof(late) AS late FROM late LIMIT 1"),
+        table(&[
+            "+---------+-------+",
+            "| n       | late  |",
+            "+---------+-------+",
+            "| Float64 | Int64 |",
+            "+---------+-------+"
+        ])
+    );
+    assert_eq!(
+        server.query("SELECT sum(n) AS n, sum(late) AS late, count(late) AS c FROM late"),
+        server.query(&format!("SELECT CAST({n_sum} AS DOUBLE) AS n, CAST({late_sum} AS BIGINT) AS late, 302 AS c"))
+    );
+
+    // "loaded 1501 rows into late in 0.01 s (150100 rows/s)"
+    let line = stdout(&out);
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[..5], ["loaded", "1501", "rows", "into", "late"], "{line}");
+    let seconds: f64 = words[6].parse().unwrap();
+    let rate = words[8].strip_prefix('(').unwrap();
+    assert!(!rate.is_empty() && rate.bytes().all(|b| b.is_ascii_digit()), "{line}");
+    if seconds >= 0.1 {
+        // The seconds printed are rounded to 0.01.
+        let (low, high) = (1501.0 / (seconds + 0.005), 1501.0 / (seconds - 0.005));
+        let rate: f64 = rate.parse().unwrap();
+        assert!(low - 1.0 <= rate && rate <= high + 1.0, "{line}");
+    }
+}
+
+/// Whether the table exists is checked before the file is read: the
+/// message names the table, not the bad line the file starts with.
+#[test]
+fn load_checks_the_table_before_reading_the_file() {
+    let server = TestServer::start();
+    server.sql("CREATE TABLE present (a BIGINT, b BIGINT)");
+    server.sql("INSERT INTO present VALUES (1, 2)");
+    let bad = write_file("bad_first_line.csv", "a,b\n1\n2,3\n");
+    let path = bad.to_str().unwrap();
+    let out = server.run(&["load", "Present", path, "--create"]);
+    assert!(!out.status.success());
+    assert_eq!(stderr(&out), "error: table 'present' already exists (load without --create to append to it)\n");
+    assert_eq!(server.rows("present"), 1);
+    let out = server.run(&["load", "absent", path]);
+    assert!(!out.status.success());
+    assert_eq!(stderr(&out), "error: table 'absent' does not exist (give --create to create it from the file)\n");
+    // The file is read once the table checks out.
+    let out = server.run(&["load", "present", path]);
+    assert!(!out.status.success());
+    assert_eq!(stderr(&out), format!("error: reading {path}: line 2 has 1 field, but the header has 2 fields\n"));
+}
+
+/// Errors name the 1-based line of the file a bad record starts on (the
+/// header is line 1), counted here from the file's text: after a quoted
+/// field spanning lines, empty lines and CRLF line ends too, in the
+/// inference pass and in the loading pass, in plain words.
+#[test]
+fn load_errors_name_the_line() {
+    let server = TestServer::start();
+    server.sql("CREATE TABLE nums (id BIGINT NOT NULL, label VARCHAR)");
+    let line_of = |text: &str, marker: &str| 1 + text[..text.find(marker).unwrap()].matches('\n').count();
+    let fails = |args: &[&str], text: &str, marker: &str, message: &str| {
+        let path = write_file(&format!("lines_{}.csv", args[1]), text);
+        let path = path.to_str().unwrap();
+        let mut full = vec!["load", args[1], path];
+        full.extend_from_slice(&args[2..]);
+        let out = server.run(&full);
+        assert!(!out.status.success(), "{text:?} loaded");
+        let line = line_of(text, marker);
+        assert_eq!(stderr(&out), format!("error: reading {path}: line {line}{message}\n"), "{text:?}");
+    };
+    let value = ", column 'id': cannot read 'oops' as Int64";
+    fails(&["load", "nums"], "id,label\n1,\"two\nlines\"\n\n2,b\r\noops,c\n3,d\n", "oops", value);
+    fails(
+        &["load", "nums"],
+        "id,label\n1,a\n,NULLED\n",
+        ",NULLED",
+        ", column 'id': no value, but the column is NOT NULL",
+    );
+    fails(
+        &["load", "wide", "--create"],
+        "a,b\n1,2\n\"3\n\",4,EXTRA\n5,6\n",
+        "\"3",
+        " has 3 fields, but the header has 2 fields",
+    );
+    fails(
+        &["load", "declared", "--create", "--schema", "a INT, b INT, c INT"],
+        "a,b\n1,2\n",
+        "a,b",
+        " has 2 fields, but --schema gives 3 columns",
+    );
+
+    let invalid = scratch("lines_utf8.csv");
+    std::fs::write(&invalid, b"a,b\n1,2\n3,\xff\n").unwrap();
+    let out = server.run(&["load", "utf8", invalid.to_str().unwrap(), "--create"]);
+    assert_eq!(stderr(&out), format!("error: reading {}: line 3 is not valid UTF-8 text\n", invalid.display()));
+
+    // Deep in the file, past the first batches, while rows are being sent.
+    let mut text = String::from("id,label\n");
+    for i in 0..70_000 {
+        text.push_str(&format!("{i},\"l\n{i}\"\n"));
+    }
+    text.push_str("7,x,EXTRA\n");
+    fails(&["load", "nums"], &text, "7,x,EXTRA", " has 3 fields, but the header has 2 fields");
+    assert_eq!(server.rows("nums"), 0);
 }
 
 /// `serve` with an empty or short secret exits at once with the reason

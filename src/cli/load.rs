@@ -7,10 +7,16 @@
 //!         the table's columns)                                     applies all or nothing)
 //! ```
 //!
-//! The file is streamed, never held whole. Appending to an existing table,
-//! the file's columns are matched to the table's by name and read (CSV) or
-//! cast (Parquet) to the table's types; with `--create` the table takes the
-//! file's schema (CSV types inferred from the first records).
+//! Before any row is read, the loader asks the server whether the table
+//! exists and fails at once if it does not (or, with `--create`, if it
+//! does). Names are read as SQL reads them ([`names`]): `Sales` is the
+//! table `sales`, `"Sales"` the table `Sales`, and a file's column names
+//! are folded the same way. The file's columns are matched to an existing
+//! table's by name (by position for a CSV file without a header) and read
+//! (CSV) or cast (Parquet) to the table's types. With `--create` the table
+//! takes the file's columns; a CSV file's types are inferred from all its
+//! records in a first pass over the file ([`csv`]), unless `--schema`
+//! gives them. The file is streamed, never held whole.
 //!
 //! If reading fails half-way, the upload must not look finished. Neither
 //! ending the stream nor cancelling the call will do: the server cannot
@@ -21,16 +27,20 @@
 //! tasks are dropped unpolled, no reset frame is written, and the server
 //! sees the connection close mid-request, an error.
 
+mod csv;
+mod names;
+
+use std::fmt;
 use std::fs::File;
-use std::io::{BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_cast::cast::{CastOptions, cast_with_options};
+use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use arrow_flight::IpcMessage;
 use arrow_flight::error::FlightError;
 use arrow_flight::sql::client::FlightSqlServiceClient;
@@ -45,19 +55,37 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use quiverdb::server::DEFAULT_SCHEMA;
 use tonic::transport::Channel;
 
+use self::csv::{CsvFile, CsvFormat, WidthFrom, parse_delimiter};
+use self::names::{ColumnDef, TableName};
 use super::CliError;
 use super::client::{ConnectArgs, RequestError, connect};
 
 /// Arguments of `quiverdb load`.
 #[derive(Debug, Args)]
 pub(crate) struct LoadArgs {
-    /// The table to load into.
+    /// The table to load into, named as in SQL: `sales` and `Sales` are the
+    /// same table, `'"Sales"'` (in double quotes) keeps the case, `s.sales`
+    /// is in schema `s`.
     pub(crate) table: String,
-    /// A CSV (.csv, with a header row) or Parquet (.parquet) file.
+    /// A CSV file (.csv; .tsv is tab-separated; .txt is read as CSV) or a
+    /// Parquet file (.parquet).
     pub(crate) file: PathBuf,
-    /// Create the table from the file's schema (fails if it exists).
+    /// Create the table from the file's columns (fails if it exists).
     #[arg(long)]
     pub(crate) create: bool,
+    /// The CSV field delimiter: one character, or \t for a tab [default: a
+    /// tab for .tsv, else a comma].
+    #[arg(long, value_name = "CHAR")]
+    pub(crate) delimiter: Option<String>,
+    /// The CSV file has no header line: its columns are column_1,
+    /// column_2, ..., or, appending, the table's columns in order.
+    #[arg(long)]
+    pub(crate) no_header: bool,
+    /// The CSV file's columns and their SQL types, in order, instead of the
+    /// header's names and inferred types: "id BIGINT NOT NULL, name TEXT".
+    /// A header line is still skipped unless --no-header is given.
+    #[arg(long, value_name = "COLUMNS")]
+    pub(crate) schema: Option<String>,
     #[command(flatten)]
     pub(crate) connect: ConnectArgs,
 }
@@ -67,36 +95,35 @@ pub(crate) struct LoadArgs {
 /// Flight encoder splits larger batches into 2 MiB messages anyway).
 const BATCH_ROWS: usize = 65536;
 
-/// CSV records read to infer the column types of a new table.
-const INFER_RECORDS: usize = 1000;
-
 /// Batches read ahead of the upload: enough to keep the network busy,
 /// few enough to keep memory flat.
 const READ_AHEAD: usize = 2;
 
-/// The read buffer of a CSV file.
-const CSV_BUFFER_BYTES: usize = 1 << 20;
-
 /// The kind of file, from its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FileKind {
-    Csv,
+    /// CSV, split at `delimiter` unless `--delimiter` says otherwise.
+    Csv {
+        delimiter: u8,
+    },
     Parquet,
 }
 
 impl FileKind {
-    /// `.csv` is CSV with a header row; `.parquet` and `.parq` are Parquet.
+    /// `.csv` and `.txt` are CSV, `.tsv` is CSV split at tabs; `.parquet`
+    /// and `.parq` are Parquet.
     fn of(path: &Path) -> Result<Self, String> {
         let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
         match ext.as_deref() {
-            Some("csv") => Ok(Self::Csv),
+            Some("csv" | "txt") => Ok(Self::Csv { delimiter: b',' }),
+            Some("tsv") => Ok(Self::Csv { delimiter: b'\t' }),
             Some("parquet" | "parq") => Ok(Self::Parquet),
             Some(other) => Err(format!(
-                "cannot load {}: unknown file type '.{other}' (use a .csv file with a header row, or .parquet)",
+                "cannot load {}: unknown file type '.{other}' (use .csv, .tsv or .txt for CSV, or .parquet)",
                 path.display()
             )),
             None => Err(format!(
-                "cannot load {}: the file has no extension to tell its type (use .csv or .parquet)",
+                "cannot load {}: the file has no extension to tell its type (use .csv, .tsv, .txt or .parquet)",
                 path.display()
             )),
         }
@@ -110,8 +137,8 @@ struct ReadError {
     source: CliError,
 }
 
-impl std::fmt::Display for ReadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "reading {}: {}", self.path.display(), self.source)
     }
 }
@@ -122,33 +149,134 @@ impl std::error::Error for ReadError {
     }
 }
 
+/// A record of the file that cannot be loaded: where it is and why.
+#[derive(Debug)]
+struct BadRecord {
+    place: Place,
+    problem: Problem,
+}
+
+/// Where a record is in its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The line a CSV record starts on, from 1 (a header is line 1).
+    Line(u64),
+    /// The row of a Parquet file, from 1.
+    Row(u64),
+}
+
+/// Why a record cannot be loaded.
+#[derive(Debug)]
+enum Problem {
+    /// It has `found` fields, not `expected`.
+    Width { found: usize, expected: usize, from: WidthFrom },
+    /// Its text is not UTF-8.
+    NotUtf8,
+    /// A value does not read as its column's type.
+    Value { column: String, value: String, data_type: DataType },
+    /// No value for a NOT NULL column.
+    Null { column: String },
+    /// Anything else, in the reader's words.
+    Other(arrow_schema::ArrowError),
+}
+
+impl fmt::Display for BadRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let place = match self.place {
+            Place::Line(line) => format!("line {line}"),
+            Place::Row(row) => format!("row {row}"),
+        };
+        match &self.problem {
+            Problem::Width { found, expected, from } => {
+                let fields = |n: &usize| if *n == 1 { "1 field".to_string() } else { format!("{n} fields") };
+                let expected = match from {
+                    WidthFrom::Header => format!("the header has {}", fields(expected)),
+                    WidthFrom::FirstLine => format!("the first line has {}", fields(expected)),
+                    WidthFrom::Schema => format!("--schema gives {expected} columns"),
+                };
+                write!(f, "{place} has {}, but {expected}", fields(found))
+            }
+            Problem::NotUtf8 => write!(f, "{place} is not valid UTF-8 text"),
+            Problem::Value { column, value, data_type } => {
+                write!(f, "{place}, column '{column}': cannot read '{value}' as {data_type}")
+            }
+            Problem::Null { column } => write!(f, "{place}, column '{column}': no value, but the column is NOT NULL"),
+            Problem::Other(e) => write!(f, "{place}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BadRecord {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.problem {
+            Problem::Other(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 pub(crate) fn run(args: LoadArgs) -> Result<ExitCode, CliError> {
     let kind = FileKind::of(&args.file)?;
+    let name = TableName::parse(&args.table)?;
+    let columns = match args.schema.as_deref() {
+        Some(text) => Some(names::parse_columns(text).map_err(|e| format!("--schema: {e}"))?),
+        None => None,
+    };
+    let csv_format = match kind {
+        FileKind::Csv { delimiter } => {
+            let delimiter = args.delimiter.as_deref().map_or(Ok(delimiter), parse_delimiter)?;
+            Some(CsvFormat { delimiter, header: !args.no_header })
+        }
+        FileKind::Parquet => {
+            let csv_only = [
+                ("--delimiter", args.delimiter.is_some()),
+                ("--no-header", args.no_header),
+                ("--schema", columns.is_some()),
+            ];
+            if let Some((flag, _)) = csv_only.iter().find(|(_, given)| *given) {
+                return Err(format!("{flag} is for CSV files (a Parquet file names and types its own columns)").into());
+            }
+            None
+        }
+    };
     let read_error = |source: CliError| ReadError { path: args.file.clone(), source };
-    let opened = Opened::open(kind, &args.file).map_err(read_error)?;
+    let opened = Opened::open(&args.file, csv_format, columns.as_ref().map(Vec::len)).map_err(read_error)?;
     // One thread: between `block_on` calls nothing runs (see the module
     // documentation on a failed read).
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let mut client = runtime.block_on(connect(&args.connect))?;
-    let table_schema = if args.create {
-        None
-    } else {
-        let schema = runtime.block_on(table_schema(&mut client, &args.table))?;
-        Some(schema.ok_or_else(|| {
-            format!("table '{}' does not exist (give --create to create it from the file's schema)", args.table)
-        })?)
+    let table = runtime.block_on(find_table(&mut client, &name))?;
+    match (&table, args.create) {
+        (Some(_), true) => {
+            return Err(format!("table '{name}' already exists (load without --create to append to it)").into());
+        }
+        (None, false) => {
+            return Err(format!("table '{name}' does not exist (give --create to create it from the file)").into());
+        }
+        _ => {}
+    }
+    let declared = match &columns {
+        Some(columns) => Some(runtime.block_on(declared_schema(&mut client, columns))?),
+        None => None,
     };
-    let progress = opened.progress_bar();
-    let (target, batches) = opened.into_batches(table_schema, progress.clone()).map_err(read_error)?;
-
+    // The time and rate printed cover reading the file, inferring types
+    // included, and the upload.
     let start = Instant::now();
+    let progress = opened.progress_bar();
+    let infers = matches!(opened, Opened::Csv(_)) && table.is_none() && declared.is_none();
+    let (target, batches) = opened.into_batches(table, declared, &progress).map_err(read_error)?;
+    if infers {
+        // The connection sat idle through a pass over the whole file: a
+        // fresh one cannot have been dropped, nor its token expired.
+        client = runtime.block_on(connect(&args.connect))?;
+    }
     let (sender, receiver) = tokio::sync::mpsc::channel(READ_AHEAD);
     let reader = {
         let path = args.file.clone();
         let progress = progress.clone();
         std::thread::spawn(move || read_file(&path, target, batches, &sender, &progress))
     };
-    let loaded = runtime.block_on(ingest(&mut client, &args.table, args.create, receiver));
+    let loaded = runtime.block_on(ingest(&mut client, &name, args.create, receiver));
     // On a read error the call is still open: drop every task unpolled so
     // the connection closes without a frame that would end the request.
     drop(runtime);
@@ -160,7 +288,7 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode, CliError> {
     let seconds = start.elapsed().as_secs_f64();
     let rate = format_rate(rows, seconds);
     let rows = if rows == 1 { "1 row".to_string() } else { format!("{rows} rows") };
-    println!("loaded {rows} into {} in {seconds:.2} s ({rate} rows/s)", args.table);
+    println!("loaded {rows} into {name} in {seconds:.2} s ({rate} rows/s)");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -205,7 +333,7 @@ fn read_file(
 /// error is returned at once; the caller then drops the runtime.
 async fn ingest(
     client: &mut FlightSqlServiceClient<Channel>,
-    table: &str,
+    name: &TableName,
     create: bool,
     receiver: tokio::sync::mpsc::Receiver<Result<RecordBatch, CliError>>,
 ) -> Result<i64, CliError> {
@@ -223,6 +351,8 @@ async fn ingest(
                 None => None,
             }
         });
+    // The server checks again: a table made or dropped since the check
+    // before the upload fails the load rather than changing its meaning.
     let options = if create {
         TableDefinitionOptions {
             if_not_exist: TableNotExistOption::Create.into(),
@@ -236,9 +366,9 @@ async fn ingest(
     };
     let command = CommandStatementIngest {
         table_definition_options: Some(options),
-        table: table.to_string(),
-        schema: None,
-        catalog: None,
+        table: name.table.clone(),
+        schema: name.schema.clone(),
+        catalog: name.catalog.clone(),
         temporary: false,
         transaction_id: None,
         options: Default::default(),
@@ -249,16 +379,18 @@ async fn ingest(
     }
 }
 
-/// The schema of `table` in quiverdb's default schema, or `None` if there
-/// is no such table.
-async fn table_schema(
+/// The schema of the table `name` (in quiverdb's default schema unless
+/// the name gives one), or `None` if there is no such table. A view of
+/// that name is an error: rows cannot be loaded into a view.
+async fn find_table(
     client: &mut FlightSqlServiceClient<Channel>,
-    table: &str,
+    name: &TableName,
 ) -> Result<Option<SchemaRef>, CliError> {
+    let schema = name.schema.as_deref().unwrap_or(DEFAULT_SCHEMA);
     let request = CommandGetTables {
-        catalog: None,
-        db_schema_filter_pattern: Some(DEFAULT_SCHEMA.to_string()),
-        table_name_filter_pattern: Some(table.to_string()),
+        catalog: name.catalog.clone(),
+        db_schema_filter_pattern: Some(like_pattern(schema)),
+        table_name_filter_pattern: Some(like_pattern(&name.table)),
         table_types: Vec::new(),
         include_schema: true,
     };
@@ -268,23 +400,84 @@ async fn table_schema(
         let batches: Vec<RecordBatch> =
             client.do_get(ticket).await.map_err(RequestError::from)?.try_collect().await.map_err(RequestError::from)?;
         for batch in &batches {
-            let names = batch.column_by_name("table_name").and_then(|c| c.as_string_opt::<i32>());
-            let schemas = batch.column_by_name("table_schema").and_then(|c| c.as_binary_opt::<i32>());
-            let (Some(names), Some(schemas)) = (names, schemas) else {
-                return Err("the server's table list has no table_name or table_schema column".into());
+            let column = |name: &str| batch.column_by_name(name);
+            let schemas = column("db_schema_name").and_then(|c| c.as_string_opt::<i32>());
+            let names = column("table_name").and_then(|c| c.as_string_opt::<i32>());
+            let kinds = column("table_type").and_then(|c| c.as_string_opt::<i32>());
+            let ipc = column("table_schema").and_then(|c| c.as_binary_opt::<i32>());
+            let (Some(schemas), Some(names), Some(kinds), Some(ipc)) = (schemas, names, kinds, ipc) else {
+                return Err("the server's table list lacks a schema, name, type or table_schema column".into());
             };
-            for (name, schema) in names.iter().zip(schemas.iter()) {
-                if let (Some(name), Some(schema)) = (name, schema)
-                    && name == table
-                {
-                    let schema = Schema::try_from(IpcMessage(schema.to_vec().into()))
-                        .map_err(|e| format!("decoding the schema of table '{table}': {e}"))?;
-                    return Ok(Some(Arc::new(schema)));
+            for row in 0..batch.num_rows() {
+                if schemas.value(row) != schema || names.value(row) != name.table {
+                    continue;
                 }
+                if kinds.value(row) == "VIEW" {
+                    return Err(format!("'{name}' is a view: rows are loaded into a table").into());
+                }
+                let table_schema = Schema::try_from(IpcMessage(ipc.value(row).to_vec().into()))
+                    .map_err(|e| format!("decoding the schema of table '{name}': {e}"))?;
+                return Ok(Some(Arc::new(table_schema)));
             }
         }
     }
     Ok(None)
+}
+
+/// A LIKE pattern matching `name` only (the table list filters by
+/// pattern; `_` and `%` are common in names).
+fn like_pattern(name: &str) -> String {
+    let mut pattern = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '\\' | '%' | '_') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern
+}
+
+/// `--schema` as an Arrow schema, its SQL types made Arrow types by the
+/// server: the types of `SELECT CAST(NULL AS type) AS name, ...`, which
+/// the server prepares (plans, but does not run). The types are the ones
+/// `CREATE TABLE` with the same text would give.
+async fn declared_schema(
+    client: &mut FlightSqlServiceClient<Channel>,
+    columns: &[ColumnDef],
+) -> Result<Schema, CliError> {
+    let types = match prepared_types(client, columns).await {
+        Ok(types) => types,
+        Err(error) => {
+            // Name the column whose type the server refuses.
+            for column in columns {
+                if let Err(e) = prepared_types(client, std::slice::from_ref(column)).await {
+                    return Err(format!("--schema: column '{}', type '{}': {e}", column.name, column.sql_type).into());
+                }
+            }
+            return Err(format!("--schema: {error}").into());
+        }
+    };
+    if types.len() != columns.len() {
+        return Err(format!("--schema: the server gave {} types for {} columns", types.len(), columns.len()).into());
+    }
+    let fields: Vec<Field> =
+        columns.iter().zip(types).map(|(c, data_type)| Field::new(&c.name, data_type, c.nullable)).collect();
+    Ok(Schema::new(fields))
+}
+
+/// The Arrow types the server gives `columns`' SQL types.
+async fn prepared_types(
+    client: &mut FlightSqlServiceClient<Channel>,
+    columns: &[ColumnDef],
+) -> Result<Vec<DataType>, RequestError> {
+    let list: Vec<String> =
+        columns.iter().map(|c| format!("CAST(NULL AS {}) AS {}", c.sql_type, names::quote(&c.name))).collect();
+    let prepared = client.prepare(format!("SELECT {}", list.join(", ")), None).await?;
+    let types = prepared.dataset_schema()?.fields().iter().map(|f| f.data_type().clone()).collect();
+    // The server keeps nothing for a prepared statement; closing is a
+    // courtesy whose failure changes nothing.
+    let _ = prepared.close().await;
+    Ok(types)
 }
 
 /// The batches of a file, as the table's columns.
@@ -292,36 +485,18 @@ type Batches = Box<dyn Iterator<Item = Result<RecordBatch, CliError>> + Send>;
 
 /// A file opened and its layout read, before its rows are.
 enum Opened {
-    Csv {
-        file: File,
-        /// The header's column names and the types inferred from the
-        /// first records.
-        inferred: Schema,
-        bytes: u64,
-    },
-    Parquet {
-        builder: ParquetRecordBatchReaderBuilder<File>,
-        rows: u64,
-    },
+    Csv(CsvFile),
+    Parquet { builder: ParquetRecordBatchReaderBuilder<File>, rows: u64 },
 }
 
 impl Opened {
-    fn open(kind: FileKind, path: &Path) -> Result<Self, CliError> {
-        let mut file = File::open(path)?;
-        match kind {
-            FileKind::Csv => {
-                let bytes = file.metadata()?.len();
-                let (inferred, _) = arrow_csv::reader::Format::default()
-                    .with_header(true)
-                    .infer_schema(&mut file, Some(INFER_RECORDS))?;
-                if inferred.fields().is_empty() {
-                    return Err("the file has no header row".into());
-                }
-                file.rewind()?;
-                Ok(Self::Csv { file, inferred, bytes })
-            }
-            FileKind::Parquet => {
-                let builder = ParquetRecordBatchReaderBuilder::try_new(file)?.with_batch_size(BATCH_ROWS);
+    /// Opens a CSV file (if `csv` gives its format) or a Parquet file.
+    /// `declared` is the number of columns `--schema` gives.
+    fn open(path: &Path, csv: Option<CsvFormat>, declared: Option<usize>) -> Result<Self, CliError> {
+        match csv {
+            Some(format) => Ok(Self::Csv(CsvFile::open(path, format, declared)?)),
+            None => {
+                let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(path)?)?.with_batch_size(BATCH_ROWS);
                 let rows = u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
                 Ok(Self::Parquet { builder, rows })
             }
@@ -332,8 +507,8 @@ impl Opened {
     /// bytes read of a CSV file, rows read of a Parquet file.
     fn progress_bar(&self) -> ProgressBar {
         let (len, template) = match self {
-            Self::Csv { bytes, .. } => (
-                *bytes,
+            Self::Csv(file) => (
+                file.bytes(),
                 "{spinner} [{elapsed_precise}] {wide_bar} {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}) {msg}",
             ),
             Self::Parquet { rows, .. } => {
@@ -344,88 +519,104 @@ impl Opened {
         ProgressBar::new(len).with_style(style)
     }
 
-    /// The file's rows as batches of `table`'s columns (the file's own
-    /// columns if `table` is `None`), and the schema they have.
-    fn into_batches(self, table: Option<SchemaRef>, progress: ProgressBar) -> Result<(SchemaRef, Batches), CliError> {
+    /// The file's rows as batches of `table`'s columns (of a new table's
+    /// if `table` is `None`), and the schema they have. `declared` is
+    /// `--schema`, resolved.
+    fn into_batches(
+        self,
+        table: Option<SchemaRef>,
+        declared: Option<Schema>,
+        progress: &ProgressBar,
+    ) -> Result<(SchemaRef, Batches), CliError> {
         match self {
-            Self::Csv { file, inferred, .. } => {
-                let target = table.unwrap_or_else(|| Arc::new(text_if_unknown(&strip_metadata(&inferred))));
-                let names: Vec<&str> = inferred.fields().iter().map(|f| f.name().as_str()).collect();
-                let sources = match_columns(&names, &target)?;
-                // Read each column as its table column's type where the CSV
-                // reader parses that type, else as text to cast.
-                let mut fields: Vec<Field> = names.iter().map(|n| Field::new(*n, DataType::Utf8, true)).collect();
-                for (field, &source) in target.fields().iter().zip(&sources) {
-                    if csv_parses(field.data_type()) {
-                        fields[source] = Field::new(names[source], field.data_type().clone(), true);
+            Self::Csv(file) => {
+                let width = file.width();
+                let names: Vec<String> = match (&declared, file.header()) {
+                    (Some(declared), _) => declared.fields().iter().map(|f| f.name().clone()).collect(),
+                    (None, Some(header)) => header.iter().map(|n| names::column_name(n)).collect(),
+                    (None, None) => (1..=width).map(|i| format!("column_{i}")).collect(),
+                };
+                // The table's columns, the file column each comes from, and
+                // the file columns' types: given, inferred for a new table,
+                // or (`None`) the table's.
+                let (target, sources, types) = match table {
+                    Some(table) => {
+                        let sources = if declared.is_none() && file.header().is_none() {
+                            in_order(width, &table)?
+                        } else {
+                            match_columns(&names, &table)?
+                        };
+                        let types = declared.map(|d| d.fields().iter().map(|f| f.data_type().clone()).collect());
+                        (table, sources, types)
                     }
+                    None => {
+                        check_new_names(&names)?;
+                        let (types, nullable): (Vec<DataType>, Vec<bool>) = match declared {
+                            Some(declared) => {
+                                declared.fields().iter().map(|f| (f.data_type().clone(), f.is_nullable())).unzip()
+                            }
+                            None => {
+                                progress.set_message("inferring the column types");
+                                let types = file.infer(progress)?;
+                                progress.set_message("");
+                                let nullable = vec![true; types.len()];
+                                (types, nullable)
+                            }
+                        };
+                        let fields: Vec<Field> =
+                            (0..width).map(|i| Field::new(&names[i], types[i].clone(), nullable[i])).collect();
+                        (Arc::new(Schema::new(fields)), (0..width).collect(), Some(types))
+                    }
+                };
+                // Each column read as its own type (or, appending without
+                // --schema, its table column's) where arrow-csv parses that
+                // type, else as text to cast.
+                let mut fields: Vec<Field> = names.iter().map(|n| Field::new(n, DataType::Utf8, true)).collect();
+                for (field, &source) in target.fields().iter().zip(&sources) {
+                    let data_type = types.as_ref().map_or(field.data_type(), |types| &types[source]);
+                    let read_as = if csv_parses(data_type) { data_type.clone() } else { DataType::Utf8 };
+                    fields[source] = Field::new(field.name(), read_as, true);
                 }
-                let counting = Counting { inner: file, progress };
-                let reader = arrow_csv::ReaderBuilder::new(Arc::new(Schema::new(fields)))
-                    .with_header(true)
-                    .with_batch_size(BATCH_ROWS)
-                    .build_buffered(BufReader::with_capacity(CSV_BUFFER_BYTES, counting))?;
                 let conform = Conform { target: Arc::clone(&target), sources };
-                let batches = reader.map(move |b| conform.apply(&b?));
+                let batches = file.batches(Arc::new(Schema::new(fields)), conform, progress.clone())?;
                 Ok((target, Box::new(batches)))
             }
             Self::Parquet { builder, .. } => {
                 let file_schema = Arc::clone(builder.schema());
-                let target = table.unwrap_or_else(|| Arc::new(strip_metadata(&file_schema)));
-                let names: Vec<&str> = file_schema.fields().iter().map(|f| f.name().as_str()).collect();
+                let names: Vec<String> = file_schema.fields().iter().map(|f| names::column_name(f.name())).collect();
+                let target = match table {
+                    Some(table) => table,
+                    None => {
+                        check_new_names(&names)?;
+                        let fields = file_schema
+                            .fields()
+                            .iter()
+                            .zip(&names)
+                            .map(|(f, name)| Field::new(name, f.data_type().clone(), f.is_nullable()));
+                        Arc::new(Schema::new(fields.collect::<Vec<_>>()))
+                    }
+                };
                 let sources = match_columns(&names, &target)?;
                 let conform = Conform { target: Arc::clone(&target), sources };
                 let reader = builder.build()?;
+                let progress = progress.clone();
+                let mut rows_before = 0u64;
                 let batches = reader.map(move |b| {
                     let b = b?;
                     progress.inc(b.num_rows() as u64);
-                    conform.apply(&b)
+                    let first_row = rows_before + 1;
+                    rows_before += b.num_rows() as u64;
+                    conform.apply(&b).map_err(|refused| match refused {
+                        Refused::Value { row, problem } => {
+                            BadRecord { place: Place::Row(first_row + row as u64), problem }.into()
+                        }
+                        Refused::Other(e) => e,
+                    })
                 });
                 Ok((target, Box::new(batches)))
             }
         }
     }
-}
-
-/// A reader that advances a progress bar by the bytes it reads.
-struct Counting<R> {
-    inner: R,
-    progress: ProgressBar,
-}
-
-impl<R: Read> Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.progress.inc(n as u64);
-        Ok(n)
-    }
-}
-
-/// `schema` without schema or field metadata (a new table gets the
-/// file's columns, not the writer's annotations).
-fn strip_metadata(schema: &Schema) -> Schema {
-    Schema::new(
-        schema
-            .fields()
-            .iter()
-            .map(|f| Field::new(f.name(), f.data_type().clone(), f.is_nullable()))
-            .collect::<Vec<_>>(),
-    )
-}
-
-/// `schema` with columns of type `Null` (no value among the records the
-/// types were inferred from) made text.
-fn text_if_unknown(schema: &Schema) -> Schema {
-    Schema::new(
-        schema
-            .fields()
-            .iter()
-            .map(|f| match f.data_type() {
-                DataType::Null => Field::new(f.name(), DataType::Utf8, true),
-                _ => f.as_ref().clone(),
-            })
-            .collect::<Vec<_>>(),
-    )
 }
 
 /// Whether arrow-csv parses text straight into `data_type`.
@@ -460,37 +651,72 @@ fn csv_parses(data_type: &DataType) -> bool {
     }
 }
 
+/// Fails if a new table's column names hold an empty one (which SQL
+/// cannot name) or the same one twice.
+fn check_new_names(names: &[String]) -> Result<(), String> {
+    for (i, name) in names.iter().enumerate() {
+        if name.is_empty() {
+            return Err(format!("column {} of the file has no name (name it, or give --schema)", i + 1));
+        }
+        if names[..i].contains(name) {
+            return Err(format!(
+                "the file has more than one column named '{name}' (unquoted names are folded to lower case; \
+                 a name in double quotes keeps its case)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// For each column of `target`, the index of the file column of the same
-/// name (exactly, or else ignoring ASCII case if that is unambiguous).
-/// Every file column must match one table column and every table column
-/// one file column.
-fn match_columns(file: &[&str], target: &Schema) -> Result<Vec<usize>, String> {
+/// name. Both sides are names as SQL has them, so they compare exactly
+/// (the file's were folded as SQL folds them). Every file column must
+/// match one table column and every table column one file column.
+fn match_columns(file: &[String], target: &Schema) -> Result<Vec<usize>, String> {
     let mut sources = Vec::with_capacity(target.fields().len());
     let mut used = vec![false; file.len()];
     for field in target.fields() {
         let name = field.name();
-        let exact: Vec<usize> = (0..file.len()).filter(|&i| file[i] == name).collect();
-        let candidates = if exact.is_empty() {
-            (0..file.len()).filter(|&i| file[i].eq_ignore_ascii_case(name)).collect()
-        } else {
-            exact
-        };
-        match candidates[..] {
+        let found: Vec<usize> = (0..file.len()).filter(|&i| &file[i] == name).collect();
+        match found[..] {
             [i] => {
                 used[i] = true;
                 sources.push(i);
             }
-            [] => return Err(format!("the file has no column '{name}' (its columns: {})", file.join(", "))),
+            [] => {
+                let hint = if file.iter().any(|f| f.eq_ignore_ascii_case(name)) {
+                    format!(
+                        "; an unquoted name is folded to lower case, write \"{name}\" in double quotes to keep its case"
+                    )
+                } else {
+                    String::new()
+                };
+                return Err(format!("the file has no column '{name}' (its columns: {}{hint})", file.join(", ")));
+            }
             _ => return Err(format!("the file has more than one column named '{name}'")),
         }
     }
-    let extra: Vec<&str> = file.iter().zip(&used).filter(|(_, used)| !**used).map(|(n, _)| *n).collect();
+    let extra: Vec<&str> = file.iter().zip(&used).filter(|(_, used)| !**used).map(|(n, _)| n.as_str()).collect();
     if !extra.is_empty() {
         return Err(format!("the table has no column '{}' (its columns: {})", extra.join("', '"), {
             target.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
         }));
     }
     Ok(sources)
+}
+
+/// The file's `width` columns taken as `target`'s in order (a CSV file
+/// without a header or `--schema`, appended).
+fn in_order(width: usize, target: &Schema) -> Result<Vec<usize>, String> {
+    let columns = target.fields().len();
+    if width != columns {
+        let fields = if width == 1 { "1 field".to_string() } else { format!("{width} fields") };
+        return Err(format!(
+            "the file's lines have {fields} and it has no header, but the table has {columns} columns \
+             (without a header, the fields are loaded into the table's columns in order)"
+        ));
+    }
+    Ok((0..width).collect())
 }
 
 /// Turns a file batch into a batch of the target's columns: picks each
@@ -502,107 +728,67 @@ struct Conform {
     sources: Vec<usize>,
 }
 
+/// Why [`Conform`] refused a batch.
+#[derive(Debug)]
+enum Refused {
+    /// The value of row `row` (from 0) of the batch.
+    Value {
+        row: usize,
+        problem: Problem,
+    },
+    Other(CliError),
+}
+
 impl Conform {
-    fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch, CliError> {
+    fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch, Refused> {
         let options = CastOptions { safe: false, ..CastOptions::default() };
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.sources.len());
         for (field, &source) in self.target.fields().iter().zip(&self.sources) {
             let column = batch.column(source);
-            if column.data_type() == field.data_type() {
-                columns.push(Arc::clone(column));
+            let column = if column.data_type() == field.data_type() {
+                Arc::clone(column)
             } else {
-                let cast = cast_with_options(column, field.data_type(), &options)
-                    .map_err(|e| format!("column '{}': {e}", field.name()))?;
-                columns.push(cast);
+                cast_with_options(column, field.data_type(), &options).map_err(|e| refused_cast(column, field, e))?
+            };
+            if !field.is_nullable()
+                && column.null_count() > 0
+                && let Some(row) = (0..column.len()).find(|&i| column.is_null(i))
+            {
+                return Err(Refused::Value { row, problem: Problem::Null { column: field.name().clone() } });
             }
+            columns.push(column);
         }
-        Ok(RecordBatch::try_new(Arc::clone(&self.target), columns)?)
+        RecordBatch::try_new(Arc::clone(&self.target), columns).map_err(|e| Refused::Other(e.into()))
     }
 }
 
-/// `950`, `12.35K`, `2.38M` rows per second.
+/// Why casting `column` to `field`'s type failed: the first value that
+/// does not convert (the one a lenient cast makes NULL), else the cast's
+/// error.
+fn refused_cast(column: &ArrayRef, field: &Field, error: arrow_schema::ArrowError) -> Refused {
+    let lenient = cast_with_options(column, field.data_type(), &CastOptions::default()).ok();
+    let row = lenient.and_then(|lenient| (0..column.len()).find(|&i| column.is_valid(i) && lenient.is_null(i)));
+    let formatter = ArrayFormatter::try_new(column.as_ref(), &FormatOptions::default());
+    match (row, formatter) {
+        (Some(row), Ok(formatter)) => Refused::Value {
+            row,
+            problem: Problem::Value {
+                column: field.name().clone(),
+                value: formatter.value(row).to_string(),
+                data_type: field.data_type().clone(),
+            },
+        },
+        _ => Refused::Other(format!("column '{}': {error}", field.name()).into()),
+    }
+}
+
+/// Rows per second as a whole number (`-` for no time at all).
 fn format_rate(rows: i64, seconds: f64) -> String {
     if seconds <= 0.0 {
         return "-".into();
     }
-    let rate = rows as f64 / seconds;
-    if rate >= 1e6 {
-        format!("{:.2}M", rate / 1e6)
-    } else if rate >= 1e3 {
-        format!("{:.2}K", rate / 1e3)
-    } else {
-        format!("{rate:.0}")
-    }
+    format!("{:.0}", (rows as f64 / seconds).round())
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use std::path::Path;
-    use std::sync::Arc;
-
-    use arrow_array::{Array, Int32Array, Int64Array, RecordBatch, StringArray};
-    use arrow_schema::{DataType, Field, Schema};
-
-    use super::{Conform, FileKind, format_rate, match_columns};
-
-    #[test]
-    fn file_kinds() {
-        assert_eq!(FileKind::of(Path::new("a/b.csv")), Ok(FileKind::Csv));
-        assert_eq!(FileKind::of(Path::new("b.CSV")), Ok(FileKind::Csv));
-        assert_eq!(FileKind::of(Path::new("b.parquet")), Ok(FileKind::Parquet));
-        assert_eq!(FileKind::of(Path::new("b.parq")), Ok(FileKind::Parquet));
-        assert!(FileKind::of(Path::new("b.json")).unwrap_err().contains("unknown file type '.json'"));
-        assert!(FileKind::of(Path::new("b")).unwrap_err().contains("no extension"));
-    }
-
-    #[test]
-    fn columns_match_by_name() {
-        let table = Schema::new(vec![Field::new("a", DataType::Int64, false), Field::new("b", DataType::Utf8, true)]);
-        assert_eq!(match_columns(&["a", "b"], &table), Ok(vec![0, 1]));
-        assert_eq!(match_columns(&["b", "a"], &table), Ok(vec![1, 0]));
-        assert_eq!(match_columns(&["B", "A"], &table), Ok(vec![1, 0]));
-        assert_eq!(match_columns(&["A", "a", "b"], &table).map_err(|e| e.contains("no column 'A'")), Err(true));
-        assert!(match_columns(&["a"], &table).unwrap_err().contains("the file has no column 'b'"));
-        assert!(match_columns(&["a", "b", "c"], &table).unwrap_err().contains("the table has no column 'c'"));
-        assert!(match_columns(&["A", "b", "a2"], &table).unwrap_err().contains("'a2'"));
-        assert!(match_columns(&["B", "b2", "A", "a"], &table).unwrap_err().contains("'b2'"));
-        let twice = Schema::new(vec![Field::new("a", DataType::Int64, false)]);
-        assert!(match_columns(&["A", "a2", "A"], &twice).unwrap_err().contains("more than one column named 'a'"));
-    }
-
-    #[test]
-    fn conform_reorders_and_casts() {
-        let file =
-            Arc::new(Schema::new(vec![Field::new("b", DataType::Utf8, true), Field::new("a", DataType::Int32, true)]));
-        let batch = RecordBatch::try_new(
-            file,
-            vec![Arc::new(StringArray::from(vec![Some("x"), None])), Arc::new(Int32Array::from(vec![1, 2]))],
-        )
-        .unwrap();
-        let table =
-            Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false), Field::new("b", DataType::Utf8, true)]));
-        let conform = Conform { target: Arc::clone(&table), sources: vec![1, 0] };
-        let out = conform.apply(&batch).unwrap();
-        assert_eq!(out.schema(), table);
-        assert_eq!(out.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values(), &[1, 2]);
-        assert!(out.column(1).is_null(1));
-
-        // A NULL into a NOT NULL column is refused, not passed on.
-        let strict = Arc::new(Schema::new(vec![Field::new("b", DataType::Utf8, false)]));
-        assert!(Conform { target: strict, sources: vec![0] }.apply(&batch).is_err());
-        // A value that does not convert fails instead of becoming NULL.
-        let narrow = Arc::new(Schema::new(vec![Field::new("b", DataType::Int64, true)]));
-        assert!(
-            Conform { target: narrow, sources: vec![0] }.apply(&batch).unwrap_err().to_string().contains("column 'b'")
-        );
-    }
-
-    #[test]
-    fn rates() {
-        assert_eq!(format_rate(2_000_000, 0.84), "2.38M");
-        assert_eq!(format_rate(12_345, 1.0), "12.35K");
-        assert_eq!(format_rate(950, 1.0), "950");
-        assert_eq!(format_rate(10, 0.0), "-");
-    }
-}
+mod tests;
