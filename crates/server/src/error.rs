@@ -216,24 +216,24 @@ impl ErrorKind {
 }
 
 /// The message a client sees for `e`: the problem in its own words,
-/// without DataFusion's category prefixes ("Error during planning: ",
-/// "External error: ", "Arrow error: ") or the parser's debug form
-/// (`ParserError("…")`). A context DataFusion added stays in front
-/// ("UPDATE operation on table 't': …"), and a bug keeps its note that it
-/// is one.
+/// without DataFusion's and Arrow's category prefixes ("Error during
+/// planning: ", "External error: ", "Arrow error: ", "Cast error: "), the
+/// parser's debug form (`ParserError("…")`) or the name of the planning
+/// rule that failed. Syntax errors start with "syntax error", with the
+/// position when the parser knows it. A context DataFusion added stays in
+/// front ("UPDATE operation on table 't': …"), and a bug keeps its note
+/// that it is one.
 pub fn error_message(e: &DataFusionError) -> String {
     use datafusion::sql::sqlparser::parser::ParserError;
     match e {
         DataFusionError::SQL(e, _) => match e.as_ref() {
-            ParserError::ParserError(m) | ParserError::TokenizerError(m) => format!("syntax error: {m}"),
+            ParserError::ParserError(m) | ParserError::TokenizerError(m) => syntax_message(m),
             ParserError::RecursionLimitExceeded => "syntax error: the statement nests too deeply".into(),
         },
         DataFusionError::External(inner) => external_message(inner.as_ref()),
         DataFusionError::ArrowError(e, _) => arrow_message(e),
-        // A failing optimizer or analyzer rule is no news to a user.
-        DataFusionError::Context(context, inner) if context.ends_with("' failed") && context.contains(" rule '") => {
-            error_message(inner)
-        }
+        // Which planning rule failed is no news to a user.
+        DataFusionError::Context(context, inner) if is_rule_context(context) => error_message(inner),
         DataFusionError::Context(context, inner) => format!("{context}: {}", error_message(inner)),
         DataFusionError::Diagnostic(_, inner) => error_message(inner),
         DataFusionError::Collection(errors) => errors.first().map_or_else(|| e.to_string(), error_message),
@@ -249,6 +249,66 @@ pub fn error_message(e: &DataFusionError) -> String {
     }
 }
 
+/// Whether a context DataFusion put around an error only names the
+/// planning rule it came from: the optimizer's "Optimizer rule 'x'
+/// failed", or the analyzer's bare rule name (a snake_case identifier,
+/// such as `type_coercion`; the contexts that say something are phrases).
+fn is_rule_context(context: &str) -> bool {
+    let optimizer = context.starts_with("Optimizer rule '") && context.ends_with("' failed");
+    let analyzer =
+        !context.is_empty() && context.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    optimizer || analyzer
+}
+
+/// A parser or tokenizer message as a syntax error in plain words: the
+/// parser's "Expected: X, found: Y at Line: 1, Column: 8" becomes
+/// "syntax error at line 1, column 8: expected X, found Y", and the end
+/// of the statement is "end of input", not "EOF".
+fn syntax_message(message: &str) -> String {
+    let (text, position) = split_position(message);
+    let text = match text.strip_prefix("Expected: ").and_then(|rest| rest.split_once(", found: ")) {
+        Some((expected, found)) => {
+            let found = if found == "EOF" { "end of input" } else { found };
+            format!("expected {}, found {found}", end_of_input(expected))
+        }
+        None => lowercase_first_word(&end_of_input(text.trim_end_matches('.'))),
+    };
+    match position {
+        Some((line, column)) => format!("syntax error at line {line}, column {column}: {text}"),
+        None => format!("syntax error: {text}"),
+    }
+}
+
+/// `message` without the position the parser appends (" at Line: 1,
+/// Column: 8"), and that position as (line, column).
+fn split_position(message: &str) -> (&str, Option<(u64, u64)>) {
+    let Some((text, position)) = message.rsplit_once(" at Line: ") else { return (message, None) };
+    let parsed =
+        position.split_once(", Column: ").and_then(|(line, column)| Some((line.parse().ok()?, column.parse().ok()?)));
+    match parsed {
+        Some(position) => (text, Some(position)),
+        None => (message, None),
+    }
+}
+
+/// `text` with the parser's word "EOF" as "end of input".
+fn end_of_input(text: &str) -> String {
+    text.split(' ').map(|word| if word == "EOF" { "end of input" } else { word }).collect::<Vec<_>>().join(" ")
+}
+
+/// `text` with its first word in lower case when it is an ordinary
+/// capitalised word ("Unterminated", not "SQL"), so that it reads on
+/// after "syntax error: ".
+fn lowercase_first_word(text: &str) -> String {
+    let mut chars = text.chars();
+    match (chars.next(), chars.next()) {
+        (Some(first), Some(second)) if first.is_ascii_uppercase() && !second.is_ascii_uppercase() => {
+            format!("{}{}", first.to_ascii_lowercase(), &text[1..])
+        }
+        _ => text.to_string(),
+    }
+}
+
 /// [`error_message`] of an error from outside DataFusion.
 fn external_message(e: &(dyn std::error::Error + Send + Sync + 'static)) -> String {
     if let Some(e) = e.downcast_ref::<DataFusionError>() {
@@ -257,16 +317,68 @@ fn external_message(e: &(dyn std::error::Error + Send + Sync + 'static)) -> Stri
     if let Some(Error::DataFusion(e)) = e.downcast_ref::<Error>() {
         return error_message(e);
     }
-    if let Some(e) = e.downcast_ref::<arrow_schema::ArrowError>() {
+    if let Some(e) = arrow_inside(e) {
         return arrow_message(e);
     }
     e.to_string()
 }
 
-/// [`error_message`] of an Arrow error.
+/// The Arrow error that `e` is, or that a quiverdb error passes on as its
+/// own (their `Arrow` variants show the Arrow error's text unchanged).
+fn arrow_inside<'a>(e: &'a (dyn std::error::Error + Send + Sync + 'static)) -> Option<&'a arrow_schema::ArrowError> {
+    use quiverdb_mapreducer::Error as M;
+    use quiverdb_scan::Error as Sc;
+    use quiverdb_storage::Error as S;
+    fn of_storage(e: &S) -> Option<&arrow_schema::ArrowError> {
+        match e {
+            S::Arrow(e) => Some(e),
+            _ => None,
+        }
+    }
+    fn of_mapreducer(e: &M) -> Option<&arrow_schema::ArrowError> {
+        match e {
+            M::Arrow(e) => Some(e.as_ref()),
+            M::Storage(e) => of_storage(e),
+            _ => None,
+        }
+    }
+    fn of_scan(e: &Sc) -> Option<&arrow_schema::ArrowError> {
+        match e {
+            Sc::MapReduce(e) => of_mapreducer(e),
+            Sc::Storage(e) => of_storage(e),
+            _ => None,
+        }
+    }
+    if let Some(e) = e.downcast_ref::<arrow_schema::ArrowError>() {
+        return Some(e);
+    }
+    if let Some(e) = e.downcast_ref::<Error>() {
+        return match e {
+            Error::Storage(e) => of_storage(e),
+            Error::Scan(e) => of_scan(e),
+            Error::MapReduce(e) => of_mapreducer(e),
+            _ => None,
+        };
+    }
+    if let Some(e) = e.downcast_ref::<S>() {
+        return of_storage(e);
+    }
+    if let Some(e) = e.downcast_ref::<Sc>() {
+        return of_scan(e);
+    }
+    e.downcast_ref::<M>().and_then(of_mapreducer)
+}
+
+/// [`error_message`] of an Arrow error: the text of a cast, parse,
+/// compute, argument or schema error without its category, which names
+/// Arrow's module rather than the problem.
 fn arrow_message(e: &arrow_schema::ArrowError) -> String {
+    use arrow_schema::ArrowError as A;
     match e {
-        arrow_schema::ArrowError::ExternalError(inner) => external_message(inner.as_ref()),
+        A::ExternalError(inner) => external_message(inner.as_ref()),
+        A::CastError(m) | A::ParseError(m) | A::ComputeError(m) | A::InvalidArgumentError(m) | A::SchemaError(m) => {
+            m.clone()
+        }
         other => other.to_string(),
     }
 }
@@ -301,16 +413,16 @@ mod tests {
     use super::*;
     use crate::session_context;
 
-    /// The error of running `sql`, statement by statement, on a database
-    /// with table `t (id BIGINT NOT NULL PRIMARY KEY, v TINYINT)` holding
-    /// the row (1, 1).
+    /// The error of running `sql` as quiverdb runs statements
+    /// ([`crate::sql`]) on a database with table `t (id BIGINT NOT NULL
+    /// PRIMARY KEY, v TINYINT)` holding the row (1, 1).
     async fn failure(sql: &str) -> DataFusionError {
         let ctx = session_context(&Database::new());
         for setup in ["CREATE TABLE t (id BIGINT NOT NULL PRIMARY KEY, v TINYINT)", "INSERT INTO t VALUES (1, 1)"] {
-            let run = async { ctx.sql(setup).await?.collect().await };
+            let run = async { crate::sql(&ctx, setup).await?.collect().await };
             run.await.unwrap_or_else(|e| panic!("{setup}: {e}"));
         }
-        match ctx.sql(sql).await {
+        match crate::sql(&ctx, sql).await {
             Ok(df) => df.collect().await.expect_err(sql),
             Err(e) => e,
         }
@@ -319,15 +431,19 @@ mod tests {
     #[tokio::test]
     async fn messages_name_the_problem_without_wrappers() {
         let cases = [
-            ("SELEC 1", "syntax error: Expected: an SQL statement, found: SELEC"),
+            ("SELEC 1", "syntax error at line 1, column 1: expected an SQL statement, found SELEC"),
             ("SELECT * FROM missing", "table 'quiverdb.public.missing' not found"),
             ("SELECT nope FROM t", "nope"),
             ("INSERT INTO t VALUES (1, 2)", "duplicate"),
             ("INSERT INTO t VALUES (NULL, 2)", "column 'id' of table 't'"),
             ("INSERT INTO t (v, id) VALUES (2, NULL)", "column 'id' of table 't'"),
             ("INSERT INTO t SELECT NULL, 2", "column 'id' of table 't'"),
+            ("CREATE TABLE c (a INT, b INT NOT NULL) AS VALUES (1, 2), (3, NULL)", "column 'b' of table 'c'"),
             ("SELECT CAST(1000 AS TINYINT)", "1000"),
             ("SELECT 1 / 0", "Divide by zero"),
+            ("SELECT CAST('x' AS INT)", "Cannot cast string 'x' to value of Int32 type"),
+            ("UPDATE t SET v = 1000", "Can't cast value 1000 to type Int8"),
+            ("DELETE FROM t WHERE id IN (SELECT id FROM t)", "DELETE with a subquery"),
             ("CREATE TABLE t (a INT)", "already exists"),
             ("CREATE TABLE u (a INTERVAL PRIMARY KEY)", "cannot be in a primary key"),
             ("DROP SCHEMA nowhere", "nowhere"),
@@ -343,6 +459,13 @@ mod tests {
                 "Arrow error",
                 "Error during planning",
                 "Execution error",
+                "Cast error",
+                "caused by",
+                "Optimizer rule",
+                "quiverdb_dml_guard",
+                "Expected:",
+                "EOF",
+                "column1",
             ] {
                 assert!(!message.contains(wrapper), "{sql}: {message:?} contains {wrapper:?}");
             }
@@ -357,6 +480,7 @@ mod tests {
             ("INSERT INTO t VALUES (1, 2)", ErrorKind::AlreadyExists),
             ("INSERT INTO t VALUES (NULL, 2)", ErrorKind::ConstraintViolation),
             ("INSERT INTO t SELECT NULL, 2", ErrorKind::ConstraintViolation),
+            ("CREATE TABLE c (a INT NOT NULL) AS VALUES (NULL)", ErrorKind::ConstraintViolation),
             ("CREATE TABLE t (a INT)", ErrorKind::AlreadyExists),
             ("CREATE TABLE u (a INTERVAL PRIMARY KEY)", ErrorKind::InvalidInput),
             ("CREATE SCHEMA public", ErrorKind::AlreadyExists),
@@ -365,6 +489,50 @@ mod tests {
             let e = failure(sql).await;
             assert_eq!(ErrorKind::of(&e), kind, "{sql}: {e}");
         }
+    }
+
+    #[tokio::test]
+    async fn syntax_errors_say_what_was_expected_and_where() {
+        let cases = [
+            ("SELECT", "syntax error: expected an expression, found end of input"),
+            ("SELECT 1 +", "syntax error: expected an expression, found end of input"),
+            ("SELEC 1", "syntax error at line 1, column 1: expected an SQL statement, found SELEC"),
+            ("SELECT 1\n  2", "syntax error at line 2, column 3: expected end of statement, found 2"),
+            ("SELECT 'abc", "syntax error at line 1, column 8: unterminated string literal"),
+            ("SELECT \"abc", "syntax error at line 1, column 8: expected close delimiter '\"' before end of input"),
+        ];
+        for (sql, expected) in cases {
+            assert_eq!(error_message(&failure(sql).await), expected, "{sql}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_rule_that_failed_is_not_named() {
+        // quiverdb's own analyzer rule fails UPDATE's SET and DELETE's WHERE.
+        assert_eq!(error_message(&failure("UPDATE t SET v = 1000").await), "Can't cast value 1000 to type Int8");
+        let message = error_message(&failure("DELETE FROM t WHERE id IN (SELECT id FROM t)").await);
+        assert!(message.starts_with("DELETE with a subquery (IN, EXISTS or scalar) is not supported"), "{message}");
+        // An optimizer rule.
+        let message = error_message(&failure("SELECT * FROM t WHERE id = 'x'").await);
+        assert_eq!(message, "Cannot cast string 'x' to value of Int64 type");
+        // Any analyzer rule's name goes; a context that says something stays.
+        let plan = || Box::new(DataFusionError::Plan("no such thing".into()));
+        assert_eq!(error_message(&DataFusionError::Context("type_coercion".into(), plan())), "no such thing");
+        let update = DataFusionError::Context("UPDATE operation on table 't'".into(), plan());
+        assert_eq!(error_message(&update), "UPDATE operation on table 't': no such thing");
+    }
+
+    #[test]
+    fn arrow_errors_inside_quiverdb_errors_lose_their_category() {
+        use arrow_schema::ArrowError;
+        let compute = || ArrowError::ComputeError("a list longer than 2^31 values".into());
+        let storage = Error::Storage(quiverdb_storage::Error::Arrow(compute()));
+        assert_eq!(error_message(&DataFusionError::from(storage)), "a list longer than 2^31 values");
+        let nested = DataFusionError::External(Box::new(DataFusionError::ArrowError(
+            Box::new(ArrowError::ExternalError(Box::new(Error::MapReduce(compute().into())))),
+            None,
+        )));
+        assert_eq!(error_message(&nested), "a list longer than 2^31 values");
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! memory pool as it arrives (a result larger than `--memory-limit` is
 //! `ResourceExhausted`, the server unharmed), and the new table replaces
 //! the old one in one step once it is filled: a failure leaves the old
-//! table as it was.
+//! table as it was. A NULL in a column the statement declares NOT NULL is
+//! refused as a constraint violation naming that column (DataFusion's own
+//! check named the VALUES column, `column1`).
 //!
 //! ```text
 //!   CREATE [OR REPLACE] TABLE t AS q ──▶ q's batches ──reserve──▶ memory pool
@@ -20,6 +22,8 @@
 
 use std::sync::Arc;
 
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::SchemaRef;
 use datafusion::catalog::SchemaProvider;
 use datafusion::common::{
     DFSchema, DataFusionError, Result, SchemaError, TableReference, exec_err, not_impl_err, schema_err,
@@ -32,6 +36,7 @@ use datafusion::prelude::{DataFrame, SessionContext};
 use futures::TryStreamExt;
 
 use crate::catalog::{QuiverCatalog, QuiverSchema};
+use crate::error::Error;
 use crate::limits::TableMemoryLimit;
 use crate::retained::Retained;
 use crate::session::DEFAULT_CATALOG;
@@ -85,6 +90,10 @@ async fn create_table_as(ctx: &SessionContext, schema: &QuiverSchema, create: Cr
         _ => {}
     }
     let state = ctx.state();
+    // The columns as declared; the VALUES run nullable, so that a NULL in
+    // a NOT NULL column is found below, by the column's name.
+    let declared = Arc::clone(input.schema().inner());
+    let input = crate::session::nullable_values(Arc::unwrap_or_clone(input))?.data;
     let input = state.optimize(&input)?;
     unique_column_names(input.schema())?;
     let physical = state.create_physical_plan(&input).await?;
@@ -95,6 +104,7 @@ async fn create_table_as(ctx: &SessionContext, schema: &QuiverSchema, create: Cr
     let mut retained = Retained::default();
     let mut budget = TableMemoryLimit::of(state.config()).map(|l| l.budget());
     while let Some(batch) = rows.try_next().await? {
+        let batch = as_declared(&batch, &declared, &name)?;
         let bytes = retained.add(&batch);
         reservation.try_grow(bytes)?;
         if let Some(budget) = &mut budget {
@@ -102,12 +112,25 @@ async fn create_table_as(ctx: &SessionContext, schema: &QuiverSchema, create: Cr
         }
         batches.push(batch);
     }
-    let table = MemTable::try_new(Arc::clone(input.schema().inner()), vec![batches])?
+    let table = MemTable::try_new(declared, vec![batches])?
         .with_constraints(constraints)
         .with_column_defaults(column_defaults.into_iter().collect());
     schema.create_from(name.table(), &table, exists && or_replace)?;
     drop(reservation);
     Ok(empty(ctx))
+}
+
+/// `batch` in the schema the new table `name` declares, or the NOT NULL
+/// column it holds a NULL in, as the constraint violation it is.
+fn as_declared(batch: &RecordBatch, declared: &SchemaRef, name: &TableReference) -> Result<RecordBatch> {
+    for (field, column) in declared.fields().iter().zip(batch.columns()) {
+        if !field.is_nullable() && column.null_count() > 0 {
+            let null =
+                quiverdb_storage::Error::NullInNonNullable { table: name.to_string(), column: field.name().clone() };
+            return Err(Error::from(null).into());
+        }
+    }
+    Ok(RecordBatch::try_new(Arc::clone(declared), batch.columns().to_vec())?)
 }
 
 /// DataFusion's rule for a new table's columns: no name twice (whatever

@@ -194,9 +194,15 @@ impl AnalyzerRule for DmlGuard {
 /// a NULL for a NOT NULL column failed as Arrow's "Column 'column1' is
 /// declared as non-nullable", naming neither the column nor the table;
 /// quiverdb's own check names both and reports a constraint violation.
-fn nullable_values(insert: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+/// `CREATE TABLE … (columns) AS VALUES` has the same VALUES. A plan
+/// without such VALUES is left as it is.
+pub(crate) fn nullable_values(insert: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    let not_null = |values: &Values| values.schema.fields().iter().any(|f| !f.is_nullable());
+    if !insert.exists(|node| Ok(matches!(node, LogicalPlan::Values(values) if not_null(values))))? {
+        return Ok(Transformed::no(insert));
+    }
     insert.transform_up(|node| match node {
-        LogicalPlan::Values(values) if values.schema.fields().iter().any(|f| !f.is_nullable()) => {
+        LogicalPlan::Values(values) if not_null(&values) => {
             let fields: Vec<_> = values
                 .schema
                 .iter()

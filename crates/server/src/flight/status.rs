@@ -40,7 +40,8 @@ pub(crate) fn df_status(e: DataFusionError) -> Status {
 
 /// A storage error as a status.
 pub(crate) fn storage_status(e: quiverdb_storage::Error) -> Status {
-    Status::new(code(ErrorKind::of_storage(&e)), e.to_string())
+    let code = code(ErrorKind::of_storage(&e));
+    Status::new(code, error_message(&DataFusionError::External(Box::new(e))))
 }
 
 /// An Arrow error (in data a client sent) as a status.
@@ -166,5 +167,13 @@ mod tests {
     fn statuses_keep_the_error_text() {
         let status = through_sql(S::TableNotFound("sales".into()));
         assert!(status.message().contains("table 'sales' does not exist"), "{}", status.message());
+    }
+
+    #[test]
+    fn storage_statuses_lose_arrow_categories() {
+        let compute = arrow_schema::ArrowError::ComputeError("a list longer than 2^31 values".into());
+        let status = storage_status(S::Arrow(compute));
+        assert_eq!(status.message(), "a list longer than 2^31 values");
+        assert_code(status, Code::InvalidArgument);
     }
 }
