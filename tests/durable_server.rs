@@ -238,16 +238,15 @@ fn a_stop_with_a_busy_client_cancels_after_the_grace_and_checkpoints() {
     let dir = data_dir("busy-stop");
     let rt = runtime();
     let server = Server::start(&dir, &["--shutdown-grace-secs", "2"]);
-    let reading = rt.block_on(async {
+    let mut stream = rt.block_on(async {
         let mut c = server.client().await;
         ingest(&mut c, "t", true, batch(0..1000)).await.unwrap();
         let endless = "SELECT COUNT(*) FROM generate_series(1, 100000000000) WHERE value < 0";
         let info = c.execute(endless.into(), None).await.unwrap();
-        let mut stream = c.do_get(info.endpoint[0].ticket.clone().unwrap()).await.unwrap();
-        let reading = tokio::spawn(async move { futures::StreamExt::next(&mut stream).await });
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        reading
+        c.do_get(info.endpoint[0].ticket.clone().unwrap()).await.unwrap()
     });
+    let reading = rt.spawn(async move { futures::StreamExt::next(&mut stream).await });
+    rt.block_on(tokio::time::sleep(Duration::from_millis(500)));
     let asked = std::time::Instant::now();
     let log = server.stop();
     let took = asked.elapsed();

@@ -163,6 +163,100 @@ fn abandoned_and_cancelled_queries_stop_using_the_servers_cpu() {
     assert!(server.alive());
 }
 
+/// `quiverdb serve --in-memory` with `extra` arguments, its stderr piped
+/// and no NO_COLOR.
+fn serve_with_stderr(extra: &[&str]) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_quiverdb"))
+        .args(["serve", "--in-memory", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The lines `reader` (a server's stderr) shows up to the one saying where
+/// it serves, and that address.
+fn until_serving(reader: &mut std::io::BufReader<std::process::ChildStderr>) -> (Vec<String>, std::net::SocketAddr) {
+    use std::io::BufRead;
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the server ended: {lines:#?}");
+        let addr = line
+            .split("Flight SQL on ")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| c.is_whitespace() || c == '"').next()?.parse().ok());
+        lines.push(line);
+        if let Some(addr) = addr {
+            return (lines, addr);
+        }
+    }
+}
+
+async fn client_of(addr: std::net::SocketAddr) -> flight::Client {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    arrow_flight::sql::client::FlightSqlServiceClient::new(channel)
+}
+
+/// The server logs one line per statement (its outcome, rows and time),
+/// without colours when stderr is not a terminal, as JSON when asked; and
+/// a stderr that closes (`quiverdb serve 2>&1 | tee log`, tee gone) loses
+/// lines, not the server: it keeps serving and stops cleanly.
+#[test]
+fn statements_are_logged_and_a_closed_stderr_does_not_stop_the_server() {
+    use std::io::BufRead;
+    let rt = runtime();
+    let mut child = serve_with_stderr(&[]);
+    let mut reader = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (startup, addr) = until_serving(&mut reader);
+    assert!(startup.iter().all(|l| !l.contains('\x1b')), "colours off a terminal: {startup:?}");
+    rt.block_on(async {
+        let mut c = client_of(addr).await;
+        query(&mut c, "SELECT 41 + 1 AS answer").await.unwrap();
+        assert!(query(&mut c, "SELECT * FROM nowhere").await.is_err());
+    });
+    let mut logged = Vec::new();
+    while !logged.iter().any(|l: &String| l.contains("failed after")) {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "{logged:#?}");
+        logged.push(line);
+    }
+    let ok = logged.iter().find(|l| l.contains("SELECT 41 + 1 AS answer")).expect("the query's line");
+    assert!(ok.contains(" INFO ") && ok.contains(": ok, 1 rows, ") && ok.contains(" ms: "), "{ok}");
+    assert!(logged.iter().any(|l| l.contains(" WARN ") && l.contains("nowhere")), "{logged:#?}");
+
+    // The reading end goes away; the server goes on, and stops cleanly.
+    drop(reader);
+    rt.block_on(async {
+        let mut c = client_of(addr).await;
+        for _ in 0..20 {
+            let answer = query(&mut c, "SELECT 7 AS seven").await.unwrap();
+            assert_eq!(answer.column(0).as_primitive::<Int64Type>().value(0), 7);
+        }
+    });
+    assert!(child.try_wait().unwrap().is_none(), "the server died with its stderr");
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(child.wait().unwrap().success());
+
+    // --log-format json: an object a line.
+    let mut child = serve_with_stderr(&["--log-format", "json"]);
+    let mut reader = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (startup, _) = until_serving(&mut reader);
+    for line in &startup {
+        assert!(
+            line.starts_with('{') && line.trim_end().ends_with('}') && line.contains("\"level\":\"INFO\""),
+            "{line}"
+        );
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 fn ids(range: std::ops::Range<i64>) -> RecordBatch {
     let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
     RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(range))]).unwrap()

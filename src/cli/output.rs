@@ -432,7 +432,7 @@ mod tests {
     #[test]
     fn every_format_tells_null_from_the_empty_string() {
         let b = sample();
-        let (table, rows) = print(Format::Table, false, None, &[b.clone()]);
+        let (table, rows) = print(Format::Table, false, None, std::slice::from_ref(&b));
         assert_eq!(rows, 3);
         let expected = [
             "+------+---------+------+",
@@ -444,18 +444,18 @@ mod tests {
             "+------+---------+------+",
         ];
         assert_eq!(table, expected.join("\n") + "\n");
-        let (csv, _) = print(Format::Csv, false, None, &[b.clone()]);
+        let (csv, _) = print(Format::Csv, false, None, std::slice::from_ref(&b));
         assert_eq!(csv, "id,name,x\n1,\"a,b \"\"q\"\"\",1.5\n2,\"\",NaN\n,,\n");
-        let (tsv, _) = print(Format::Tsv, true, None, &[b.clone()]);
+        let (tsv, _) = print(Format::Tsv, true, None, std::slice::from_ref(&b));
         assert_eq!(tsv, "1\ta,b \"q\"\t1.5\n2\t\tNaN\n\\N\t\\N\t\\N\n");
-        let (json, _) = print(Format::Json, false, None, &[b.clone()]);
+        let (json, _) = print(Format::Json, false, None, std::slice::from_ref(&b));
         assert_eq!(
             json,
             "[{\"id\":1,\"name\":\"a,b \\\"q\\\"\",\"x\":1.5},\n{\"id\":2,\"name\":\"\",\"x\":\"NaN\"},\n{\"id\":null,\"name\":null,\"x\":null}]\n"
         );
-        let (jsonl, _) = print(Format::Jsonl, false, None, &[b.clone()]);
+        let (jsonl, _) = print(Format::Jsonl, false, None, std::slice::from_ref(&b));
         assert_eq!(jsonl.lines().count(), 3);
-        let (markdown, _) = print(Format::Markdown, false, None, &[b]);
+        let (markdown, _) = print(Format::Markdown, false, None, std::slice::from_ref(&b));
         assert_eq!(markdown.lines().nth(1), Some("|---|---|---|"));
         assert_eq!(markdown.lines().nth(4), Some("| NULL | NULL | NULL |"));
     }
@@ -483,8 +483,8 @@ mod tests {
     fn an_empty_result_prints_its_header() {
         let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
         let empty = RecordBatch::new_empty(schema);
-        assert_eq!(print(Format::Table, false, None, &[empty.clone()]).0, "+---+\n| x |\n+---+\n+---+\n");
-        assert_eq!(print(Format::Json, false, None, &[empty.clone()]).0, "[]\n");
-        assert_eq!(print(Format::Csv, false, None, &[empty]).0, "x\n");
+        assert_eq!(print(Format::Table, false, None, std::slice::from_ref(&empty)).0, "+---+\n| x |\n+---+\n+---+\n");
+        assert_eq!(print(Format::Json, false, None, std::slice::from_ref(&empty)).0, "[]\n");
+        assert_eq!(print(Format::Csv, false, None, std::slice::from_ref(&empty)).0, "x\n");
     }
 }

@@ -20,6 +20,7 @@ By hand, against a running server: set the variables and run
 
 import itertools
 import os
+import threading
 import time
 import unittest
 
@@ -336,6 +337,45 @@ class ErrorTest(AdbcTestCase):
             rows(self.cur, "SELECT * FROM no_such_table_xyz")
         self.assertIn("no_such_table_xyz", str(caught.exception))
         self.assertEqual(rows(self.cur, "SELECT 1 + 1"), [(2,)])
+
+    def test_cancel_stops_a_running_query_on_the_server(self):
+        """ADBC's cursor.adbc_cancel() stops a query that would run for hours:
+        the executing call fails, and the server no longer lists it."""
+        endless = "SELECT COUNT(*) FROM generate_series(1, 100000000000) WHERE value < 0"
+        listed = (
+            "SELECT COUNT(*) FROM system.queries "
+            "WHERE sql LIKE '%100000000000%' AND sql NOT LIKE '%system.queries%'"
+        )
+
+        def running():
+            return rows(self.cur, listed)[0][0]
+
+        with connect() as conn:
+            cur = conn.cursor()
+            failures = []
+
+            def run():
+                try:
+                    cur.execute(endless)
+                    cur.fetchall()
+                except adbc_driver_manager.Error as e:
+                    failures.append(e)
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            deadline = time.time() + 30
+            while running() == 0 and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(running(), 1)
+            cur.adbc_cancel()
+            thread.join(30)
+            self.assertFalse(thread.is_alive(), "the cancelled call still runs")
+            self.assertEqual(len(failures), 1, "the cancelled query returned rows")
+            deadline = time.time() + 30
+            while running() != 0 and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(running(), 0, "the server still runs the cancelled query")
+            cur.close()
 
     def test_syntax_error(self):
         with self.assertRaises(adbc_driver_manager.Error) as caught:

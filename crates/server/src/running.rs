@@ -268,6 +268,19 @@ impl Drop for RunningGuard {
     }
 }
 
+/// Logs statement `sql` from `client`, which failed after `elapsed`
+/// without running (it did not plan): a statement's one line, as
+/// [`RunningGuard`] writes for the others.
+pub(crate) fn log_refused(client: Option<std::net::SocketAddr>, sql: &str, elapsed: std::time::Duration, error: &str) {
+    let client = client.map_or_else(|| "in-process".to_string(), |a| a.to_string());
+    let ms = elapsed.as_secs_f64() * 1e3;
+    tracing::warn!(
+        "statement from {client}: failed after {ms:.1} ms ({}): {}",
+        first_line(error),
+        one_line(&shown(sql))
+    );
+}
+
 /// `batches`, failing with `Cancelled` once the statement of `guard` is
 /// cancelled (and dropping the work under it then); counts the rows it
 /// passes and records how it ended.
@@ -279,12 +292,13 @@ pub(crate) fn cancellable<E>(
 where
     E: std::fmt::Display + Send + 'static,
 {
-    Box::pin(Cancellable { inner: Some(batches), guard, cancelled })
+    Box::pin(Cancellable { running: Some((batches, guard)), cancelled })
 }
 
 struct Cancellable<E, F> {
-    inner: Option<BoxStream<'static, Result<RecordBatch, E>>>,
-    guard: RunningGuard,
+    /// The stream and its statement's entry, until the stream ends (then
+    /// the statement is no longer listed, and logs its line).
+    running: Option<(BoxStream<'static, Result<RecordBatch, E>>, RunningGuard)>,
     cancelled: F,
 }
 
@@ -297,28 +311,29 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
-        this.guard.running.waker.register(cx.waker());
-        if this.guard.cancelled() {
-            // The execution stops as it is dropped.
-            this.inner = None;
-            let e = (this.cancelled)(this.guard.id());
-            this.guard.finish::<(), _>(&Err(format!("cancelled: {e}")));
+        let Some((inner, guard)) = this.running.as_mut() else { return Poll::Ready(None) };
+        guard.running.waker.register(cx.waker());
+        if guard.cancelled() {
+            // The execution stops as it is dropped; the guard logs it as
+            // cancelled.
+            let e = (this.cancelled)(guard.id());
+            this.running = None;
             return Poll::Ready(Some(Err(e)));
         }
-        match inner.as_mut().poll_next(cx) {
+        let polled = inner.as_mut().poll_next(cx);
+        match polled {
             Poll::Ready(Some(Ok(batch))) => {
-                this.guard.add_rows(batch.num_rows() as u64);
+                guard.add_rows(batch.num_rows() as u64);
                 Poll::Ready(Some(Ok(batch)))
             }
             Poll::Ready(Some(Err(e))) => {
-                this.guard.finish::<(), _>(&Err(&e));
-                this.inner = None;
+                guard.finish::<(), _>(&Err(&e));
+                this.running = None;
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
-                this.guard.finish::<(), String>(&Ok(()));
-                this.inner = None;
+                guard.finish::<(), String>(&Ok(()));
+                this.running = None;
                 Poll::Ready(None)
             }
             Poll::Pending => Poll::Pending,

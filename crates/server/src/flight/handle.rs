@@ -260,7 +260,8 @@ mod tests {
             assert_ne!(one, two, "each ticket its own");
             assert_eq!(Handle::decode(&one).unwrap(), handle);
             for n in 0..one.len() {
-                assert!(Handle::decode(&one[..n]).is_err(), "a ticket cut at {n}");
+                // Cut where optional parameters start, it is another handle.
+                assert!(Handle::decode(&one[..n]).map_or(true, |h| h != handle), "a ticket cut at {n}");
             }
         }
     }

@@ -202,8 +202,7 @@ fn flight_service(
         auth,
         options.max_message_bytes,
         options.session_idle,
-        Arc::new(Admission::new(options.admission.clone())?),
-        running,
+        (Arc::new(Admission::new(options.admission.clone())?), running),
     );
     Ok(FlightServiceServer::new(QuiverFlightService(service))
         .max_decoding_message_size(options.max_message_bytes)

@@ -117,8 +117,7 @@ impl QuiverFlightSql {
         auth: Arc<Authenticator>,
         max_message_bytes: usize,
         session_idle: Duration,
-        admission: Arc<Admission>,
-        running: Arc<RunningQueries>,
+        (admission, running): (Arc<Admission>, Arc<RunningQueries>),
     ) -> Self {
         // Leave room for the IPC framing around a data message.
         let max_flight_data_bytes = (max_message_bytes / 2).clamp(1024, 2 << 20);
@@ -292,6 +291,17 @@ impl QuiverFlightSql {
         Ok((plan, version))
     }
 
+    /// [`Self::plan_versioned`] for a statement a client sent: one that
+    /// fails to plan logs its line here (it never runs).
+    async fn plan_statement(&self, sql: &str) -> Result<(LogicalPlan, u64), Status> {
+        let start = std::time::Instant::now();
+        let planned = self.plan_versioned(sql).await;
+        if let Err(status) = &planned {
+            crate::running::log_refused(self.session.peer(), sql, start.elapsed(), status.message());
+        }
+        planned
+    }
+
     /// The plan cache, for requests in the shared session.
     fn cache(&self) -> Option<&PlanCache> {
         (!self.own_settings).then_some(&*self.plans)
@@ -417,7 +427,7 @@ impl QuiverFlightSql {
             self.cancel(cancel?)?;
             return self.done_info(None, descriptor);
         }
-        let (plan, version) = self.plan_versioned(&sql).await?;
+        let (plan, version) = self.plan_statement(&sql).await?;
         let (schema, handle, total_records) = if is_query(&plan) {
             let schema = self.query_schema(&sql, version, &plan, params.as_ref())?;
             let handle = match params {
@@ -1190,7 +1200,7 @@ impl FlightSqlService for QuiverFlightSql {
             self.cancel(cancel?)?;
             return Ok(0);
         }
-        let plan = self.plan(&command.query).await?;
+        let plan = self.plan_statement(&command.query).await?.0;
         let count = if is_query(&plan) {
             // A query run as an update: run it, report its row count.
             self.registered(&command.query, |this| async move {
@@ -1339,7 +1349,7 @@ impl FlightSqlService for QuiverFlightSql {
         };
         // Parameters come with this call, or were bound before.
         let params = self.read_params(request).await?.or(params);
-        let plan = self.plan(&sql).await?;
+        let plan = self.plan_statement(&sql).await?.0;
         if is_query(&plan) {
             return Err(Status::invalid_argument("a query cannot run as an update; execute it as a query"));
         }

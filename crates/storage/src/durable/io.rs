@@ -277,7 +277,10 @@ impl StorageIo for FileSystem {
         }
         // SAFETY: the call returned 0, so it filled `stats`.
         let stats = unsafe { stats.assume_init() };
-        Ok(Some(u64::from(stats.f_bavail).saturating_mul(u64::from(stats.f_frsize))))
+        // Both are `u64` on 64-bit Linux, narrower on some 32-bit targets.
+        #[allow(clippy::useless_conversion)]
+        let (blocks, size) = (u64::from(stats.f_bavail), u64::from(stats.f_frsize));
+        Ok(Some(blocks.saturating_mul(size)))
     }
 }
 
