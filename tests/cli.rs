@@ -414,6 +414,27 @@ fn interactive_shell_reads_statements_from_a_pipe() {
     assert!(stderr(&out).is_empty(), "{}", stderr(&out));
 }
 
+/// The shortcuts: `\dt` and `.tables` list what users made, `\d t` a
+/// table's columns; `\maxrows` bounds what a result shows (and counts the
+/// rest); `SHOW TABLES` leaves out the system's views.
+#[test]
+fn shell_shortcuts_list_and_describe_tables() {
+    let server = TestServer::start();
+    server.sql("CREATE TABLE Sales (id BIGINT NOT NULL, region VARCHAR); INSERT INTO sales VALUES (1, 'n'), (2, 's'), (3, 'e')");
+    let out =
+        shell(&server, "\\dt\n.tables\n\\d Sales\n\\maxrows 2\nSELECT id FROM sales ORDER BY id;\nSHOW TABLES;\n");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    // Twice as `\\dt` and `.tables` print it, once inside SHOW TABLES's row.
+    assert_eq!(text.matches("| public       | sales      | BASE TABLE |").count(), 3, "{text}");
+    assert!(!text.contains("| information_schema"), "{text}");
+    assert!(text.contains("| id          | Int64     | NO          |"), "{text}");
+    assert!(text.contains("| region      | Utf8View  | YES         |"), "{text}");
+    assert!(text.contains("| 2  |") && !text.contains("| 3  |"), "{text}");
+    assert!(text.contains("3 rows (2 shown;"), "{text}");
+    assert!(text.contains("| quiverdb      | public       | sales      | BASE TABLE |"), "{text}");
+}
+
 #[test]
 fn interactive_shell_continues_after_errors() {
     let server = TestServer::start();

@@ -736,7 +736,12 @@ fn split_statements(text: &str) -> Split<'_> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{Split, changes_data, is_quit, normalized, split_statements};
+    use std::sync::{Arc, Mutex};
+
+    use rustyline::Context;
+    use rustyline::completion::Completer;
+
+    use super::{Split, SqlHelper, changes_data, is_quit, normalized, split_statements};
 
     fn split(statements: &[&'static str], rest: &'static str, rest_blank: bool) -> Split<'static> {
         Split { statements: statements.to_vec(), rest, rest_blank }
@@ -801,6 +806,24 @@ mod tests {
         for query in ["SELECT COUNT(*) AS count FROM t", "WITH x AS (SELECT 1) SELECT * FROM x", "(SELECT 1)"] {
             assert!(!changes_data(query), "{query}");
         }
+    }
+
+    #[test]
+    fn completion_offers_names_then_keywords_in_the_case_typed() {
+        let names = Arc::new(Mutex::new(vec!["sales".to_string(), "region".to_string(), "select_count".to_string()]));
+        let helper = SqlHelper { names };
+        let history = rustyline::history::DefaultHistory::new();
+        let ctx = Context::new(&history);
+        let complete = |line: &str| {
+            let (start, found) = helper.complete(line, line.len(), &ctx).unwrap();
+            (start, found.into_iter().map(|p| p.replacement).collect::<Vec<_>>())
+        };
+        assert_eq!(complete("SELECT * FROM sa"), (14, vec!["sales".to_string()]));
+        assert_eq!(complete("SEL"), (0, vec!["select_count".to_string(), "SELECT".to_string()]));
+        assert_eq!(complete("GRO"), (0, vec!["GROUP".to_string()]));
+        assert_eq!(complete("sel"), (0, vec!["select_count".to_string(), "select".to_string()]));
+        assert_eq!(complete("SELECT re"), (7, vec!["region".to_string(), "rename".to_string()]));
+        assert!(complete("SELECT ").1.is_empty());
     }
 
     #[test]
