@@ -246,7 +246,7 @@ fn a_stop_with_a_busy_client_cancels_after_the_grace_and_checkpoints() {
         c.do_get(info.endpoint[0].ticket.clone().unwrap()).await.unwrap()
     });
     let reading = rt.spawn(async move { futures::StreamExt::next(&mut stream).await });
-    rt.block_on(tokio::time::sleep(Duration::from_millis(500)));
+    rt.block_on(async { tokio::time::sleep(Duration::from_millis(500)).await });
     let asked = std::time::Instant::now();
     let log = server.stop();
     let took = asked.elapsed();

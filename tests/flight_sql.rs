@@ -1901,8 +1901,12 @@ async fn cancel_stops_a_running_query_and_its_client_hears_cancelled() -> TestRe
     assert!(status.message().contains(&format!("statement {id} was cancelled")), "{status}");
     until_nothing_runs(&mut admin).await?;
 
-    // What cannot be cancelled says why.
+    // What cannot be cancelled says why, whether sent as a statement or
+    // prepared (JDBC prepares every statement).
     let gone = status_of(update(&mut admin, &format!("KILL QUERY {id}")).await);
+    assert_eq!(gone.code(), Code::NotFound, "{gone}");
+    let mut prepared = admin.prepare(format!("CANCEL {id}"), None).await?;
+    let gone = status_of(prepared.execute_update().await);
     assert_eq!(gone.code(), Code::NotFound, "{gone}");
     let malformed = status_of(update(&mut admin, "CANCEL the query").await);
     assert_eq!(malformed.code(), Code::InvalidArgument, "{malformed}");

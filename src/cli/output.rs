@@ -193,11 +193,14 @@ impl<'o, W: Write> Printer<'o, W> {
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
             .collect::<Result<Vec<_>, _>>()
             .map_err(io::Error::other)?;
+        // Logical: a column of type Null has no null buffer, yet is all NULL.
+        let nulls: Vec<_> = batch.columns().iter().map(|c| c.logical_nulls()).collect();
+        let is_null = |c: usize, r: usize| nulls[c].as_ref().is_some_and(|n| n.is_null(r));
         let mut rows = Vec::with_capacity(batch.num_rows());
         for r in 0..batch.num_rows() {
             let mut row = Vec::with_capacity(formatters.len());
             for (c, f) in formatters.iter().enumerate() {
-                if batch.column(c).is_null(r) {
+                if is_null(c, r) {
                     // A CSV empty field stays unquoted: it is NULL.
                     row.push(match self.options.format {
                         Format::Markdown => markdown_cell(null),
@@ -303,6 +306,7 @@ impl<'o, W: Write> Printer<'o, W> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(io::Error::other)?;
         let names: Vec<String> = self.names().iter().map(|n| json_string(n)).collect();
+        let nulls: Vec<_> = batch.columns().iter().map(|c| c.logical_nulls()).collect();
         for r in 0..batch.num_rows() {
             let mut object = String::from("{");
             for (c, f) in formatters.iter().enumerate() {
@@ -312,7 +316,7 @@ impl<'o, W: Write> Printer<'o, W> {
                 object.push_str(&names[c]);
                 object.push(':');
                 let column = batch.column(c);
-                if column.is_null(r) {
+                if nulls[c].as_ref().is_some_and(|n| n.is_null(r)) {
                     match &self.options.null {
                         Some(text) => object.push_str(&json_string(text)),
                         None => object.push_str("null"),
@@ -477,6 +481,15 @@ mod tests {
         assert_eq!(rows, 2100);
         let ids: Vec<i64> = table.lines().filter_map(|l| l.trim_matches(['|', ' ']).parse::<i64>().ok()).collect();
         assert_eq!(ids, (0..2100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_column_of_type_null_prints_as_null() {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Null, true)]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(arrow_array::NullArray::new(2))]).expect("a batch");
+        assert_eq!(print(Format::Csv, true, None, std::slice::from_ref(&batch)).0, "\n\n");
+        assert_eq!(print(Format::Jsonl, false, None, std::slice::from_ref(&batch)).0, "{\"n\":null}\n{\"n\":null}\n");
+        assert_eq!(print(Format::Table, true, None, std::slice::from_ref(&batch)).0, "NULL\nNULL\n");
     }
 
     #[test]

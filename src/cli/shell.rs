@@ -259,7 +259,11 @@ impl Shell {
         });
         match &outcome {
             Err(Failure::Error(e)) => report(&format!("error: {e}")),
-            Err(Failure::Cancelled) => report("cancelled"),
+            Err(Failure::Cancelled) if is_query(sql) => report("cancelled"),
+            // The server runs a statement that changes data to its end.
+            Err(Failure::Cancelled) => report(
+                "cancelled waiting: a statement that changes data runs to its end on the server, so it may still complete",
+            ),
             _ => {}
         }
         outcome
@@ -382,7 +386,11 @@ impl Shell {
                 Err(ReadlineError::Eof) => break,
                 Err(e) => return Err(e.into()),
             };
-            if is_quit(&line) {
+            // `\q` leaves at any prompt but inside a quote or comment;
+            // `quit` and `exit` only at the start of a statement.
+            let quits = is_quit(&line)
+                && (buffer.is_empty() || (line.trim_start().starts_with('\\') && !split_statements(&buffer).open));
+            if quits {
                 buffer.clear();
                 break;
             }
@@ -416,6 +424,8 @@ impl Shell {
             for sql in &split.statements {
                 match self.execute(sql) {
                     Err(Failure::BrokenPipe) => return Ok(ExitCode::from(BROKEN_PIPE)),
+                    // Ctrl-C stops a script read from a pipe, as it stops -f.
+                    Err(Failure::Cancelled) if !terminal => return Ok(ExitCode::from(INTERRUPTED)),
                     Err(_) => failed = true,
                     Ok(()) => changed_names |= !is_query(sql),
                 }
@@ -652,6 +662,8 @@ struct Split<'a> {
     /// Whether `rest` holds nothing to run: only whitespace and finished
     /// comments (an open quote or block comment is not blank).
     rest_blank: bool,
+    /// Whether `rest` ends inside a quote or a block comment.
+    open: bool,
 }
 
 /// Where the scanner of [`split_statements`] is.
@@ -730,7 +742,7 @@ fn split_statements(text: &str) -> Split<'_> {
         i += 1;
     }
     let open = matches!(state, Lex::Single | Lex::Double | Lex::BlockComment(_));
-    Split { statements, rest: &text[start..], rest_blank: !has_code && !open }
+    Split { statements, rest: &text[start..], rest_blank: !has_code && !open, open }
 }
 
 #[cfg(test)]
@@ -744,7 +756,8 @@ mod tests {
     use super::{Split, SqlHelper, changes_data, is_quit, normalized, split_statements};
 
     fn split(statements: &[&'static str], rest: &'static str, rest_blank: bool) -> Split<'static> {
-        Split { statements: statements.to_vec(), rest, rest_blank }
+        let open = split_statements(rest).open;
+        Split { statements: statements.to_vec(), rest, rest_blank, open }
     }
 
     #[test]

@@ -246,6 +246,14 @@ impl RunningGuard {
     fn cancelled(&self) -> bool {
         self.running.cancelled.load(Ordering::Acquire)
     }
+
+    /// Completes once the statement is cancelled.
+    pub(crate) fn until_cancelled(&self) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            self.running.waker.register(cx.waker());
+            if self.cancelled() { Poll::Ready(()) } else { Poll::Pending }
+        })
+    }
 }
 
 impl Drop for RunningGuard {

@@ -464,7 +464,10 @@ impl Database {
             if old.index_of(field.name()).is_ok() {
                 return Err(Error::InvalidSchema(format!("table '{name}' already has a column '{}'", field.name())));
             }
-            if !field.is_nullable() && value.is_null(0) && table.row_count() > 0 {
+            // The rows the change applies to: durable or not (the writer
+            // lock is held, so none arrive meanwhile).
+            let rows: usize = table.core().latest().shards.iter().map(crate::shard::ShardState::live).sum();
+            if !field.is_nullable() && value.is_null(0) && rows > 0 {
                 return Err(Error::NullInNonNullable { table: name.into(), column: field.name().clone() });
             }
             let mut options = table.options().clone();

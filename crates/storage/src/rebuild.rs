@@ -187,6 +187,11 @@ fn publish(table: &TableCore, snap: &ShardState, main: Main) -> Result<()> {
     if !Arc::ptr_eq(&cur.data, data) {
         return Err(Error::Internal(format!("shard {} was replaced while its rebuild held the rebuild lock", data.id)));
     }
+    if cur.delta_len < snap.delta_len || cur.deleted() < snap.deleted() {
+        // Changes the rebuild started from were never durable and are
+        // gone (the log failed): nothing to publish.
+        return writer.log().check_writable();
+    }
     let schema = table.schema();
     let new_rows = main.rows();
     let carried = cur.delta_len - snap.delta_len;

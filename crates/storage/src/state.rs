@@ -355,13 +355,15 @@ impl<'t> WriterGuard<'t> {
 
     /// Makes `next`, a change that was not logged, the table's state: one
     /// pointer swap; every snapshot taken from now on sees it, and none
-    /// taken before changes. Nothing may be pending (a table that logs
-    /// publishes through [`WriterGuard::publish_logged`]).
+    /// taken before changes. (A table that logs publishes through
+    /// [`WriterGuard::publish_logged`]; should logged changes be pending
+    /// still, `next`, built on them, waits behind them.)
     pub(crate) fn publish(&mut self, next: TableState) {
-        let pending = self.table.pending();
-        debug_assert!(pending.is_empty(), "a change that was not logged published over logged ones");
-        self.table.state.store(Arc::new(next));
-        drop(pending);
+        let mut pending = self.table.pending();
+        match pending.back().map(|p| p.lsn) {
+            None => self.table.state.store(Arc::new(next)),
+            Some(lsn) => pending.push_back(Pending { lsn, state: Arc::new(next), rebuild: true }),
+        }
     }
 
     /// Publishes `next`, whose change was logged at `lsn`: the next change
@@ -380,5 +382,60 @@ impl<'t> WriterGuard<'t> {
     /// Marks the table dropped: writes through old handles fail from now on.
     pub(crate) fn mark_dropped(&mut self) {
         self.table.dropped.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Arc<TableCore> {
+        let schema = TableSchema::try_new(&arrow_schema::Schema::empty(), &[]).expect("a schema");
+        TableCore::new("t".into(), schema, TableOptions::default(), Background::default())
+    }
+
+    fn shards(state: &Arc<TableState>) -> usize {
+        state.shards.len()
+    }
+
+    fn with_shards(n: usize) -> TableState {
+        let schema = TableSchema::try_new(&arrow_schema::Schema::empty(), &[]).expect("a schema");
+        let mut state = TableState::default();
+        for id in 0..n {
+            let data = crate::shard::ShardData::new(
+                ShardId(id as u64),
+                0,
+                4,
+                crate::main::Main::empty(0),
+                crate::delta::Delta::new(&schema, 4),
+            );
+            state.shards.push(ShardState { data: Arc::new(data), delta_len: 0, deletes: None });
+        }
+        state
+    }
+
+    /// Readers see a logged change only once its record is durable, in
+    /// order; a failed one and everything after it are dropped; a change
+    /// published without logging while others are pending waits behind them.
+    #[test]
+    fn logged_states_become_visible_in_order_once_durable() {
+        let t = table();
+        let mut w = t.lock().expect("the writer lock");
+        w.publish_logged(5, with_shards(1), false);
+        w.publish_logged(6, with_shards(1), true);
+        w.publish_logged(7, with_shards(2), false);
+        assert_eq!((shards(&t.state()), shards(&t.latest())), (0, 2));
+        t.durable(5);
+        assert_eq!(shards(&t.state()), 1, "5 and the rebuild after it");
+        w.publish(with_shards(3));
+        assert_eq!(shards(&t.state()), 1, "not before 7");
+        t.durable(7);
+        assert_eq!(shards(&t.state()), 3);
+        w.publish_logged(8, with_shards(4), false);
+        w.publish_logged(9, with_shards(5), false);
+        t.discard(8);
+        assert_eq!((shards(&t.state()), shards(&t.latest())), (3, 3));
+        t.durable(9);
+        assert_eq!(shards(&t.state()), 3, "a dropped state never shows");
     }
 }

@@ -574,7 +574,11 @@ impl<'t> Transaction<'t> {
                     Err(e) => return Err(self.abort(e)),
                 }
             }
-            _ => None,
+            // A logged table's transaction that logged nothing changed
+            // nothing; publishing its copy of the newest state would show
+            // changes that are not durable yet.
+            Some(_) => return self.abort(Ok(())),
+            None => None,
         };
         let durable = lsn.zip(self.writer.log().log().cloned());
         let mut touched = std::mem::take(&mut self.appended);

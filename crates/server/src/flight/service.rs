@@ -437,13 +437,13 @@ impl QuiverFlightSql {
             (schema.as_ref().clone(), handle, -1)
         } else if is_change(&plan) {
             let bound = Self::bind(plan, params.as_ref())?;
-            let count = self.registered(&sql, |this| this.run_mutations(bound)).await?;
+            let count = self.registered(&sql, true, |this| this.run_mutations(bound)).await?;
             return self.done_info(count, descriptor);
         } else {
             // A query that writes as it runs: run it once, now; its ticket
             // carries the result.
             let bound = Self::bind(plan, params.as_ref())?;
-            let result = self.registered(&sql, |this| this.run_writing_query(bound)).await?;
+            let result = self.registered(&sql, true, |this| this.run_writing_query(bound)).await?;
             let records = result.num_rows() as i64;
             (result.schema().as_ref().clone(), Handle::Ran { result }, records)
         };
@@ -476,15 +476,24 @@ impl QuiverFlightSql {
         Ok(Response::new(info))
     }
 
-    /// Runs `work`, a statement that changes data (`sql`), listed in
-    /// `system.queries` while it runs; its outcome is logged.
-    async fn registered<'a, T, F>(&'a self, sql: &str, work: impl FnOnce(&'a Self) -> F) -> Result<T, Status>
+    /// Runs `work`, statement `sql` (one that `changes` data, or a query
+    /// run as an update), listed in `system.queries` while it runs; its
+    /// outcome is logged. A query stops when it is cancelled.
+    async fn registered<'a, T, F>(
+        &'a self,
+        sql: &str,
+        changes: bool,
+        work: impl FnOnce(&'a Self) -> F,
+    ) -> Result<T, Status>
     where
         F: std::future::Future<Output = Result<T, Status>> + 'a,
     {
-        let mut guard = self.register(sql, None, true);
+        let mut guard = self.register(sql, None, changes);
         guard.set_running();
-        let outcome = work(self).await;
+        let outcome = tokio::select! {
+            outcome = work(self) => outcome,
+            () = guard.until_cancelled() => Err(Status::cancelled(format!("statement {} was cancelled", guard.id()))),
+        };
         guard.finish(&outcome.as_ref().map_err(|e| e.message().to_string()));
         outcome
     }
@@ -612,18 +621,52 @@ impl QuiverFlightSql {
             Handle::Query { sql } => (sql, None),
             Handle::Prepared { sql, params } => (sql, params),
         };
+        // Listed first, so a CancelFlightInfo arriving meanwhile finds it
+        // (or the ticket it remembers).
+        let mut guard = self.register(&sql, ticket.clone(), false);
+        let cancelled = |id: u64| Status::cancelled(format!("statement {id} was cancelled"));
         if let Some(ticket) = &ticket
             && self.running.ticket_cancelled(ticket, self.session.owner())
         {
-            return Err(Status::cancelled("this statement was cancelled (CancelFlightInfo)"));
+            let status = cancelled(guard.id());
+            guard.finish::<(), _>(&Err(status.message()));
+            return Err(status);
         }
+        // Planning and the wait for a slot stop when it is cancelled too.
+        let prepared = tokio::select! {
+            prepared = self.prepare_query(sql, params) => prepared,
+            () = guard.until_cancelled() => Err(cancelled(guard.id())),
+        };
+        let (schema, batches) = match prepared {
+            Ok(prepared) => prepared,
+            Err(status) => {
+                guard.finish::<(), _>(&Err(status.message()));
+                return Err(status);
+            }
+        };
+        guard.set_running();
+        let out = Arc::clone(&schema);
+        let failed = |e: datafusion::error::DataFusionError| FlightError::from_external_error(Box::new(e));
+        let batches = batches.map(move |batch| to_client_batch(&batch?, &out).map_err(failed));
+        let batches = cancellable(batches.boxed(), guard, |id| {
+            FlightError::Tonic(Box::new(Status::cancelled(format!("statement {id} was cancelled"))))
+        });
+        Ok(self.encode(schema, batches))
+    }
+
+    /// A query's result schema and batches (`sql` with `params`, if a
+    /// prepared statement's), once admitted to run.
+    async fn prepare_query(
+        &self,
+        sql: String,
+        params: Option<RecordBatch>,
+    ) -> Result<(SchemaRef, futures::stream::BoxStream<'static, Result<RecordBatch, FlightError>>), Status> {
         let (plan, version) = self.plan_versioned(&sql).await?;
         if !is_query(&plan) {
             return Err(Status::invalid_argument(
                 "this ticket names a statement that changes data; run it through GetFlightInfo or an update",
             ));
         }
-        let guard = self.register(&sql, ticket, false);
         let failed = |e: datafusion::error::DataFusionError| FlightError::from_external_error(Box::new(e));
         let (schema, batches) = match params {
             None => {
@@ -655,13 +698,7 @@ impl QuiverFlightSql {
                 (schema, batches.boxed())
             }
         };
-        guard.set_running();
-        let out = Arc::clone(&schema);
-        let batches = batches.map(move |batch| to_client_batch(&batch?, &out).map_err(failed));
-        let batches = cancellable(batches.boxed(), guard, |id| {
-            FlightError::Tonic(Box::new(Status::cancelled(format!("statement {id} was cancelled"))))
-        });
-        Ok(self.encode(schema, batches))
+        Ok((schema, batches))
     }
 
     /// `plan`, the plan of query text `sql` (with no parameters) made at
@@ -1203,7 +1240,7 @@ impl FlightSqlService for QuiverFlightSql {
         let plan = self.plan_statement(&command.query).await?.0;
         let count = if is_query(&plan) {
             // A query run as an update: run it, report its row count.
-            self.registered(&command.query, |this| async move {
+            self.registered(&command.query, false, |this| async move {
                 let mut rows = 0u64;
                 let mut batches = this.execute_optimized(this.optimize(&plan)?).await?;
                 while let Some(batch) = batches.next().await {
@@ -1213,7 +1250,7 @@ impl FlightSqlService for QuiverFlightSql {
             })
             .await?
         } else {
-            self.registered(&command.query, |this| this.run_mutations(vec![plan])).await?
+            self.registered(&command.query, true, |this| this.run_mutations(vec![plan])).await?
         };
         Ok(count.map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)))
     }
@@ -1347,6 +1384,10 @@ impl FlightSqlService for QuiverFlightSql {
         let Handle::Prepared { sql, params } = Handle::decode(&query.prepared_statement_handle)? else {
             return Err(Status::invalid_argument("not a prepared statement handle"));
         };
+        if let Some(cancel) = cancel_target(&sql) {
+            self.cancel(cancel?)?;
+            return Ok(0);
+        }
         // Parameters come with this call, or were bound before.
         let params = self.read_params(request).await?.or(params);
         let plan = self.plan_statement(&sql).await?.0;
@@ -1355,7 +1396,7 @@ impl FlightSqlService for QuiverFlightSql {
         }
         let _held = params.as_ref().map(|p| self.reserve_params(p)).transpose()?;
         let bound = Self::bind(plan, params.as_ref())?;
-        let count = self.registered(&sql, |this| this.run_mutations(bound)).await?;
+        let count = self.registered(&sql, true, |this| this.run_mutations(bound)).await?;
         Ok(count.map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)))
     }
 
@@ -1366,6 +1407,17 @@ impl FlightSqlService for QuiverFlightSql {
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         if query.transaction_id.is_some() {
             return Err(Status::invalid_argument("quiverdb does not support transactions"));
+        }
+        if let Some(cancel) = cancel_target(&query.query) {
+            // Runs when executed (JDBC prepares every statement): no result set.
+            cancel?;
+            let handle = Handle::Prepared { sql: query.query, params: None }.encode()?;
+            let empty = schema_ipc(&Schema::empty())?;
+            return Ok(ActionCreatePreparedStatementResult {
+                prepared_statement_handle: handle,
+                dataset_schema: empty.clone(),
+                parameter_schema: empty,
+            });
         }
         let plan = self.plan(&query.query).await?;
         // DDL and DML produce no result set: an empty dataset schema, which

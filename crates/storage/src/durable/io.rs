@@ -89,14 +89,15 @@ pub(crate) fn write_atomically(io: &dyn StorageIo, dir: &Path, name: &str, bytes
     io.sync_dir(dir)
 }
 
-/// Removes the temporary files (`*.tmp`) a crash left in `dir`: a file
-/// being written atomically or a log segment being prepared, which take
-/// room (up to a segment each) for nothing.
-pub(crate) fn remove_temporary(io: &dyn StorageIo, dir: &Path) -> io::Result<()> {
-    for name in io.list(dir)?.iter().filter(|n| n.ends_with(".tmp")) {
-        io.remove(&dir.join(name))?;
+/// Removes the temporary file of `name` in `dir` a crash may have left (a
+/// file being written atomically, a log segment being prepared), which
+/// takes room (up to a segment) for nothing. Nothing else in `dir` is
+/// touched.
+pub(crate) fn remove_temporary(io: &dyn StorageIo, dir: &Path, name: &str) -> io::Result<()> {
+    match io.remove(&dir.join(format!("{name}.tmp"))) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Creates the file `path` holding `len` zero bytes, written (not a

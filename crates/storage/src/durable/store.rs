@@ -398,9 +398,7 @@ pub(crate) fn recover(
     let started = Instant::now();
     let shards_dir = dir.join(SHARDS);
     io.create_dir_all(&shards_dir).map_err(|e| Error::io(&shards_dir, e))?;
-    for d in [dir, shards_dir.as_path()] {
-        remove_temporary(io.as_ref(), d).map_err(|e| Error::io(d, e))?;
-    }
+    remove_temporary(io.as_ref(), dir, CATALOG).map_err(|e| Error::io(dir, e))?;
     io.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
 
     let catalog_path = dir.join(CATALOG);
@@ -441,8 +439,8 @@ pub(crate) fn recover(
     }
 
     let wal_dir = dir.join(WAL);
-    let (wal, contents) =
-        Wal::open(Arc::clone(&io), &wal_dir, options.sync, options.log_segment_bytes, options.recover_truncate)?;
+    let drop_damage = options.recover_truncate.then_some(catalog.lsn);
+    let (wal, contents) = Wal::open(Arc::clone(&io), &wal_dir, options.sync, options.log_segment_bytes, drop_damage)?;
     if let Some((segment, offset, bytes, what)) = &contents.dropped {
         tracing::warn!(
             "recovery: dropped {bytes} bytes of the log from offset {offset} of {} ({what}), as asked",

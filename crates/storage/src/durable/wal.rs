@@ -140,9 +140,10 @@ fn segments(io: &dyn StorageIo, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 /// Reads the log in `dir` up to its last complete record. A torn write is
 /// accepted only at the very end of the last segment; damage anywhere
 /// else, or a gap between segments, is [`Error::Corrupt`] — except, with
-/// `drop_damage`, damage in the last segment, where the log then ends
-/// (everything from the damaged frame on is dropped and reported).
-pub(crate) fn read_log(io: &dyn StorageIo, dir: &Path, drop_damage: bool) -> Result<LogContents> {
+/// `drop_damage` = `Some(n)`, damage in the last segment after record `n`
+/// (the one a checkpoint covers through), where the log then ends:
+/// everything from the damaged frame on is dropped and reported.
+pub(crate) fn read_log(io: &dyn StorageIo, dir: &Path, drop_damage: Option<u64>) -> Result<LogContents> {
     let segments = segments(io, dir)?;
     let mut out = LogContents::default();
     let mut next: Option<u64> = None;
@@ -165,11 +166,24 @@ pub(crate) fn read_log(io: &dyn StorageIo, dir: &Path, drop_damage: bool) -> Res
                 out.torn = Some((path.clone(), offset, bytes));
             }
             End::Damaged { offset, bytes, what } => {
-                if !(last && drop_damage) {
-                    let hint = if last { " (a record written whole whose bytes changed since)" } else { "" };
-                    return Err(corrupt(offset, format!("{what}{hint}")));
+                let damaged_lsn = *first + frames.len() as u64;
+                match drop_damage {
+                    Some(covered) if last && damaged_lsn > covered => {
+                        out.dropped = Some((path.clone(), offset, bytes, what.to_string()));
+                    }
+                    Some(covered) if last => {
+                        return Err(corrupt(
+                            offset,
+                            format!(
+                                "{what} (in log record {damaged_lsn}, which the checkpoint through record {covered} needs the records after: it cannot be dropped)"
+                            ),
+                        ));
+                    }
+                    _ => {
+                        let hint = if last { " (a record written whole whose bytes changed since)" } else { "" };
+                        return Err(corrupt(offset, format!("{what}{hint}")));
+                    }
                 }
-                out.dropped = Some((path.clone(), offset, bytes, what.to_string()));
             }
             End::Clean { .. } => {}
         }
@@ -353,14 +367,14 @@ impl Wal {
     /// Opens the log in `dir` (created if missing) for appending after its
     /// existing records, which it returns for replay; a new segment starts
     /// once the current one holds `segment_bytes`. A torn tail (and, with
-    /// `drop_damage`, damage in the last segment: see [`read_log`]) is
+    /// `drop_damage`, damage at the end of the log: see [`read_log`]) is
     /// reported in the contents and zeroed; writing goes on where it starts.
     pub(crate) fn open(
         io: Arc<dyn StorageIo>,
         dir: &Path,
         mode: SyncMode,
         segment_bytes: u64,
-        drop_damage: bool,
+        drop_damage: Option<u64>,
     ) -> Result<(Self, LogContents)> {
         if segment_bytes < MIN_SEGMENT_BYTES {
             return Err(Error::InvalidOption {
@@ -382,7 +396,7 @@ impl Wal {
             || segments(io.as_ref(), dir).map(|s| s.last().map_or(0, |(first, _)| first - 1)),
             |r| Ok(r.lsn),
         )?;
-        remove_temporary(io.as_ref(), dir).map_err(|e| Error::io(dir, e))?;
+        remove_temporary(io.as_ref(), dir, PREPARED).map_err(|e| Error::io(dir, e))?;
         let ready = io.list(dir).map_err(|e| Error::io(dir, e))?.iter().any(|n| n == PREPARED);
         // Room for what opening writes: a new segment unless the last one
         // has room, and the next one, prepared full of zeros. Refused
@@ -845,7 +859,7 @@ mod tests {
     }
 
     fn open(io: &SimulatedIo, mode: SyncMode) -> Wal {
-        Wal::open(Arc::new(io.clone()), &dir(), mode, MIN_SEGMENT_BYTES, false).unwrap().0
+        Wal::open(Arc::new(io.clone()), &dir(), mode, MIN_SEGMENT_BYTES, None).unwrap().0
     }
 
     /// Waits for a background preparation of the next segment to end.
@@ -860,7 +874,7 @@ mod tests {
     }
 
     fn payloads(io: &SimulatedIo) -> Vec<Vec<u8>> {
-        read_log(io, &dir(), false).unwrap().records.into_iter().map(|r| r.payload).collect()
+        read_log(io, &dir(), None).unwrap().records.into_iter().map(|r| r.payload).collect()
     }
 
     #[test]
@@ -882,7 +896,7 @@ mod tests {
         assert_eq!(lsn, 4);
         wal.commit(lsn).unwrap();
         io.crash(0);
-        let records = read_log(&io, &dir(), false).unwrap().records;
+        let records = read_log(&io, &dir(), None).unwrap().records;
         assert_eq!(records.iter().map(|r| r.lsn).collect::<Vec<_>>(), [1, 2, 3, 4]);
         assert_eq!((records[3].lsn, records[3].kind, records[3].payload.as_slice()), (4, 2, &b"after"[..]));
         assert_eq!(records[3].offset, 3 * (frame::OVERHEAD as u64 + 1), "writing went on after the last record");
@@ -909,7 +923,7 @@ mod tests {
             assert!(len(&io, path) >= MIN_SEGMENT_BYTES as usize, "{} was prepared", path.display());
         }
         io.crash(0);
-        let records = read_log(&io, &dir(), false).unwrap();
+        let records = read_log(&io, &dir(), None).unwrap();
         assert_eq!(records.records.iter().map(|r| r.lsn).collect::<Vec<_>>(), (1..=lsn).collect::<Vec<_>>());
         assert!(records.records.iter().all(|r| r.payload == payload));
         assert!(records.torn.is_none(), "the zeros after the last record are not a torn tail");
@@ -937,7 +951,7 @@ mod tests {
         assert_eq!(settled, 4 * (frame::OVERHEAD + 3000) as u64);
         wal.remove_through(wal.last_lsn().unwrap()).unwrap();
         let kept =
-            |io: &SimulatedIo| read_log(io, &dir(), false).unwrap().records.iter().map(|r| r.lsn).collect::<Vec<_>>();
+            |io: &SimulatedIo| read_log(io, &dir(), None).unwrap().records.iter().map(|r| r.lsn).collect::<Vec<_>>();
         assert_eq!(kept(&io).first(), Some(&first), "the pinned part is kept");
         drop(pin);
         assert_eq!(wal.appended_bytes().unwrap(), settled + (frame::OVERHEAD + 3000) as u64);
@@ -960,7 +974,7 @@ mod tests {
         drop(wal);
         io.crash(0);
         let (wal, contents) =
-            Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES, false).unwrap();
+            Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES, None).unwrap();
         assert_eq!(contents.records.iter().map(|r| r.payload[0]).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(wal.append(1, b"x").unwrap(), 4);
     }
@@ -1009,19 +1023,19 @@ mod tests {
         wal.commit(wal.append(1, b"cut short by the crash").unwrap()).unwrap();
         drop(wal);
         io.crash(7);
-        let contents = read_log(&io, &dir(), false).unwrap();
+        let contents = read_log(&io, &dir(), None).unwrap();
         assert_eq!(contents.records.len(), 1);
         let (_, offset, bytes) = contents.torn.clone().expect("a torn tail");
         assert_eq!(offset, (frame::OVERHEAD + 4) as u64, "right after the record kept");
         assert!((1..=7).contains(&bytes), "{bytes} bytes of data dropped");
 
         let (wal, contents) =
-            Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES, false).unwrap();
+            Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES, None).unwrap();
         assert!(contents.torn.is_some(), "open reports the torn tail");
-        assert!(read_log(&io, &dir(), false).unwrap().torn.is_none(), "and zeroes it");
+        assert!(read_log(&io, &dir(), None).unwrap().torn.is_none(), "and zeroes it");
         wal.commit(wal.append(1, b"next").unwrap()).unwrap();
         io.crash(0);
-        let contents = read_log(&io, &dir(), false).unwrap();
+        let contents = read_log(&io, &dir(), None).unwrap();
         assert_eq!(contents.records.iter().map(|r| r.lsn).collect::<Vec<_>>(), [1, 2]);
         assert_eq!(contents.records[1].payload, b"next");
     }
@@ -1036,7 +1050,7 @@ mod tests {
         let segment = dir().join(segment_name(1));
         // Inside the second record's payload.
         io.flip_bit(&segment, frame::OVERHEAD + 10 + frame::HEADER + 3, 2).unwrap();
-        match read_log(&io, &dir(), false) {
+        match read_log(&io, &dir(), None) {
             Err(Error::Corrupt { file, offset, .. }) => {
                 assert!(file.ends_with(segment_name(1)), "{}", file.display());
                 assert_eq!(offset, (frame::OVERHEAD + 10) as u64);
@@ -1044,7 +1058,7 @@ mod tests {
             other => panic!("expected corruption, got {other:?}"),
         }
         assert!(matches!(
-            Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES, false),
+            Wal::open(Arc::new(io.clone()), &dir(), SyncMode::Always, MIN_SEGMENT_BYTES, None),
             Err(Error::Corrupt { .. })
         ));
     }
@@ -1085,7 +1099,7 @@ mod tests {
             }
         });
         io.crash(0);
-        let records = read_log(&io, &dir(), false).unwrap().records;
+        let records = read_log(&io, &dir(), None).unwrap().records;
         assert_eq!(records.len(), 200);
         assert_eq!(records.iter().map(|r| r.lsn).collect::<Vec<_>>(), (1..=200).collect::<Vec<_>>());
         for t in 0..4u8 {
@@ -1156,7 +1170,7 @@ mod tests {
         assert_eq!(wal.durable_lsn().unwrap(), 5);
         drop(wal);
         io.crash(0);
-        let contents = read_log(&io, &dir(), false).unwrap();
+        let contents = read_log(&io, &dir(), None).unwrap();
         assert_eq!(contents.records.iter().map(|r| r.lsn).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
         assert!(contents.torn.is_none());
 
@@ -1166,7 +1180,7 @@ mod tests {
         assert_eq!(wal.append(1, b"after").unwrap(), 6);
         wal.sync().unwrap();
         io.crash(0);
-        let records = read_log(&io, &dir(), false).unwrap().records;
+        let records = read_log(&io, &dir(), None).unwrap().records;
         assert_eq!(records.len(), 6);
         assert_eq!((records[5].payload.as_slice(), records[5].offset), (&b"after"[..], 0));
         assert!(records[5].segment.ends_with(segment_name(6)));
