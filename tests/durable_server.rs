@@ -165,17 +165,22 @@ fn data_survives_a_graceful_stop_and_a_kill() {
     server.stop();
 }
 
+/// `quiverdb serve` on `dir`, which must refuse to start: its stderr.
+fn refused_start(dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_quiverdb"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn a_second_server_on_the_same_directory_is_refused() {
     let dir = data_dir("locked");
     let first = Server::start(&dir, &[]);
-    let out = Command::new(env!("CARGO_BIN_EXE_quiverdb"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&*dir)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused_start(&dir);
     assert!(
         stderr.contains("in use by another quiverdb") && stderr.contains(&first.child.id().to_string()),
         "{stderr}"
@@ -211,13 +216,7 @@ fn a_damaged_last_log_record_is_refused_unless_recover_truncate_drops_it() {
     bytes[end - 6] ^= 0x08;
     std::fs::write(&segment, &bytes).unwrap();
 
-    let out = Command::new(env!("CARGO_BIN_EXE_quiverdb"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&*dir)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused_start(&dir);
     let name = segment.file_name().unwrap().to_string_lossy().to_string();
     assert!(stderr.contains(&name) && stderr.contains("checksum") && stderr.contains("--recover-truncate"), "{stderr}");
     assert_eq!(std::fs::read(&segment).unwrap(), bytes, "refusing changed nothing");

@@ -187,12 +187,7 @@ impl<'o, W: Write> Printer<'o, W> {
     fn cells(&self, batch: &RecordBatch) -> io::Result<Vec<Vec<String>>> {
         let null = self.options.null_text();
         let options = FormatOptions::default().with_null("");
-        let formatters = batch
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(io::Error::other)?;
+        let formatters = formatters(batch, &options)?;
         // Logical: a column of type Null has no null buffer, yet is all NULL.
         let nulls: Vec<_> = batch.columns().iter().map(|c| c.logical_nulls()).collect();
         let is_null = |c: usize, r: usize| nulls[c].as_ref().is_some_and(|n| n.is_null(r));
@@ -299,12 +294,7 @@ impl<'o, W: Write> Printer<'o, W> {
 
     fn json_rows(&mut self, batch: &RecordBatch) -> io::Result<()> {
         let options = FormatOptions::default();
-        let formatters = batch
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(io::Error::other)?;
+        let formatters = formatters(batch, &options)?;
         let names: Vec<String> = self.names().iter().map(|n| json_string(n)).collect();
         let nulls: Vec<_> = batch.columns().iter().map(|c| c.logical_nulls()).collect();
         for r in 0..batch.num_rows() {
@@ -344,6 +334,11 @@ impl<'o, W: Write> Printer<'o, W> {
         }
         Ok(())
     }
+}
+
+/// A formatter for each column of `batch`.
+fn formatters<'a>(batch: &'a RecordBatch, options: &'a FormatOptions<'a>) -> io::Result<Vec<ArrayFormatter<'a>>> {
+    batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), options).map_err(io::Error::other)).collect()
 }
 
 /// Whether `text`, a value of `t`, is written as a JSON number.

@@ -35,7 +35,8 @@ use arrow_csv::reader::{Decoder, Format};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use indicatif::ProgressBar;
 
-use super::{BATCH_ROWS, BadRecord, CliError, Conform, Place, Problem, Refused};
+use super::record::{BATCH_ROWS, BadRecord, Conform, Place, Problem, Refused, WidthFrom};
+use crate::cli::CliError;
 
 /// The read buffer of a CSV file.
 const CSV_BUFFER_BYTES: usize = 1 << 20;
@@ -91,17 +92,6 @@ impl Mark {
         self.offset += bytes.len() as u64;
         self.line += bytes.iter().filter(|&&b| b == b'\n').count() as u64;
     }
-}
-
-/// What sets the number of fields every record must have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum WidthFrom {
-    /// The header line.
-    Header,
-    /// The first line (the file has no header).
-    FirstLine,
-    /// `--schema`.
-    Schema,
 }
 
 /// A CSV file with its layout read: the number of fields, the header's

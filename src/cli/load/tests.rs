@@ -4,8 +4,8 @@ use std::sync::Arc;
 use arrow_array::{Array, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 
-use super::csv::WidthFrom;
-use super::{BadRecord, Conform, FileKind, Place, Problem, Refused, format_rate, like_pattern, match_columns};
+use super::record::{BadRecord, Conform, Place, Problem, Refused, WidthFrom};
+use super::{FileKind, format_rate, like_pattern, match_columns};
 
 fn names(names: &[&str]) -> Vec<String> {
     names.iter().map(|n| n.to_string()).collect()
