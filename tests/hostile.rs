@@ -217,6 +217,8 @@ fn statements_are_logged_and_a_closed_stderr_does_not_stop_the_server() {
     rt.block_on(async {
         let mut c = client_of(addr).await;
         query(&mut c, "SELECT 41 + 1 AS answer").await.unwrap();
+        update(&mut c, "CREATE TABLE logged (x BIGINT)").await.unwrap();
+        assert_eq!(update(&mut c, "INSERT INTO logged VALUES (1), (2), (3)").await.unwrap(), 3);
         assert!(query(&mut c, "SELECT * FROM nowhere").await.is_err());
     });
     let mut logged = Vec::new();
@@ -228,6 +230,8 @@ fn statements_are_logged_and_a_closed_stderr_does_not_stop_the_server() {
     let ok = logged.iter().find(|l| l.contains("SELECT 41 + 1 AS answer")).expect("the query's line");
     assert!(ok.contains(" INFO ") && ok.contains(": ok, 1 rows, ") && ok.contains(" ms: "), "{ok}");
     assert!(logged.iter().any(|l| l.contains(" WARN ") && l.contains("nowhere")), "{logged:#?}");
+    let insert = logged.iter().find(|l| l.contains("INSERT INTO logged")).expect("the insert's line");
+    assert!(insert.contains(": ok, 3 rows, "), "{insert}");
 
     // The reading end goes away; the server goes on, and stops cleanly.
     drop(reader);

@@ -479,7 +479,7 @@ impl QuiverFlightSql {
     /// Runs `work`, statement `sql` (one that `changes` data, or a query
     /// run as an update), listed in `system.queries` while it runs; its
     /// outcome is logged. A query stops when it is cancelled.
-    async fn registered<'a, T, F>(
+    async fn registered<'a, T: RowCount, F>(
         &'a self,
         sql: &str,
         changes: bool,
@@ -494,6 +494,9 @@ impl QuiverFlightSql {
             outcome = work(self) => outcome,
             () = guard.until_cancelled() => Err(Status::cancelled(format!("statement {} was cancelled", guard.id()))),
         };
+        if let Ok(done) = &outcome {
+            guard.add_rows(done.rows());
+        }
         guard.finish(&outcome.as_ref().map_err(|e| e.message().to_string()));
         outcome
     }
@@ -897,6 +900,24 @@ fn bind_as(value: ScalarValue, ty: &DataType, i: usize) -> Result<ScalarValue, S
     match bound.cast_to(&value.data_type()) {
         Ok(back) if back == value => Ok(bound),
         _ => Err(refused(format!("it would become {bound}"))),
+    }
+}
+
+/// The rows a statement's outcome counts (changed, or returned), for its
+/// log line and `system.queries`.
+trait RowCount {
+    fn rows(&self) -> u64;
+}
+
+impl RowCount for Option<u64> {
+    fn rows(&self) -> u64 {
+        self.unwrap_or(0)
+    }
+}
+
+impl RowCount for RecordBatch {
+    fn rows(&self) -> u64 {
+        self.num_rows() as u64
     }
 }
 
