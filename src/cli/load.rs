@@ -28,7 +28,6 @@
 //! sees the connection close mid-request, an error.
 
 mod csv;
-mod names;
 mod record;
 
 use std::fmt;
@@ -55,10 +54,10 @@ use quiverdb::server::DEFAULT_SCHEMA;
 use tonic::transport::Channel;
 
 use self::csv::{CsvFile, CsvFormat, parse_delimiter};
-use self::names::{ColumnDef, TableName};
 use self::record::{BATCH_ROWS, BadRecord, Conform, Place, Refused};
 use super::CliError;
 use super::client::{ConnectArgs, RequestError, connect};
+use super::names::{self, ColumnDef, TableName};
 
 /// Arguments of `quiverdb load`.
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 
 pub(crate) mod client;
 pub(crate) mod load;
+pub(crate) mod names;
 pub(crate) mod output;
 pub(crate) mod serve;
 pub(crate) mod shell;

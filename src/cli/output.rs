@@ -203,30 +203,20 @@ impl<'o, W: Write> Printer<'o, W> {
                     });
                     continue;
                 }
-                let mut text = String::new();
-                write!(text, "{}", f.value(r)).map_err(io::Error::other)?;
+                let text = value_text(f, r)?;
                 row.push(match self.options.format {
                     // One line a row.
                     Format::Table => text.replace('\n', "\\n").replace('\r', "\\r"),
                     Format::Tsv => tsv_field(&text),
                     Format::Markdown => markdown_cell(&text),
-                    // Quoted at printing (an empty string as "").
-                    Format::Csv => format!("\u{0}{text}"),
+                    // Quoted when it must be; the empty string as "", since
+                    // an empty unquoted field is NULL.
+                    Format::Csv if text.is_empty() => "\"\"".to_string(),
+                    Format::Csv => csv_field(&text, ','),
                     _ => text,
                 });
             }
             rows.push(row);
-        }
-        // CSV: a value (marked above) is quoted when it must be or is
-        // empty; a NULL is an empty unquoted field.
-        if self.options.format == Format::Csv {
-            for row in &mut rows {
-                for cell in row {
-                    if let Some(value) = cell.strip_prefix('\u{0}') {
-                        *cell = if value.is_empty() { "\"\"".to_string() } else { csv_field(value, ',') };
-                    }
-                }
-            }
         }
         Ok(rows)
     }
@@ -313,7 +303,7 @@ impl<'o, W: Write> Printer<'o, W> {
                     }
                     continue;
                 }
-                let text = f.value(r).to_string();
+                let text = value_text(f, r)?;
                 if json_number(column.data_type(), &text) || column.data_type() == &DataType::Boolean {
                     object.push_str(&text);
                 } else {
@@ -339,6 +329,14 @@ impl<'o, W: Write> Printer<'o, W> {
 /// A formatter for each column of `batch`.
 fn formatters<'a>(batch: &'a RecordBatch, options: &'a FormatOptions<'a>) -> io::Result<Vec<ArrayFormatter<'a>>> {
     batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), options).map_err(io::Error::other)).collect()
+}
+
+/// Row `r` of the column `f` formats, as text (a value that cannot be
+/// shown is an error, not a panic).
+fn value_text(f: &ArrayFormatter<'_>, r: usize) -> io::Result<String> {
+    let mut text = String::new();
+    write!(text, "{}", f.value(r)).map_err(io::Error::other)?;
+    Ok(text)
 }
 
 /// Whether `text`, a value of `t`, is written as a JSON number.

@@ -34,6 +34,7 @@ use tokio::runtime::Runtime;
 
 use super::CliError;
 use super::client::{ConnectArgs, Session};
+use super::names::TableName;
 use super::output::{Format, OutputOptions, Printer};
 
 /// Arguments of `quiverdb sql`.
@@ -307,18 +308,18 @@ impl Shell {
             }
             ("\\dt" | ".tables", []) | ("\\d", []) => Some(self.execute(tables)),
             ("\\d", [table]) => {
-                let (schema, name) = match table.split_once('.') {
-                    Some((schema, name)) => (Some(schema), name),
-                    None => (None, *table),
+                let name = match TableName::parse(table) {
+                    Ok(name) => name,
+                    Err(e) => return Some(fail(e)),
                 };
                 let quoted = |s: &str| s.replace('\'', "''");
                 let mut sql = format!(
                     "SELECT column_name, data_type, is_nullable FROM information_schema.columns \
                      WHERE table_name = '{}'",
-                    quoted(&normalized(name))
+                    quoted(&name.table)
                 );
-                if let Some(schema) = schema {
-                    sql.push_str(&format!(" AND table_schema = '{}'", quoted(&normalized(schema))));
+                if let Some(schema) = &name.schema {
+                    sql.push_str(&format!(" AND table_schema = '{}'", quoted(schema)));
                 }
                 sql.push_str(" ORDER BY table_schema, ordinal_position");
                 Some(self.execute(&sql))
@@ -581,14 +582,6 @@ fn is_query(sql: &str) -> bool {
     matches!(first_keyword(sql).as_str(), "select" | "with" | "values" | "explain" | "show" | "describe")
 }
 
-/// A name as SQL resolves it: an unquoted name lowercased, a quoted one as written.
-fn normalized(name: &str) -> String {
-    match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
-        Some(quoted) => quoted.replace("\"\"", "\""),
-        None => name.to_lowercase(),
-    }
-}
-
 /// `$HOME/.quiverdb_history`, if `HOME` is set.
 fn history_path() -> Option<PathBuf> {
     std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|home| PathBuf::from(home).join(HISTORY_FILE))
@@ -753,7 +746,7 @@ mod tests {
     use rustyline::Context;
     use rustyline::completion::Completer;
 
-    use super::{Split, SqlHelper, changes_data, is_quit, normalized, split_statements};
+    use super::{Split, SqlHelper, changes_data, is_quit, split_statements};
 
     fn split(statements: &[&'static str], rest: &'static str, rest_blank: bool) -> Split<'static> {
         let open = split_statements(rest).open;
@@ -837,12 +830,5 @@ mod tests {
         assert_eq!(complete("sel"), (0, vec!["select_count".to_string(), "select".to_string()]));
         assert_eq!(complete("SELECT re"), (7, vec!["region".to_string(), "rename".to_string()]));
         assert!(complete("SELECT ").1.is_empty());
-    }
-
-    #[test]
-    fn names_normalize_as_sql_does() {
-        assert_eq!(normalized("Sales"), "sales");
-        assert_eq!(normalized("\"Sales\""), "Sales");
-        assert_eq!(normalized("\"a\"\"b\""), "a\"b");
     }
 }

@@ -448,32 +448,14 @@ impl QuiverFlightSql {
             (result.schema().as_ref().clone(), Handle::Ran { result }, records)
         };
         // Each ticket its own: `CancelFlightInfo` names this one.
-        let ticket = TicketStatementQuery { statement_handle: handle.encode_ticket(next_ticket())? };
-        let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
-        let info = FlightInfo::new()
-            .try_with_schema(&schema)
-            .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
-            .with_endpoint(endpoint)
-            .with_descriptor(descriptor)
-            .with_total_records(total_records)
-            .with_ordered(true);
-        Ok(Response::new(info))
+        info_of(&schema, handle.encode_ticket(next_ticket())?, total_records, descriptor)
     }
 
     /// `FlightInfo` of a statement that already ran, with `count` rows
     /// affected (`None` for DDL).
     fn done_info(&self, count: Option<u64>, descriptor: FlightDescriptor) -> Result<Response<FlightInfo>, Status> {
         let records = count.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
-        let ticket = TicketStatementQuery { statement_handle: Handle::Done { count }.encode()? };
-        let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
-        let info = FlightInfo::new()
-            .try_with_schema(&outcome_schema(count))
-            .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
-            .with_endpoint(endpoint)
-            .with_descriptor(descriptor)
-            .with_total_records(records)
-            .with_ordered(true);
-        Ok(Response::new(info))
+        info_of(&outcome_schema(count), Handle::Done { count }.encode()?, records, descriptor)
     }
 
     /// Runs `work`, statement `sql` (one that `changes` data, or a query
@@ -492,7 +474,7 @@ impl QuiverFlightSql {
         guard.set_running();
         let outcome = tokio::select! {
             outcome = work(self) => outcome,
-            () = guard.until_cancelled() => Err(Status::cancelled(format!("statement {} was cancelled", guard.id()))),
+            () = guard.until_cancelled() => Err(cancelled_status(guard.id())),
         };
         if let Ok(done) = &outcome {
             guard.add_rows(done.rows());
@@ -627,18 +609,17 @@ impl QuiverFlightSql {
         // Listed first, so a CancelFlightInfo arriving meanwhile finds it
         // (or the ticket it remembers).
         let mut guard = self.register(&sql, ticket.clone(), false);
-        let cancelled = |id: u64| Status::cancelled(format!("statement {id} was cancelled"));
         if let Some(ticket) = &ticket
             && self.running.ticket_cancelled(ticket, self.session.owner())
         {
-            let status = cancelled(guard.id());
+            let status = cancelled_status(guard.id());
             guard.finish::<(), _>(&Err(status.message()));
             return Err(status);
         }
         // Planning and the wait for a slot stop when it is cancelled too.
         let prepared = tokio::select! {
             prepared = self.prepare_query(sql, params) => prepared,
-            () = guard.until_cancelled() => Err(cancelled(guard.id())),
+            () = guard.until_cancelled() => Err(cancelled_status(guard.id())),
         };
         let (schema, batches) = match prepared {
             Ok(prepared) => prepared,
@@ -649,11 +630,8 @@ impl QuiverFlightSql {
         };
         guard.set_running();
         let out = Arc::clone(&schema);
-        let failed = |e: datafusion::error::DataFusionError| FlightError::from_external_error(Box::new(e));
-        let batches = batches.map(move |batch| to_client_batch(&batch?, &out).map_err(failed));
-        let batches = cancellable(batches.boxed(), guard, |id| {
-            FlightError::Tonic(Box::new(Status::cancelled(format!("statement {id} was cancelled"))))
-        });
+        let batches = batches.map(move |batch| to_client_batch(&batch?, &out).map_err(flight_error));
+        let batches = cancellable(batches.boxed(), guard, |id| FlightError::Tonic(Box::new(cancelled_status(id))));
         Ok(self.encode(schema, batches))
     }
 
@@ -670,11 +648,10 @@ impl QuiverFlightSql {
                 "this ticket names a statement that changes data; run it through GetFlightInfo or an update",
             ));
         }
-        let failed = |e: datafusion::error::DataFusionError| FlightError::from_external_error(Box::new(e));
         let (schema, batches) = match params {
             None => {
                 let optimized = self.optimize_query(&sql, version, &plan)?;
-                (result_schema(&optimized), self.execute_optimized(optimized).await?.map_err(failed).boxed())
+                (result_schema(&optimized), self.execute_optimized(optimized).await?.map_err(flight_error).boxed())
             }
             Some(params) => {
                 // One row bound, planned and run at a time, as the client
@@ -694,7 +671,7 @@ impl QuiverFlightSql {
                 });
                 let batches = runs
                     .map(move |run| match run {
-                        Ok(batches) => batches.map_err(failed).boxed(),
+                        Ok(batches) => batches.map_err(flight_error).boxed(),
                         Err(status) => stream::once(async move { Err(FlightError::Tonic(Box::new(status))) }).boxed(),
                     })
                     .flatten();
@@ -901,6 +878,36 @@ fn bind_as(value: ScalarValue, ty: &DataType, i: usize) -> Result<ScalarValue, S
         Ok(back) if back == value => Ok(bound),
         _ => Err(refused(format!("it would become {bound}"))),
     }
+}
+
+/// `FlightInfo` of a result of `schema` behind one ticket (holding
+/// `statement_handle`), with `records` rows (-1: not known yet).
+fn info_of(
+    schema: &Schema,
+    statement_handle: Bytes,
+    records: i64,
+    descriptor: FlightDescriptor,
+) -> Result<Response<FlightInfo>, Status> {
+    let ticket = TicketStatementQuery { statement_handle };
+    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
+    let info = FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("encoding the result schema: {e}")))?
+        .with_endpoint(endpoint)
+        .with_descriptor(descriptor)
+        .with_total_records(records)
+        .with_ordered(true);
+    Ok(Response::new(info))
+}
+
+/// What a client hears of statement `id` once it is cancelled.
+fn cancelled_status(id: u64) -> Status {
+    Status::cancelled(format!("statement {id} was cancelled"))
+}
+
+/// A failed result batch as the Flight stream carries it.
+fn flight_error(e: DataFusionError) -> FlightError {
+    FlightError::from_external_error(Box::new(e))
 }
 
 /// The rows a statement's outcome counts (changed, or returned), for its

@@ -1,6 +1,6 @@
-//! Names as SQL reads them: the table `quiverdb load` loads into, the
-//! columns of `--schema`, and the column names a file brings (a CSV
-//! header, a Parquet schema).
+//! Names as SQL reads them: the table `quiverdb load` loads into (and
+//! the shell's `\d` describes), the columns of `--schema`, and the column
+//! names a file brings (a CSV header, a Parquet schema).
 //!
 //! A name without double quotes is folded to lower case, ASCII letters
 //! only, as the server's SQL folds it: `Sales`, `SALES` and `sales` name
@@ -22,18 +22,18 @@ use std::fmt;
 
 /// A table's name, each part as SQL names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct TableName {
+pub(crate) struct TableName {
     /// The catalog, if the name gives one.
-    pub(super) catalog: Option<String>,
+    pub(crate) catalog: Option<String>,
     /// The schema, if the name gives one.
-    pub(super) schema: Option<String>,
+    pub(crate) schema: Option<String>,
     /// The table.
-    pub(super) table: String,
+    pub(crate) table: String,
 }
 
 impl TableName {
     /// Reads `[[catalog.]schema.]table`, each part a SQL identifier.
-    pub(super) fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let mut parts = Vec::new();
         let mut rest = text;
         loop {
@@ -136,7 +136,7 @@ fn quoted_identifier(quoted: &str) -> Option<(String, &str)> {
 /// A column name from a file, as SQL names it: the text inside double
 /// quotes if the whole text is one quoted name, else the text with ASCII
 /// letters in lower case.
-pub(super) fn column_name(text: &str) -> String {
+pub(crate) fn column_name(text: &str) -> String {
     if let Some(quoted) = text.strip_prefix('"')
         && let Some((name, "")) = quoted_identifier(quoted)
         && !name.is_empty()
@@ -147,23 +147,23 @@ pub(super) fn column_name(text: &str) -> String {
 }
 
 /// `name` written as a quoted SQL identifier.
-pub(super) fn quote(name: &str) -> String {
+pub(crate) fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// A column of `--schema`: its name, its SQL type (the text of it) and
 /// whether it may hold NULL.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct ColumnDef {
-    pub(super) name: String,
-    pub(super) sql_type: String,
-    pub(super) nullable: bool,
+pub(crate) struct ColumnDef {
+    pub(crate) name: String,
+    pub(crate) sql_type: String,
+    pub(crate) nullable: bool,
 }
 
 /// Reads `--schema`: `name TYPE [NOT NULL], ...`, names as SQL reads
 /// them. A type is words, numbers and parentheses (`DECIMAL(10, 2)`,
 /// `TIMESTAMP WITH TIME ZONE`); the server says which types it knows.
-pub(super) fn parse_columns(text: &str) -> Result<Vec<ColumnDef>, String> {
+pub(crate) fn parse_columns(text: &str) -> Result<Vec<ColumnDef>, String> {
     let mut columns: Vec<ColumnDef> = Vec::new();
     for item in split_columns(text)? {
         if item.trim().is_empty() {
