@@ -58,9 +58,10 @@
 //! and ordered scans live in `quiverdb-mapreducer` and `quiverdb-scan`,
 //! SQL in `quiverdb-server`. Data lives in memory; a database opened on a
 //! data directory ([`Database::open`], with [`DurableOptions`]) also logs
-//! every change and checkpoints its shards, so it survives crashes. Primary
-//! keys are enforced without an index: each commit checks its new keys
-//! against the zone-pruned live rows.
+//! every change and checkpoints its shards, so it survives crashes. A
+//! primary key is indexed (per shard, `index`): commits check new keys
+//! through it, and [`TableSnapshot::get`] and [`TableSnapshot::multi_get`]
+//! find rows by key.
 
 // `main` is main storage (as opposed to the delta), not a binary's entry point.
 #![allow(special_module_name)]
@@ -73,6 +74,7 @@ mod database;
 pub mod delta;
 mod durable;
 mod error;
+mod index;
 mod ingest;
 pub mod main;
 mod memory;

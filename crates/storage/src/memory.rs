@@ -57,6 +57,8 @@ pub struct MemoryUsage {
     pub columns: Vec<ColumnMemory>,
     /// Deletion bitmaps.
     pub delete_bytes: usize,
+    /// The primary-key index: main indexes built so far and delta indexes.
+    pub index_bytes: usize,
     /// Rows in main storage.
     pub main_rows: usize,
     /// Rows in deltas.
@@ -76,7 +78,7 @@ impl MemoryUsage {
 
     /// All bytes.
     pub fn total_bytes(&self) -> usize {
-        self.main_bytes() + self.delta_bytes() + self.delete_bytes
+        self.main_bytes() + self.delta_bytes() + self.delete_bytes + self.index_bytes
     }
 }
 
@@ -103,18 +105,19 @@ impl fmt::Display for MemoryUsage {
         }
         write!(
             f,
-            "total {} bytes ({} main rows, {} delta rows, {} bytes of deletion bitmaps)",
+            "total {} bytes ({} main rows, {} delta rows, {} bytes of deletion bitmaps, {} of key index)",
             self.total_bytes(),
             self.main_rows,
             self.delta_rows,
-            self.delete_bytes
+            self.delete_bytes,
+            self.index_bytes
         )
     }
 }
 
 impl Database {
-    /// Bytes every table holds together: main storage, deltas and
-    /// deletion bitmaps ([`MemoryUsage::total_bytes`] summed).
+    /// Bytes every table holds together: main storage, deltas, deletion
+    /// bitmaps and key indexes ([`MemoryUsage::total_bytes`] summed).
     pub fn table_bytes(&self) -> usize {
         self.table_names().iter().filter_map(|t| self.table(t).ok()).map(|t| t.memory_usage().total_bytes()).sum()
     }
@@ -135,6 +138,7 @@ impl Table {
             usage.main_rows += shard.main().rows();
             usage.delta_rows += shard.delta_len();
             usage.delete_bytes += shard.deletes().map_or(0, DeleteSet::size_bytes);
+            usage.index_bytes += shard.index_bytes();
             for (i, col) in usage.columns.iter_mut().enumerate() {
                 col.delta_bytes += shard.delta().column(i).size_bytes();
                 let Some(main) = shard.main().column(i) else { continue };
@@ -149,6 +153,7 @@ impl Table {
                 e.bytes += main.value_bytes();
             }
         }
+        usage.index_bytes += self.core().filter_bytes();
         usage
     }
 }

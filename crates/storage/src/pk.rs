@@ -1,103 +1,54 @@
 //! Primary key and UNIQUE constraint uniqueness.
 //!
 //! A table with a primary key or UNIQUE constraints checks every write
-//! transaction before it commits, one key set per constraint, without
-//! keeping an index:
+//! transaction before it commits, one key set per constraint:
 //!
 //! ```text
 //!   append(batch)  each row's key ──▶ the transaction's key set
 //!                  (a key met twice in one transaction: duplicate)
-//!   commit         for every shard the transaction started from:
-//!                    main blocks whose zone map (first key column) holds
-//!                    none of the new keys are skipped; the others and the
-//!                    delta are decoded, live rows only (rows this
-//!                    transaction deleted do not count) ──▶ probe the set
+//!   commit         for every shard the transaction started from whose
+//!                  key range holds some of the new keys:
+//!                    primary key, few keys: each probes the shard's index
+//!                    otherwise: main blocks whose zone map (first key
+//!                    column) holds none of the new keys are skipped; the
+//!                    others and the delta are decoded, live rows only
+//!                    (rows this transaction deleted do not count) ──▶
+//!                    probe the set
 //! ```
 //!
-//! Keys of at most two columns of up to 64 bits each pack into a `u128`
-//! (the columns' order-preserving keys, exact for these types); other keys
-//! (strings, decimals, more columns) are byte strings. A transaction that
-//! appends a key that exists fails whole: nothing of it becomes visible.
-//! A row with a NULL in any column of a UNIQUE constraint conflicts with no
-//! row (SQL's rule); primary key columns are NOT NULL.
+//! Keys arriving in ascending order (loads in key order) are kept in a
+//! list, and hashed into a set only once they stop ascending. A
+//! transaction that appends a key that exists fails whole: nothing of it
+//! becomes visible. A row with a NULL in any column of a UNIQUE constraint
+//! conflicts with no row (SQL's rule); primary key columns are NOT NULL.
 
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Decimal128Type, GenericBinaryType};
-use arrow_array::{Array, ArrayRef};
+use arrow_array::ArrayRef;
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
-use arrow_schema::DataType;
 use hashbrown::HashSet;
 
 use crate::block::BLOCK_SIZE;
 use crate::error::{Error, Result};
-use crate::snapshot::ShardSnapshot;
-use crate::types::{KeyNative, PhysicalType, RecId, TableSchema, with_native};
+use crate::index::{KeyBuf, KeyCodec, KeyValues, pack, packs};
+use crate::snapshot::{KeyRange, Probe, ShardSnapshot};
+use crate::types::{PhysicalType, RecId, TableSchema};
 
-/// One key column's values in a form rows can be read from.
-enum KeyValues<'a> {
-    /// Order-preserving `u64` keys (types of up to 64 bits, booleans).
-    Keys(Vec<u64>),
-    /// Decimals.
-    Wide(Vec<i128>),
-    /// Strings or binary.
-    Bytes(&'a dyn Array),
-}
-
-impl<'a> KeyValues<'a> {
-    fn new(array: &'a dyn Array, physical: PhysicalType) -> Self {
-        if physical == PhysicalType::Decimal128 {
-            return KeyValues::Wide(array.as_primitive::<Decimal128Type>().values().to_vec());
-        }
-        with_native!(physical,
-            T => {
-                let data = array.to_data();
-                KeyValues::Keys(data.buffer::<T>(0)[..array.len()].iter().map(|v| v.to_key()).collect())
-            },
-            bool => KeyValues::Keys(array.as_boolean().values().iter().map(u64::from).collect()),
-            bytes => KeyValues::Bytes(array),
-        )
-    }
-
-    fn key(&self, row: usize) -> u64 {
-        match self {
-            KeyValues::Keys(k) => k[row],
-            KeyValues::Wide(v) => v[row].to_key(),
-            KeyValues::Bytes(_) => 0,
-        }
-    }
-
-    fn append_bytes(&self, row: usize, out: &mut Vec<u8>) {
-        match self {
-            KeyValues::Keys(k) => out.extend_from_slice(&k[row].to_le_bytes()),
-            KeyValues::Wide(v) => out.extend_from_slice(&v[row].to_le_bytes()),
-            KeyValues::Bytes(a) => {
-                let b = bytes_at(*a, row);
-                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                out.extend_from_slice(b);
-            }
-        }
-    }
-}
-
-/// Value `row` of a string or binary array.
-fn bytes_at(array: &dyn Array, row: usize) -> &[u8] {
-    match array.data_type() {
-        DataType::Utf8 => array.as_string::<i32>().value(row).as_bytes(),
-        DataType::LargeUtf8 => array.as_string::<i64>().value(row).as_bytes(),
-        DataType::Utf8View => array.as_string_view().value(row).as_bytes(),
-        DataType::Binary => array.as_bytes::<GenericBinaryType<i32>>().value(row),
-        DataType::LargeBinary => array.as_bytes::<GenericBinaryType<i64>>().value(row),
-        DataType::BinaryView => array.as_binary_view().value(row),
-        _ => &[],
-    }
-}
+/// A shard is scanned rather than probed key by key when the keys that may
+/// be in it number more than its rows divided by this: a probe (hash,
+/// slot, key read back, mostly cache misses) costs about as much as
+/// scanning this many rows (measured with `rows_bench`'s shuffled load).
+const PROBE_COST_ROWS: usize = 4;
 
 /// The set of keys a transaction appended.
 #[derive(Debug)]
 enum KeySet {
-    Packed(HashSet<u128>),
+    /// Packed keys in the order appended (sorted once sealed), and a set of
+    /// them once they stopped ascending.
+    Packed {
+        list: Vec<u128>,
+        set: Option<HashSet<u128>>,
+    },
     Bytes(HashSet<Box<[u8]>>),
 }
 
@@ -108,7 +59,7 @@ pub(crate) struct PendingKeys {
     /// `primary key` or `unique key`, for errors.
     constraint: &'static str,
     set: KeySet,
-    /// The first key column's keys, for zone-map pruning (not for string keys).
+    /// The first key column's keys, for pruning (not for string keys).
     first: Option<Vec<u64>>,
 }
 
@@ -116,7 +67,7 @@ impl PendingKeys {
     /// Bookkeeping for `schema`'s primary key and UNIQUE constraints.
     pub(crate) fn of(schema: &TableSchema) -> Vec<Self> {
         let key: Arc<[usize]> = schema.primary_key().into();
-        let primary = (!key.is_empty()).then(|| Self::new(schema, key, "primary key"));
+        let primary = (!key.is_empty()).then(|| Self::new(schema, key, PRIMARY));
         primary
             .into_iter()
             .chain(schema.unique().iter().map(|set| Self::new(schema, Arc::clone(set), "unique key")))
@@ -124,15 +75,17 @@ impl PendingKeys {
     }
 
     fn new(schema: &TableSchema, columns: Arc<[usize]>, constraint: &'static str) -> Self {
-        let narrow = |c: &usize| !matches!(schema.physical(*c), PhysicalType::Bytes | PhysicalType::Decimal128);
-        let packed = columns.len() <= 2 && columns.iter().all(narrow);
-        let set = if packed { KeySet::Packed(HashSet::new()) } else { KeySet::Bytes(HashSet::new()) };
+        let set = if packs(schema, &columns) {
+            KeySet::Packed { list: Vec::new(), set: None }
+        } else {
+            KeySet::Bytes(HashSet::new())
+        };
         let first = (schema.physical(columns[0]) != PhysicalType::Bytes).then(Vec::new);
         Self { columns, constraint, set, first }
     }
 
     fn values<'a>(&self, schema: &TableSchema, arrays: &'a [ArrayRef]) -> Vec<KeyValues<'a>> {
-        self.columns.iter().zip(arrays).map(|(&c, a)| KeyValues::new(a.as_ref(), schema.physical(c))).collect()
+        KeyValues::of(schema, &self.columns, arrays)
     }
 
     /// The primary key's columns.
@@ -150,7 +103,21 @@ impl PendingKeys {
                 continue;
             }
             let fresh = match &mut self.set {
-                KeySet::Packed(set) => set.insert(pack(&values, row)),
+                KeySet::Packed { list, set } => {
+                    let key = pack(&values, row);
+                    match set {
+                        None if list.last().is_none_or(|&last| last < key) => {
+                            list.push(key);
+                            true
+                        }
+                        _ => {
+                            let set = set.get_or_insert_with(|| list.iter().copied().collect());
+                            let fresh = set.insert(key);
+                            list.push(key);
+                            fresh
+                        }
+                    }
+                }
                 KeySet::Bytes(set) => {
                     buf.clear();
                     values.iter().for_each(|v| v.append_bytes(row, &mut buf));
@@ -169,7 +136,9 @@ impl PendingKeys {
 
     fn contains(&self, values: &[KeyValues<'_>], row: usize, buf: &mut Vec<u8>) -> bool {
         match &self.set {
-            KeySet::Packed(set) => set.contains(&pack(values, row)),
+            KeySet::Packed { set: Some(set), .. } => set.contains(&pack(values, row)),
+            // Ascending, or sorted by `seal`.
+            KeySet::Packed { list, set: None } => list.binary_search(&pack(values, row)).is_ok(),
             KeySet::Bytes(set) => {
                 buf.clear();
                 values.iter().for_each(|v| v.append_bytes(row, buf));
@@ -178,16 +147,92 @@ impl PendingKeys {
         }
     }
 
-    /// True when nothing was appended.
-    pub(crate) fn is_empty(&self) -> bool {
-        match &self.set {
-            KeySet::Packed(s) => s.is_empty(),
-            KeySet::Bytes(s) => s.is_empty(),
+    /// How many appended keys (sealed) have a first key column in `range`
+    /// (all of them for string keys, which have no range).
+    pub(crate) fn count_in(&self, range: KeyRange) -> usize {
+        match (range, &self.first) {
+            (KeyRange::Empty, _) => 0,
+            (KeyRange::Within(lo, hi), Some(first)) => {
+                first.partition_point(|&k| k <= hi) - first.partition_point(|&k| k < lo)
+            }
+            _ => self.len(),
         }
     }
 
-    /// Sorts the first-column keys for pruning.
+    /// True for the primary key (which the table indexes).
+    pub(crate) fn is_primary(&self) -> bool {
+        self.constraint == PRIMARY
+    }
+
+    /// Calls `f` with every key appended.
+    pub(crate) fn for_each_key(&self, f: impl FnMut(&KeyBuf) -> Result<()>) -> Result<()> {
+        self.for_each_key_in(KeyRange::Any, f)
+    }
+
+    /// Calls `f` with the keys appended (sealed) whose first column may be
+    /// in `range` (every string key).
+    fn for_each_key_in(&self, range: KeyRange, mut f: impl FnMut(&KeyBuf) -> Result<()>) -> Result<()> {
+        let mut key = KeyBuf::default();
+        match &self.set {
+            KeySet::Packed { list, .. } => {
+                // Sorted: the keys whose first column is in range are a slice.
+                let (lo, hi) = match range {
+                    KeyRange::Empty => return Ok(()),
+                    KeyRange::Within(lo, hi) => (lo, hi),
+                    KeyRange::Any => (0, u64::MAX),
+                };
+                let shift = if self.columns.len() == 2 { 64 } else { 0 };
+                let (from, to) = ((lo as u128) << shift, ((hi as u128) << shift) | ((1u128 << shift) - 1));
+                let start = list.partition_point(|&k| k < from);
+                for &k in list[start..].iter().take_while(|&&k| k <= to) {
+                    key.set_packed(k);
+                    f(&key)?;
+                }
+            }
+            KeySet::Bytes(set) => {
+                for k in set {
+                    key.set_bytes(k);
+                    f(&key)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The error for an appended key that record `id` of `shard` holds.
+    pub(crate) fn duplicate_of(
+        &self,
+        table: &str,
+        schema: &TableSchema,
+        shard: &ShardSnapshot<'_>,
+        id: RecId,
+    ) -> Error {
+        match shard.gather(&[id], Some(&self.columns)) {
+            Ok(found) => duplicate(table, schema, self, found.columns(), 0),
+            Err(e) => e,
+        }
+    }
+
+    /// Number of keys appended.
+    pub(crate) fn len(&self) -> usize {
+        match &self.set {
+            KeySet::Packed { list, .. } => list.len(),
+            KeySet::Bytes(s) => s.len(),
+        }
+    }
+
+    /// True when nothing was appended.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Sorts the keys for pruning and for membership tests.
     pub(crate) fn seal(&mut self) {
+        if let KeySet::Packed { list, set } = &mut self.set
+            && set.take().is_some()
+        {
+            list.sort_unstable();
+        }
         if let Some(first) = &mut self.first {
             first.sort_unstable();
             first.dedup();
@@ -195,8 +240,43 @@ impl PendingKeys {
     }
 
     /// Fails if a live row of `shard` (not deleted, and not `deleted` by
-    /// the transaction) has one of the appended keys.
+    /// the transaction) has one of the appended keys (sealed).
     pub(crate) fn check_shard(
+        &self,
+        table: &str,
+        schema: &TableSchema,
+        shard: &ShardSnapshot<'_>,
+        deleted: &dyn Fn(RecId) -> bool,
+    ) -> Result<()> {
+        let codec = KeyCodec::of(schema).filter(|_| self.constraint == PRIMARY);
+        let Some(codec) = codec else { return self.scan_shard(table, schema, shard, deleted) };
+        let (lo, hi) = match shard.key_range(&codec)? {
+            KeyRange::Empty => return Ok(()),
+            KeyRange::Within(lo, hi) => (lo, hi),
+            KeyRange::Any => (0, u64::MAX),
+        };
+        let candidates = self.count_in(KeyRange::Within(lo, hi));
+        if candidates == 0 {
+            return Ok(());
+        }
+        if candidates.saturating_mul(PROBE_COST_ROWS) > shard.rows() {
+            return self.scan_shard(table, schema, shard, deleted);
+        }
+        let mut probe = Probe::default();
+        self.for_each_key_in(KeyRange::Within(lo, hi), |key| {
+            if codec.route(key).is_some_and(|r| r < lo || r > hi) {
+                return Ok(());
+            }
+            match shard.find(&codec, key, codec.hash(key), deleted, &mut probe)? {
+                Some(id) => Err(self.duplicate_of(table, schema, shard, id)),
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// [`PendingKeys::check_shard`] by decoding the shard's key columns
+    /// (where the zone maps allow) and probing the appended keys.
+    fn scan_shard(
         &self,
         table: &str,
         schema: &TableSchema,
@@ -247,14 +327,8 @@ impl PendingKeys {
     }
 }
 
-/// The packed key of `row` (at most two columns of up to 64 bits).
-fn pack(values: &[KeyValues<'_>], row: usize) -> u128 {
-    let hi = values[0].key(row) as u128;
-    match values.get(1) {
-        Some(v) => (hi << 64) | v.key(row) as u128,
-        None => hi,
-    }
-}
+/// The constraint name of the primary key.
+const PRIMARY: &str = "primary key";
 
 /// True when row `row` has a NULL in any of `arrays` (a key that conflicts
 /// with nothing).

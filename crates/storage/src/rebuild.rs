@@ -28,6 +28,7 @@ use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
 use crate::change::TableChange;
 use crate::delta::Delta;
 use crate::error::{Error, Result};
+use crate::index::{KeyCodec, MainIndex};
 use crate::main::decode::Rows;
 use crate::main::{Main, MainColumn};
 use crate::shard::{DeleteSet, ShardData, ShardId, ShardState};
@@ -127,11 +128,15 @@ pub(crate) fn rebuild_shard(table: &TableCore, id: ShardId, thorough: bool) -> R
     }
 }
 
-/// Main storage holding the live rows of `snap`, in order.
-fn build_main(table: &TableCore, snap: &ShardState) -> Result<Main> {
+/// Main storage holding the live rows of `snap`, in order, and its
+/// primary-key index (built here, off the writer lock, so that no probe
+/// waits for it).
+fn build_main(table: &TableCore, snap: &ShardState) -> Result<(Main, Option<MainIndex>)> {
     let batch = ShardSnapshot::new(snap, table.schema()).to_record_batch(None)?;
     let columns = batch.columns().iter().map(|a| MainColumn::from_array(a.as_ref())).collect::<Result<Vec<_>>>()?;
-    Ok(Main::new(batch.num_rows(), columns))
+    let main = Main::new(batch.num_rows(), columns);
+    let index = KeyCodec::of(table.schema()).map(|codec| codec.build_main(&main)).transpose()?;
+    Ok((main, index))
 }
 
 /// Replays a logged rebuild ([`TableChange::Rebuild`]): rebuilds shard
@@ -173,7 +178,7 @@ fn current_data(table: &TableCore, id: ShardId) -> Option<Arc<ShardData>> {
 }
 
 /// Step 3: carry over what changed since `snap`, publish the new version.
-fn publish(table: &TableCore, snap: &ShardState, main: Main) -> Result<()> {
+fn publish(table: &TableCore, snap: &ShardState, (main, index): (Main, Option<MainIndex>)) -> Result<()> {
     let data = &snap.data;
     let mut writer = table.lock()?;
     if table.is_dropped() {
@@ -214,6 +219,9 @@ fn publish(table: &TableCore, snap: &ShardState, main: Main) -> Result<()> {
     };
     let new_data = Arc::new(ShardData::new(data.id, data.version + 1, data.capacity, main, delta));
     new_data.delta.commit(carried);
+    if let Some(index) = index {
+        new_data.index.main.set(index).map_err(|_| Error::Internal("a new shard version had an index".into()))?;
+    }
     let mut next = (*state).clone();
     if live == 0 && pos + 1 < next.shards.len() {
         next.shards.remove(pos);

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder};
 
 use crate::delta::Delta;
+use crate::index::ShardIndex;
 use crate::main::Main;
 use crate::types::RecId;
 
@@ -46,6 +47,8 @@ pub(crate) struct ShardData {
     pub(crate) rebuild_lock: Mutex<()>,
     /// Set while a background rebuild of this version is queued.
     pub(crate) rebuild_queued: AtomicBool,
+    /// The primary-key index of this version (empty without a key).
+    pub(crate) index: ShardIndex,
 }
 
 impl ShardData {
@@ -59,6 +62,7 @@ impl ShardData {
             delta,
             rebuild_lock: Mutex::new(()),
             rebuild_queued: AtomicBool::new(false),
+            index: ShardIndex::default(),
         }
     }
 }

@@ -16,23 +16,24 @@ use arrow_select::interleave::interleave;
 
 use crate::delta::Delta;
 use crate::error::{Error, Result};
+use crate::index::{KeyBuf, KeyCodec, KeyValues, MainIndex};
 use crate::main::Main;
 use crate::main::decode::Rows;
 use crate::shard::{DeleteSet, ShardId, ShardState};
 use crate::state::TableState;
-use crate::types::RecId;
-use crate::types::TableSchema;
+use crate::types::{RecId, TableSchema, Value};
 
 /// A consistent view of all shards of a table.
 #[derive(Debug, Clone)]
 pub struct TableSnapshot {
+    name: Arc<str>,
     schema: TableSchema,
     state: Arc<TableState>,
 }
 
 impl TableSnapshot {
-    pub(crate) fn new(schema: TableSchema, state: Arc<TableState>) -> Self {
-        Self { schema, state }
+    pub(crate) fn new(name: &Arc<str>, schema: TableSchema, state: Arc<TableState>) -> Self {
+        Self { name: Arc::clone(name), schema, state }
     }
 
     pub(crate) fn state(&self) -> &TableState {
@@ -62,6 +63,132 @@ impl TableSnapshot {
     /// Number of live rows.
     pub fn row_count(&self) -> usize {
         self.state.shards.iter().map(ShardState::live).sum()
+    }
+
+    /// The live row whose primary key is `key` (one value per key
+    /// column), with the columns `projection` (all when `None`); `None`
+    /// when no live row has it. Fails for a table without a primary key,
+    /// or a value of the wrong kind for its column.
+    pub fn get(&self, key: &[Value<'_>], projection: Option<&[usize]>) -> Result<Option<RecordBatch>> {
+        let codec = self.codec()?;
+        let Some(key) = codec.key_of_scalars(self.table_name(), key)? else { return Ok(None) };
+        let mut probe = Probe::default();
+        match self.find(&codec, &key, codec.hash(&key), &|_, _| false, &mut probe)? {
+            Some((pos, id)) => Ok(Some(self.shard(pos).gather(&[id], projection)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The live rows whose primary keys are `keys` (one array per key
+    /// column, cast to the columns' types), with the columns `projection`
+    /// (all when `None`): one row per key found, in the order of `keys`;
+    /// keys no live row holds are left out (a key given twice gives its
+    /// row twice). Keys are found through the index, then gathered shard
+    /// by shard.
+    pub fn multi_get(&self, keys: &[ArrayRef], projection: Option<&[usize]>) -> Result<RecordBatch> {
+        let found = self.locate(keys)?;
+        let mut by_shard: Vec<Vec<RecId>> = vec![Vec::new(); self.num_shards()];
+        let mut order = Vec::with_capacity(found.len());
+        for &(pos, id) in found.iter().flatten() {
+            order.push((pos, by_shard[pos].len()));
+            by_shard[pos].push(id);
+        }
+        let (cols, schema) = self.shard_schema(projection)?;
+        if order.is_empty() {
+            return Ok(RecordBatch::new_empty(schema));
+        }
+        let mut parts: Vec<RecordBatch> = Vec::new();
+        let mut part_of = vec![usize::MAX; self.num_shards()];
+        for (pos, ids) in by_shard.iter().enumerate().filter(|(_, ids)| !ids.is_empty()) {
+            part_of[pos] = parts.len();
+            parts.push(self.shard(pos).gather(ids, Some(&cols))?);
+        }
+        if parts.len() == 1 && order.iter().enumerate().all(|(i, &(_, row))| i == row) {
+            return Ok(parts.pop().expect("one part"));
+        }
+        let indices: Vec<(usize, usize)> = order.iter().map(|&(pos, row)| (part_of[pos], row)).collect();
+        let columns = (0..cols.len())
+            .map(|c| {
+                let arrays: Vec<&dyn arrow_array::Array> = parts.iter().map(|p| p.column(c).as_ref()).collect();
+                Ok(interleave(&arrays, &indices)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        batch(schema, columns, indices.len())
+    }
+
+    /// Where the live rows with primary keys `keys` (one array per key
+    /// column) are: per key, its shard's position and record id, or
+    /// `None`.
+    pub fn locate(&self, keys: &[ArrayRef]) -> Result<Vec<Option<(usize, RecId)>>> {
+        let codec = self.codec()?;
+        let columns = codec.columns();
+        if keys.len() != columns.len() {
+            return Err(Error::SchemaMismatch {
+                table: self.table_name().to_string(),
+                reason: format!("the primary key has {} columns, {} key arrays were given", columns.len(), keys.len()),
+            });
+        }
+        let rows = keys.first().map_or(0, |a| a.len());
+        let mut cast = Vec::with_capacity(keys.len());
+        for (&c, array) in columns.iter().zip(keys) {
+            let field = self.schema.field(c);
+            if array.len() != rows {
+                return Err(Error::SchemaMismatch {
+                    table: self.table_name().to_string(),
+                    reason: "key arrays of different lengths".into(),
+                });
+            }
+            let options = arrow_cast::CastOptions { safe: false, ..Default::default() };
+            cast.push(arrow_cast::cast_with_options(array, field.data_type(), &options)?);
+        }
+        let values = KeyValues::of(&self.schema, columns, &cast);
+        let (mut key, mut probe) = (KeyBuf::default(), Probe::default());
+        (0..rows)
+            .map(|row| {
+                if cast.iter().any(|a| a.is_null(row)) {
+                    return Ok(None);
+                }
+                codec.key_of_values(&values, row, &mut key);
+                self.find(&codec, &key, codec.hash(&key), &|_, _| false, &mut probe)
+            })
+            .collect()
+    }
+
+    fn codec(&self) -> Result<KeyCodec<'_>> {
+        KeyCodec::of(&self.schema).ok_or_else(|| Error::InvalidOption {
+            option: "primary_key",
+            reason: format!("table '{}' has no primary key to look rows up by", self.table_name()),
+        })
+    }
+
+    fn table_name(&self) -> &str {
+        &self.name
+    }
+
+    fn shard_schema(&self, projection: Option<&[usize]>) -> Result<(Vec<usize>, SchemaRef)> {
+        match self.state.shards.len() {
+            0 => project(&self.schema, projection),
+            _ => self.shard(0).schema_for(projection),
+        }
+    }
+
+    /// The live row with key `key` (hash `hash`), as (shard position,
+    /// record id): the shards whose key range may hold it are probed, and
+    /// a row counts unless `deleted(position, id)`.
+    pub(crate) fn find(
+        &self,
+        codec: &KeyCodec<'_>,
+        key: &KeyBuf,
+        hash: u64,
+        deleted: &dyn Fn(usize, RecId) -> bool,
+        probe: &mut Probe,
+    ) -> Result<Option<(usize, RecId)>> {
+        for (pos, shard) in self.shards().enumerate() {
+            if let Some(id) = shard.find(codec, key, hash, &|id| deleted(pos, id), probe)? {
+                return Ok(Some((pos, id)));
+            }
+        }
+        Ok(None)
     }
 
     /// Decodes every live row, one batch per non-empty shard, with the
@@ -156,20 +283,104 @@ impl<'a> ShardSnapshot<'a> {
         }
     }
 
-    fn schema_for(&self, projection: Option<&[usize]>) -> Result<(Vec<usize>, SchemaRef)> {
-        let all = self.schema.arrow();
-        match projection {
-            None => Ok(((0..self.schema.len()).collect(), Arc::clone(all))),
-            Some(p) => {
-                if let Some(&bad) = p.iter().find(|&&c| c >= self.schema.len()) {
-                    return Err(Error::Internal(format!(
-                        "projection of column {bad} of a {}-column table",
-                        self.schema.len()
-                    )));
+    /// Bytes of this shard version's primary-key index (main and delta).
+    pub fn index_bytes(&self) -> usize {
+        self.state.data.index.size_bytes()
+    }
+
+    /// This shard version's main index, built now if no rebuild built it.
+    pub(crate) fn main_index(&self, codec: &KeyCodec<'_>) -> Result<&'a MainIndex> {
+        let slot = &self.state.data.index.main;
+        if let Some(index) = slot.get() {
+            return Ok(index);
+        }
+        let built = codec.build_main(self.main())?;
+        Ok(slot.get_or_init(|| built))
+    }
+
+    /// The first key column's range over main and the indexed delta rows
+    /// (`None`: the keys cannot be ranged, or no row is indexed), after
+    /// catching the delta index up with this snapshot.
+    pub(crate) fn key_range(&self, codec: &KeyCodec<'_>) -> Result<KeyRange> {
+        let main = self.main();
+        let main_range = match main.rows() {
+            0 => KeyRange::Empty,
+            _ => match main.column(codec.columns()[0]).and_then(|c| c.key_range()) {
+                Some((lo, hi)) if codec.ranged() => KeyRange::Within(lo, hi),
+                _ => KeyRange::Any,
+            },
+        };
+        let delta = &self.state.data.index.delta;
+        codec.catch_up_range(delta, self.delta(), self.delta_len())?;
+        let delta_range = match (self.delta_len(), delta.range()?) {
+            (0, _) => KeyRange::Empty,
+            (_, Some((lo, hi))) if codec.ranged() => KeyRange::Within(lo, hi),
+            _ => KeyRange::Any,
+        };
+        Ok(main_range.union(delta_range))
+    }
+
+    /// The record with key `key` (hash `hash`) live in this snapshot and
+    /// not `deleted`.
+    pub(crate) fn find(
+        &self,
+        codec: &KeyCodec<'_>,
+        key: &KeyBuf,
+        hash: u64,
+        deleted: &dyn Fn(RecId) -> bool,
+        probe: &mut Probe,
+    ) -> Result<Option<RecId>> {
+        let live = |id: RecId| !self.is_deleted(id) && !deleted(id);
+        let route = codec.route(key);
+        let main = self.main();
+        let in_range = |range: Option<(u64, u64)>| match (route, range) {
+            (Some(r), Some((lo, hi))) => lo <= r && r <= hi,
+            _ => true,
+        };
+        if main.rows() > 0 && in_range(main.column(codec.columns()[0]).and_then(|c| c.key_range())) {
+            let index = self.main_index(codec)?;
+            let mut found = None;
+            index.probe(hash, |id| {
+                codec.key_of_main(main, id as usize, &mut probe.key, &mut probe.scratch)?;
+                if probe.key != *key {
+                    return Ok(false);
                 }
-                Ok((p.to_vec(), Arc::new(all.project(p)?)))
+                // Main holds each key once: a dead one may live on in the delta.
+                found = live(id).then_some(id);
+                Ok(true)
+            })?;
+            if found.is_some() {
+                return Ok(found);
             }
         }
+        let len = self.delta_len();
+        if len == 0 {
+            return Ok(None);
+        }
+        let index = &self.state.data.index.delta;
+        codec.catch_up_range(index, self.delta(), len)?;
+        if let Some(r) = route
+            && !index.may_hold(r)?
+        {
+            return Ok(None);
+        }
+        codec.catch_up(index, self.delta(), len)?;
+        let reader = self.delta().reader(len);
+        let base = main.rows() as RecId;
+        let mut found = None;
+        index.probe(hash, len, |row| {
+            codec.key_of_delta(&reader, row as usize, &mut probe.key);
+            if probe.key == *key && live(base + row) {
+                found = Some(base + row);
+                return Ok(true);
+            }
+            Ok(false)
+        })?;
+        Ok(found)
+    }
+
+    fn schema_for(&self, projection: Option<&[usize]>) -> Result<(Vec<usize>, SchemaRef)> {
+        project(self.schema, projection)
     }
 
     /// Decodes the shard's live rows.
@@ -221,14 +432,15 @@ impl<'a> ShardSnapshot<'a> {
         let columns = cols
             .iter()
             .map(|&c| {
+                let main_column = self.main().column(c).filter(|_| !main_ids.is_empty());
+                if let (Some(col), true) = (main_column, delta_ids.is_empty()) {
+                    return col.gather(&main_ids);
+                }
                 let delta = self.delta().column(c).decode(self.delta_len(), Rows::Ids(&delta_ids))?;
-                let Some(col) = self.main().column(c).filter(|_| !main_ids.is_empty()) else {
+                let Some(col) = main_column else {
                     return Ok(delta);
                 };
                 let main = col.gather(&main_ids)?;
-                if delta_ids.is_empty() {
-                    return Ok(main);
-                }
                 // Re-interleave in the requested order.
                 let (mut m, mut d) = (0, 0);
                 let order: Vec<(usize, usize)> = ids
@@ -247,6 +459,48 @@ impl<'a> ShardSnapshot<'a> {
             })
             .collect::<Result<Vec<_>>>()?;
         batch(schema, columns, ids.len())
+    }
+}
+
+/// Scratch space of key probes, reused from key to key.
+#[derive(Debug, Default)]
+pub(crate) struct Probe {
+    key: KeyBuf,
+    scratch: Vec<u8>,
+}
+
+/// Where a shard's keys lie (the first key column's order-preserving keys).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum KeyRange {
+    /// No rows.
+    Empty,
+    /// Keys in `lo..=hi`.
+    Within(u64, u64),
+    /// Keys anywhere.
+    Any,
+}
+
+impl KeyRange {
+    pub(crate) fn union(self, other: Self) -> Self {
+        match (self, other) {
+            (KeyRange::Empty, r) | (r, KeyRange::Empty) => r,
+            (KeyRange::Within(a, b), KeyRange::Within(c, d)) => KeyRange::Within(a.min(c), b.max(d)),
+            _ => KeyRange::Any,
+        }
+    }
+}
+
+/// The columns `projection` of `schema` (all when `None`) and their schema.
+fn project(schema: &TableSchema, projection: Option<&[usize]>) -> Result<(Vec<usize>, SchemaRef)> {
+    let all = schema.arrow();
+    match projection {
+        None => Ok(((0..schema.len()).collect(), Arc::clone(all))),
+        Some(p) => {
+            if let Some(&bad) = p.iter().find(|&&c| c >= schema.len()) {
+                return Err(Error::Internal(format!("projection of column {bad} of a {}-column table", schema.len())));
+            }
+            Ok((p.to_vec(), Arc::new(all.project(p)?)))
+        }
     }
 }
 

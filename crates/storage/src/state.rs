@@ -24,7 +24,7 @@
 //! modules that do (`table`, `rebuild`, `snapshot`, recovery) build on it.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use arc_swap::ArcSwap;
@@ -32,6 +32,7 @@ use arc_swap::ArcSwap;
 use crate::background::Background;
 use crate::change::TableLog;
 use crate::error::{Error, Result};
+use crate::index::KeyFilter;
 use crate::shard::{ShardId, ShardList, ShardState};
 use crate::types::TableSchema;
 
@@ -170,12 +171,15 @@ struct Writer {
     /// Names the table's checkpoint files: the log position of the record
     /// that created it (0 for a table that is not durable).
     uid: u64,
+    /// The primary key's filter of the newest state's keys, once a large
+    /// commit built it (see [`crate::index::KeyFilter`]).
+    key_filter: Option<KeyFilter>,
 }
 
 /// A table: its definition, its published state, and its writer lock.
 #[derive(Debug)]
 pub(crate) struct TableCore {
-    name: String,
+    name: Arc<str>,
     schema: TableSchema,
     options: TableOptions,
     /// The visible state: what readers see.
@@ -188,6 +192,8 @@ pub(crate) struct TableCore {
     background: Background,
     /// Background rebuilds that failed (each is a bug), and the last error.
     rebuild_failures: AtomicU64,
+    /// Bytes of the writer's key filter, for memory figures.
+    filter_bytes: AtomicUsize,
     last_rebuild_error: Mutex<Option<String>>,
     self_ref: Weak<TableCore>,
 }
@@ -196,12 +202,13 @@ impl TableCore {
     /// An empty table whose background work runs on `background`.
     pub(crate) fn new(name: String, schema: TableSchema, options: TableOptions, background: Background) -> Arc<Self> {
         Arc::new_cyclic(|self_ref| TableCore {
-            name,
+            name: name.into(),
             schema,
             options,
             state: ArcSwap::from_pointee(TableState::default()),
             pending: Mutex::new(VecDeque::new()),
-            writer: Mutex::new(Writer { next_shard_id: 0, log: TableLog::Off, uid: 0 }),
+            writer: Mutex::new(Writer { next_shard_id: 0, log: TableLog::Off, uid: 0, key_filter: None }),
+            filter_bytes: AtomicUsize::new(0),
             dropped: AtomicBool::new(false),
             background,
             rebuild_failures: AtomicU64::new(0),
@@ -211,6 +218,16 @@ impl TableCore {
     }
 
     pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Bytes of the writer's key filter.
+    pub(crate) fn filter_bytes(&self) -> usize {
+        self.filter_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The name, shared (snapshots name their table in errors).
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
         &self.name
     }
 
@@ -351,6 +368,17 @@ impl<'t> WriterGuard<'t> {
 
     pub(crate) fn set_uid(&mut self, uid: u64) {
         self.writer.uid = uid;
+    }
+
+    /// The primary key's filter, if built.
+    pub(crate) fn key_filter(&mut self) -> &mut Option<KeyFilter> {
+        &mut self.writer.key_filter
+    }
+
+    /// Replaces the key filter (`None` drops it).
+    pub(crate) fn set_key_filter(&mut self, filter: Option<KeyFilter>) {
+        self.table.filter_bytes.store(filter.as_ref().map_or(0, KeyFilter::size_bytes), Ordering::Relaxed);
+        self.writer.key_filter = filter;
     }
 
     /// Makes `next`, a change that was not logged, the table's state: one

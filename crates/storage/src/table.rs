@@ -28,6 +28,7 @@ use crate::background::Background;
 use crate::change::{ShardDeletes, Staging, TableChange, TableLog};
 use crate::delta::Delta;
 use crate::error::{Error, Result};
+use crate::index::{KeyCodec, KeyFilter};
 use crate::ingest::{decoded, encode_value, validate_batch};
 use crate::main::decode::Rows;
 use crate::main::{Main, MainColumn};
@@ -35,9 +36,13 @@ use crate::names::ColumnChange;
 use crate::pk::PendingKeys;
 use crate::rebuild;
 use crate::shard::{DeleteSet, ShardData, ShardId, ShardList, ShardState};
-use crate::snapshot::TableSnapshot;
+use crate::snapshot::{KeyRange, Probe, TableSnapshot};
 use crate::state::{TableCore, TableOptions, TableState, WriterGuard};
 use crate::types::{RecId, TableSchema, Value};
+
+/// Appended keys from which a commit builds the table's key filter (fewer
+/// are probed shard by shard, which costs less than a pass over the table).
+const FILTER_MIN_KEYS: usize = 64;
 
 /// A transaction's changes, as they will be logged.
 #[derive(Debug, Default)]
@@ -193,12 +198,24 @@ impl Table {
     /// A consistent view of every shard as of now. It stays valid (and
     /// unchanged) while writers and rebuilds continue.
     pub fn snapshot(&self) -> TableSnapshot {
-        TableSnapshot::new(self.core.schema().clone(), self.core.state())
+        TableSnapshot::new(self.core.shared_name(), self.core.schema().clone(), self.core.state())
     }
 
     /// Number of live rows.
     pub fn row_count(&self) -> usize {
         self.core.live_rows()
+    }
+
+    /// The live row whose primary key is `key`, as of now: see
+    /// [`TableSnapshot::get`].
+    pub fn get(&self, key: &[Value<'_>], projection: Option<&[usize]>) -> Result<Option<RecordBatch>> {
+        self.snapshot().get(key, projection)
+    }
+
+    /// The live rows whose primary keys are `keys`, as of now: see
+    /// [`TableSnapshot::multi_get`].
+    pub fn multi_get(&self, keys: &[ArrayRef], projection: Option<&[usize]>) -> Result<RecordBatch> {
+        self.snapshot().multi_get(keys, projection)
     }
 
     /// Runs `f` as one atomic write: everything it appends and deletes
@@ -231,6 +248,8 @@ impl Table {
     pub(crate) fn replay_transaction(&self, f: impl FnOnce(&mut Transaction<'_>) -> Result<()>) -> Result<()> {
         let mut txn = Transaction::begin(&self.core)?;
         txn.keys.clear();
+        // Its keys are not added to the key filter: it is built anew.
+        txn.writer.set_key_filter(None);
         match f(&mut txn) {
             Ok(()) => txn.commit(),
             Err(e) => Err(txn.abort(e)),
@@ -339,7 +358,7 @@ impl<'t> Transaction<'t> {
     /// The table as it was when the transaction began: the snapshot that
     /// record ids passed to [`Transaction::delete`] refer to.
     pub fn snapshot(&self) -> TableSnapshot {
-        TableSnapshot::new(self.table.schema().clone(), Arc::clone(&self.base))
+        TableSnapshot::new(self.table.shared_name(), self.table.schema().clone(), Arc::clone(&self.base))
     }
 
     /// The version of shard `shard` when the transaction began.
@@ -519,6 +538,9 @@ impl<'t> Transaction<'t> {
         // The shards this transaction made are gone unpublished: their ids
         // are handed out again, as the log's replay (which never sees them) will.
         self.writer.set_next_shard_id(self.first_shard_id);
+        // The keys are gone (a filter that still held them would only let
+        // more keys through; it is built anew when needed).
+        self.writer.set_key_filter(None);
         if let Some(log) = &mut self.log {
             *log = PendingLog { truncate: true, ..PendingLog::default() };
         }
@@ -528,17 +550,18 @@ impl<'t> Transaction<'t> {
     /// Fails if a key this transaction appended is held by a live row it
     /// started from (rows it deleted do not count).
     fn check_keys(&mut self) -> Result<()> {
-        for keys in &mut self.keys {
-            if keys.is_empty() {
+        for i in 0..self.keys.len() {
+            if self.keys[i].is_empty() {
                 continue;
             }
-            keys.seal();
-            let snapshot = TableSnapshot::new(self.table.schema().clone(), Arc::clone(&self.base));
+            self.keys[i].seal();
+            if self.keys[i].is_primary() && self.check_filtered(i)? {
+                continue;
+            }
+            let keys = &self.keys[i];
+            let snapshot = self.snapshot();
             for pos in 0..self.base.shards.len() {
-                // A truncate in this transaction removed the shard.
-                let kept = pos < self.work.shards.len()
-                    && Arc::ptr_eq(&self.work.shards.get(pos).data, &self.base.shards.get(pos).data);
-                if !kept {
+                if !self.kept(pos) {
                     continue;
                 }
                 let deleted = self.deletes.get(&pos).map(|(bits, _)| bits);
@@ -547,6 +570,76 @@ impl<'t> Transaction<'t> {
             }
         }
         Ok(())
+    }
+
+    /// How many of the keys `self.keys[i]` appended lie in the range of the
+    /// first key column over every shard it started from.
+    fn in_range(&self, codec: &KeyCodec<'_>, i: usize) -> Result<usize> {
+        let snapshot = self.snapshot();
+        let mut range = KeyRange::Empty;
+        for pos in (0..self.base.shards.len()).filter(|&pos| self.kept(pos)) {
+            range = range.union(snapshot.shard(pos).key_range(codec)?);
+        }
+        Ok(self.keys[i].count_in(range))
+    }
+
+    /// True when shard `pos` of the base is in the transaction's state
+    /// too (a truncate in this transaction removes every shard).
+    fn kept(&self, pos: usize) -> bool {
+        pos < self.work.shards.len() && Arc::ptr_eq(&self.work.shards.get(pos).data, &self.base.shards.get(pos).data)
+    }
+
+    /// Checks the primary key's appended keys (`self.keys[i]`) through the
+    /// table's key filter: only the keys it does not rule out probe the
+    /// shards. The filter is built by the first commit of at least
+    /// [`FILTER_MIN_KEYS`] keys (from the state it starts from, in one
+    /// pass), built anew when full, and takes every appended key. False,
+    /// having checked nothing, when there is no filter and too few keys to
+    /// build one: the shards are then probed (or scanned) key by key.
+    fn check_filtered(&mut self, i: usize) -> Result<bool> {
+        let schema = self.table.schema();
+        let Some(codec) = KeyCodec::of(schema) else { return Ok(false) };
+        let keys = &self.keys[i];
+        let filter = self.writer.key_filter();
+        if filter.as_ref().is_none_or(KeyFilter::is_full) {
+            // Keys beyond every shard's key range (a load in key order)
+            // are ruled out by the ranges alone: no filter is built for them.
+            if filter.is_none() && (keys.len() < FILTER_MIN_KEYS || self.in_range(&codec, i)? < FILTER_MIN_KEYS) {
+                return Ok(false);
+            }
+            let live: usize = self.base.shards.iter().map(ShardState::live).sum();
+            let shards = self.base.shards.iter().map(|s| (&s.data.main, &s.data.delta, s.delta_len));
+            let built = codec.build_filter(shards, 2 * (live + keys.len()))?;
+            self.writer.set_key_filter(Some(built));
+        }
+        let Some(filter) = self.writer.key_filter().as_mut() else { return Ok(false) };
+        let mut hashes = Vec::with_capacity(keys.len());
+        let mut candidates = Vec::new();
+        keys.for_each_key(|key| {
+            let hash = codec.hash(key);
+            if filter.may_contain(hash) {
+                candidates.push((key.clone(), hash));
+            }
+            hashes.push(hash);
+            Ok(())
+        })?;
+        for hash in hashes {
+            filter.insert(hash);
+        }
+        if candidates.is_empty() {
+            return Ok(true);
+        }
+        let snapshot = self.snapshot();
+        let deleted = |pos: usize, id: RecId| {
+            !self.kept(pos) || self.deletes.get(&pos).is_some_and(|(bits, _)| bits.get_bit(id as usize))
+        };
+        let mut probe = Probe::default();
+        for (key, hash) in &candidates {
+            if let Some((pos, id)) = snapshot.find(&codec, key, *hash, &deleted, &mut probe)? {
+                return Err(keys.duplicate_of(self.table.name(), schema, &snapshot.shard(pos), id));
+            }
+        }
+        Ok(true)
     }
 
     /// Ends the transaction without publishing anything; passes `e` on.
