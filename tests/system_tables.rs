@@ -72,6 +72,7 @@ async fn system_tables_report_what_storage_holds() {
         expect("main_bytes", usage.main_bytes());
         expect("delta_bytes", usage.delta_bytes());
         expect("delete_bytes", usage.delete_bytes);
+        expect("index_bytes", usage.index_bytes);
         expect("total_bytes", usage.total_bytes());
     }
     assert_eq!(ints(&tables, "rows"), [Some(2490), Some(2)]);

@@ -44,7 +44,7 @@ use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::exec::{QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
+use crate::exec::{QuiverAggregateExec, QuiverLookupExec, QuiverScanExec, QuiverTopKExec};
 
 /// The most rows a statement's operators may pass, their bounds added up
 /// (see [`Weight::of_plan`]), for it to wait in the light lane.
@@ -179,6 +179,9 @@ fn rows_read(plan: &dyn ExecutionPlan) -> Option<usize> {
     }
     if let Some(aggregate) = plan.downcast_ref::<QuiverAggregateExec>() {
         return Some(aggregate.rows_read());
+    }
+    if let Some(lookup) = plan.downcast_ref::<QuiverLookupExec>() {
+        return Some(lookup.key_count());
     }
     plan.downcast_ref::<QuiverTopKExec>().map(QuiverTopKExec::rows_read)
 }

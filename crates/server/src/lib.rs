@@ -74,7 +74,7 @@ mod version;
 pub use alter::sql;
 pub use catalog::{DEFAULT_SCHEMA, QuiverCatalog, QuiverSchema, SessionMaker};
 pub use error::{Error, ErrorKind, Result, error_message};
-pub use exec::{DmlExec, QuiverAggregateExec, QuiverScanExec, QuiverTopKExec};
+pub use exec::{DmlExec, QuiverAggregateExec, QuiverLookupExec, QuiverScanExec, QuiverTopKExec};
 pub use nesting::{
     MAX_CASE_BRANCHES, MAX_EXPRESSION_DEPTH, MAX_PLAN_DEPTH, MAX_SET_OPERATION_BRANCHES, MAX_SET_OPERATION_DEPTH,
     THREAD_STACK_BYTES,

@@ -3,18 +3,21 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arrow_array::ArrayRef;
+use arrow_cast::CastOptions;
 use arrow_schema::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{Constraint, Constraints, DFSchema};
+use datafusion::common::{Constraint, Constraints, DFSchema, ScalarValue};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::dml::InsertOp;
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::logical_expr::expr::InList;
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 use quiverdb_scan::Predicate;
-use quiverdb_storage::Table;
+use quiverdb_storage::{PhysicalType, Table};
 
-use crate::exec::{DmlExec, DmlFilter, DmlOp, QuiverScanExec, Residual, ScanSource, UpdateStep};
+use crate::exec::{DmlExec, DmlFilter, DmlOp, QuiverLookupExec, QuiverScanExec, Residual, ScanSource, UpdateStep};
 use crate::translate::Translator;
 
 /// Settings the SQL layer applies to quiverdb tables.
@@ -119,21 +122,7 @@ impl QuiverTable {
             }
             rest.push(f);
         }
-        let mut residual = Residual::default();
-        if !rest.is_empty() {
-            for c in rest.iter().flat_map(|e| e.column_refs()) {
-                let i = schema.arrow().index_of(&c.name)?;
-                if !projection.contains(&i) && !residual.extra.contains(&i) {
-                    residual.extra.push(i);
-                }
-            }
-            let gathered: Vec<usize> = projection.iter().chain(&residual.extra).copied().collect();
-            let df_schema = DFSchema::try_from(schema.arrow().project(&gathered)?)?;
-            for e in rest {
-                residual.exprs.push(state.create_physical_expr(e.clone(), &df_schema)?);
-                residual.text.push(e.to_string());
-            }
-        }
+        let residual = self.residual(state, &rest, projection)?;
         Ok(((combine(parts), exact, pruning), residual))
     }
 
@@ -175,8 +164,131 @@ impl QuiverTable {
         Ok(DmlFilter { predicate: combine(parts), residual, columns, pushed_text, residual_text })
     }
 
+    /// The residual of `filters` over the gathered columns: `projection`,
+    /// then the columns only the filters read.
+    fn residual(&self, state: &dyn Session, filters: &[&Expr], projection: &[usize]) -> Result<Residual> {
+        let schema = self.table.schema();
+        let mut residual = Residual::default();
+        if filters.is_empty() {
+            return Ok(residual);
+        }
+        for c in filters.iter().flat_map(|e| e.column_refs()) {
+            let i = schema.arrow().index_of(&c.name)?;
+            if !projection.contains(&i) && !residual.extra.contains(&i) {
+                residual.extra.push(i);
+            }
+        }
+        let gathered: Vec<usize> = projection.iter().chain(&residual.extra).copied().collect();
+        let df_schema = DFSchema::try_from(schema.arrow().project(&gathered)?)?;
+        for e in filters {
+            residual.exprs.push(state.create_physical_expr((*e).clone(), &df_schema)?);
+            residual.text.push(e.to_string());
+        }
+        Ok(residual)
+    }
+
+    /// The primary-key lookup `filters` ask for, when their conjunction
+    /// fixes every key column to at most [`MAX_LOOKUP_KEYS`] values
+    /// together: the distinct keys (one array per key column, in the
+    /// columns' types) and which filters fixed them.
+    fn key_lookup(&self, filters: &[Expr]) -> Option<(Vec<ArrayRef>, Vec<usize>)> {
+        let schema = self.table.schema();
+        let key = schema.primary_key();
+        // Floats compare equal where their keys differ (-0.0 and 0.0).
+        if key.is_empty()
+            || key.iter().any(|&c| matches!(schema.physical(c), PhysicalType::Float32 | PhysicalType::Float64))
+        {
+            return None;
+        }
+        let mut values: Vec<Option<Vec<ScalarValue>>> = vec![None; key.len()];
+        let mut used = Vec::new();
+        for (i, f) in filters.iter().enumerate() {
+            let Some((column, list)) = key_values(f) else { continue };
+            let Ok(c) = schema.arrow().index_of(column) else { continue };
+            let Some(k) = key.iter().position(|&kc| kc == c) else { continue };
+            let slot = &mut values[k];
+            *slot = Some(match slot.take() {
+                // Two filters on one column: the values both allow.
+                Some(before) => before.into_iter().filter(|v| list.contains(v)).collect(),
+                None => list,
+            });
+            used.push(i);
+        }
+        let values: Vec<Vec<ScalarValue>> = values.into_iter().collect::<Option<_>>()?;
+        let combinations = values.iter().try_fold(1usize, |n, v| n.checked_mul(v.len()))?;
+        if combinations > MAX_LOOKUP_KEYS {
+            return None;
+        }
+        // Every combination once (`k IN (1, 1)` finds its row once).
+        let mut seen = std::collections::HashSet::new();
+        let mut rows: Vec<Vec<ScalarValue>> = vec![Vec::new()];
+        for column in &values {
+            rows = rows
+                .iter()
+                .flat_map(|r| column.iter().map(move |v| r.iter().cloned().chain([v.clone()]).collect::<Vec<_>>()))
+                .collect();
+        }
+        rows.retain(|r| seen.insert(r.clone()));
+        let mut arrays = Vec::with_capacity(key.len());
+        for (k, &c) in key.iter().enumerate() {
+            let column: Vec<ScalarValue> = rows.iter().map(|r| r[k].clone()).collect();
+            let target = schema.field(c).data_type();
+            let array = if column.is_empty() {
+                arrow_array::new_empty_array(target)
+            } else {
+                ScalarValue::iter_to_array(column).ok()?
+            };
+            // Only exact conversions: a value that changes on the way to
+            // the column's type is left to the scan.
+            let strict = CastOptions { safe: false, ..CastOptions::default() };
+            let cast = arrow_cast::cast_with_options(&array, target, &strict).ok()?;
+            let back = arrow_cast::cast_with_options(&cast, array.data_type(), &strict).ok()?;
+            if back.as_ref() != array.as_ref() {
+                return None;
+            }
+            arrays.push(cast);
+        }
+        Some((arrays, used))
+    }
+
     fn threads(state: &dyn Session) -> usize {
         state.config().target_partitions()
+    }
+}
+
+/// Most keys a lookup probes; more are left to a scan.
+const MAX_LOOKUP_KEYS: usize = 100_000;
+
+/// The column `filter` fixes and the values it allows: `c = v`, `v = c`,
+/// `c IN (v, …)`, or an OR of those on one column.
+fn key_values(filter: &Expr) -> Option<(&str, Vec<ScalarValue>)> {
+    match filter {
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Eq, right }) => match (left.as_ref(), right.as_ref()) {
+            (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c)) => {
+                Some((c.name.as_str(), vec![v.clone()]))
+            }
+            _ => None,
+        },
+        Expr::InList(InList { expr, list, negated: false }) => {
+            let Expr::Column(c) = expr.as_ref() else { return None };
+            let values = list
+                .iter()
+                .map(|e| match e {
+                    Expr::Literal(v, _) => Some(v.clone()),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some((c.name.as_str(), values))
+        }
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
+            let (a, mut x) = key_values(left)?;
+            let (b, y) = key_values(right)?;
+            (a == b).then(|| {
+                x.extend(y);
+                (a, x)
+            })
+        }
+        _ => None,
     }
 }
 
@@ -218,6 +330,16 @@ impl TableProvider for QuiverTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let projection: Vec<usize> = projection.cloned().unwrap_or_else(|| (0..self.table.schema().len()).collect());
+        if let Some((keys, used)) = self.key_lookup(filters) {
+            let rest: Vec<&Expr> =
+                filters.iter().enumerate().filter(|(i, _)| !used.contains(i)).map(|(_, f)| f).collect();
+            let residual = self.residual(state, &rest, &projection)?;
+            let key_text = used.iter().map(|&i| filters[i].to_string()).collect();
+            let name = self.table.name().to_string();
+            let exec =
+                QuiverLookupExec::try_new(name, self.table.snapshot(), keys, key_text, projection, residual, limit)?;
+            return Ok(Arc::new(exec));
+        }
         let ((filter, exact_text, pruning_text), residual) = self.scan_filter(state, filters, &projection)?;
         let source = ScanSource {
             table: self.table.name().to_string(),

@@ -91,6 +91,7 @@ impl Kind {
                 int("main_bytes"),
                 int("delta_bytes"),
                 int("delete_bytes"),
+                int("index_bytes"),
                 int("total_bytes"),
             ],
             Kind::Columns => vec![
@@ -182,6 +183,7 @@ impl Kind {
                                 n(usage.main_bytes()),
                                 n(usage.delta_bytes()),
                                 n(usage.delete_bytes),
+                                n(usage.index_bytes),
                                 n(usage.total_bytes()),
                             ],
                         );

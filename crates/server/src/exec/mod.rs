@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | [`QuiverScanExec`] | the unordered scan with `gather` | the projected columns, one partition per group of shards |
 //! | [`QuiverAggregateExec`] | the unordered scan with the aggregate reducers | the partial states (or final values) of an `AggregateExec` |
+//! | [`QuiverLookupExec`] | primary-key probes of the table's index | the projected columns of the rows found, one partition |
 //! | [`QuiverTopKExec`] | the ordered scan with `gather` | the first `fetch` rows in sort order |
 //! | [`DmlExec`] | INSERT, DELETE, UPDATE, TRUNCATE | one row, `count: UInt64` |
 //!
@@ -12,6 +13,7 @@
 
 mod aggregate;
 mod dml;
+mod lookup;
 mod scan;
 mod stream;
 mod topk;
@@ -31,6 +33,7 @@ pub(crate) use aggregate::AggregateOutputMode;
 pub use aggregate::QuiverAggregateExec;
 pub use dml::DmlExec;
 pub(crate) use dml::{DmlFilter, DmlOp, Incoming, UpdateStep};
+pub use lookup::QuiverLookupExec;
 pub(crate) use scan::ESTIMATE_BLOCKS;
 pub use scan::QuiverScanExec;
 pub(crate) use scan::Residual;

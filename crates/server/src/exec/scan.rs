@@ -171,15 +171,7 @@ impl DisplayAs for QuiverScanExec {
         }
         write!(f, "QuiverScanExec: ")?;
         self.source.fmt_as(f)?;
-        if !self.residual.text.is_empty() {
-            write!(f, ", residual=[{}]", self.residual.text.join(", "))?;
-        }
-        let names: Vec<&str> =
-            self.properties.eq_properties.schema().fields().iter().map(|f| f.name().as_str()).collect();
-        write!(f, ", projection=[{}]", names.join(", "))?;
-        if let Some(l) = self.limit {
-            write!(f, ", limit={l}")?;
-        }
+        write_output(f, &self.residual, &self.properties, self.limit)?;
         write_dynamic_filters(f, &self.dynamic)?;
         write_shards(f, &self.groups, self.source.snapshot.num_shards())
     }
@@ -344,9 +336,32 @@ impl ExecutionPlan for QuiverScanExec {
     }
 }
 
+/// Writes `, residual=[...], projection=[...], limit=n` for EXPLAIN.
+pub(super) fn write_output(
+    f: &mut fmt::Formatter<'_>,
+    residual: &Residual,
+    properties: &PlanProperties,
+    limit: Option<usize>,
+) -> fmt::Result {
+    if !residual.text.is_empty() {
+        write!(f, ", residual=[{}]", residual.text.join(", "))?;
+    }
+    let names: Vec<&str> = properties.eq_properties.schema().fields().iter().map(|f| f.name().as_str()).collect();
+    write!(f, ", projection=[{}]", names.join(", "))?;
+    if let Some(l) = limit {
+        write!(f, ", limit={l}")?;
+    }
+    Ok(())
+}
+
 /// A gathered batch as output: the residual applied, the columns gathered
 /// only for it dropped.
-fn finish_batch(batch: RecordBatch, residual: &Residual, width: usize, schema: &SchemaRef) -> Result<RecordBatch> {
+pub(super) fn finish_batch(
+    batch: RecordBatch,
+    residual: &Residual,
+    width: usize,
+    schema: &SchemaRef,
+) -> Result<RecordBatch> {
     if residual.exprs.is_empty() {
         return Ok(batch);
     }
