@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use arrow_array::ArrayRef;
 use arrow_cast::CastOptions;
-use arrow_schema::SchemaRef;
+use arrow_schema::{DataType, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Constraint, Constraints, DFSchema, ScalarValue};
@@ -206,10 +206,20 @@ impl QuiverTable {
             let Some((column, list)) = key_values(f) else { continue };
             let Ok(c) = schema.arrow().index_of(column) else { continue };
             let Some(k) = key.iter().position(|&kc| kc == c) else { continue };
+            // In the column's type (compared and deduplicated there); a NULL
+            // matches no row.
+            let target = schema.field(c).data_type();
+            let mut list = list
+                .iter()
+                .filter(|v| !v.is_null())
+                .map(|v| exact_cast(v, target))
+                .collect::<Option<Vec<ScalarValue>>>()?;
+            let mut seen = std::collections::HashSet::new();
+            list.retain(|v| seen.insert(v.clone()));
             let slot = &mut values[k];
             *slot = Some(match slot.take() {
                 // Two filters on one column: the values both allow.
-                Some(before) => before.into_iter().filter(|v| list.contains(v)).collect(),
+                Some(before) => before.into_iter().filter(|v| seen.contains(v)).collect(),
                 None => list,
             });
             used.push(i);
@@ -219,8 +229,7 @@ impl QuiverTable {
         if combinations > MAX_LOOKUP_KEYS {
             return None;
         }
-        // Every combination once (`k IN (1, 1)` finds its row once).
-        let mut seen = std::collections::HashSet::new();
+        // Every combination once: each column's values are distinct.
         let mut rows: Vec<Vec<ScalarValue>> = vec![Vec::new()];
         for column in &values {
             rows = rows
@@ -228,25 +237,15 @@ impl QuiverTable {
                 .flat_map(|r| column.iter().map(move |v| r.iter().cloned().chain([v.clone()]).collect::<Vec<_>>()))
                 .collect();
         }
-        rows.retain(|r| seen.insert(r.clone()));
         let mut arrays = Vec::with_capacity(key.len());
         for (k, &c) in key.iter().enumerate() {
             let column: Vec<ScalarValue> = rows.iter().map(|r| r[k].clone()).collect();
             let target = schema.field(c).data_type();
-            let array = if column.is_empty() {
+            arrays.push(if column.is_empty() {
                 arrow_array::new_empty_array(target)
             } else {
                 ScalarValue::iter_to_array(column).ok()?
-            };
-            // Only exact conversions: a value that changes on the way to
-            // the column's type is left to the scan.
-            let strict = CastOptions { safe: false, ..CastOptions::default() };
-            let cast = arrow_cast::cast_with_options(&array, target, &strict).ok()?;
-            let back = arrow_cast::cast_with_options(&cast, array.data_type(), &strict).ok()?;
-            if back.as_ref() != array.as_ref() {
-                return None;
-            }
-            arrays.push(cast);
+            });
         }
         Some((arrays, used))
     }
@@ -254,6 +253,15 @@ impl QuiverTable {
     fn threads(state: &dyn Session) -> usize {
         state.config().target_partitions()
     }
+}
+
+/// `value` in type `target`, when it converts exactly (and back to the
+/// same value): a value that changes on the way is left to the scan.
+fn exact_cast(value: &ScalarValue, target: &DataType) -> Option<ScalarValue> {
+    let strict = CastOptions { safe: false, ..CastOptions::default() };
+    let cast = value.cast_to_with_options(target, &strict).ok()?;
+    let back = cast.cast_to_with_options(&value.data_type(), &strict).ok()?;
+    (back == *value).then_some(cast)
 }
 
 /// Most keys a lookup probes; more are left to a scan.

@@ -197,7 +197,7 @@ impl<'a> KeyCodec<'a> {
                 },
                 // As `append_row` takes them: an integer is converted.
                 PhysicalType::Float32 => match *value {
-                    Value::Float(f) => ((f as f32) as f64 == f).then(|| (f as f32).to_key()),
+                    Value::Float(f) => Some((f as f32).to_key()),
                     Value::Int(i) => Some((i as f32).to_key()),
                     _ => return Err(mismatch()),
                 },
@@ -393,7 +393,7 @@ impl<'a> KeyCodec<'a> {
             );
             row = chunk * DELTA_CHUNK_ROWS + end;
         }
-        (keys.lo, keys.hi, keys.ranged) = (lo, hi, len);
+        (keys.lo, keys.hi, keys.ranged) = (lo, hi, keys.ranged.max(len));
         Ok(())
     }
 }

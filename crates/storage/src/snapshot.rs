@@ -80,7 +80,8 @@ impl TableSnapshot {
     }
 
     /// The live rows whose primary keys are `keys` (one array per key
-    /// column, cast to the columns' types), with the columns `projection`
+    /// column, cast to the columns' types: keys that do not convert exactly
+    /// are an error), with the columns `projection`
     /// (all when `None`): one row per key found, in the order of `keys`;
     /// keys no live row holds are left out (a key given twice gives its
     /// row twice). Keys are found through the index, then gathered shard
@@ -138,8 +139,21 @@ impl TableSnapshot {
                     reason: "key arrays of different lengths".into(),
                 });
             }
+            // Only exact conversions: 1.5 is no key of an integer column.
             let options = arrow_cast::CastOptions { safe: false, ..Default::default() };
-            cast.push(arrow_cast::cast_with_options(array, field.data_type(), &options)?);
+            let converted = arrow_cast::cast_with_options(array, field.data_type(), &options)?;
+            if array.data_type() != field.data_type() {
+                let back = arrow_cast::cast_with_options(&converted, array.data_type(), &options)?;
+                if back.as_ref() != array.as_ref() {
+                    return Err(Error::TypeMismatch {
+                        table: self.table_name().to_string(),
+                        column: field.name().clone(),
+                        expected: field.data_type().to_string(),
+                        found: format!("{} keys that do not convert to it exactly", array.data_type()),
+                    });
+                }
+            }
+            cast.push(converted);
         }
         let values = KeyValues::of(&self.schema, columns, &cast);
         let (mut key, mut probe) = (KeyBuf::default(), Probe::default());

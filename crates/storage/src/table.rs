@@ -607,9 +607,10 @@ impl<'t> Transaction<'t> {
             if filter.is_none() && (keys.len() < FILTER_MIN_KEYS || self.in_range(&codec, i)? < FILTER_MIN_KEYS) {
                 return Ok(false);
             }
-            let live: usize = self.base.shards.iter().map(ShardState::live).sum();
+            // Every row goes in, dead ones too: room for them all, twice over.
+            let rows: usize = self.base.shards.iter().map(ShardState::rows).sum();
             let shards = self.base.shards.iter().map(|s| (&s.data.main, &s.data.delta, s.delta_len));
-            let built = codec.build_filter(shards, 2 * (live + keys.len()))?;
+            let built = codec.build_filter(shards, 2 * (rows + keys.len()))?;
             self.writer.set_key_filter(Some(built));
         }
         let Some(filter) = self.writer.key_filter().as_mut() else { return Ok(false) };

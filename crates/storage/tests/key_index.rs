@@ -1306,3 +1306,31 @@ fn projections_return_those_columns_in_that_order() {
         assert_eq!(got, rows(&[9, 1, 5, 9, 7]).project(projection).unwrap(), "multi_get {projection:?}");
     }
 }
+
+/// Keys given in another type are converted exactly or refused: 1.5 is no
+/// key of an integer column (a truncating cast would find key 1), and a
+/// float key finds what `append_row` stored for the same value.
+#[test]
+fn keys_convert_exactly_or_are_refused() {
+    let db = Database::new();
+    let ints = key_table::<I64Key>(&db, "ints", TableOptions::default());
+    ints.append(&batch_of::<I64Key>(&Arc::clone(ints.arrow_schema()), &[(1, 10), (2, 20)])).unwrap();
+    let whole: ArrayRef = Arc::new(Float64Array::from(vec![2.0]));
+    assert_eq!(ints.multi_get(&[whole], None).unwrap().num_rows(), 1, "2.0 is key 2");
+    let half: ArrayRef = Arc::new(Float64Array::from(vec![1.5]));
+    match ints.multi_get(&[half], None) {
+        Err(Error::TypeMismatch { .. }) => {}
+        other => panic!("1.5 looked up in an integer key: {other:?}"),
+    }
+
+    let schema = Schema::new(vec![Field::new("f", DataType::Float32, false), Field::new("v", DataType::Int32, true)]);
+    let floats = db.create_table("floats", &schema, TableOptions::default().with_primary_key(["f"])).unwrap();
+    for (f, v) in [(0.1f64, 1i64), (2.5, 2), (-7.25, 3)] {
+        floats.append_row(&[Value::Float(f), Value::Int(v)]).unwrap();
+    }
+    for (f, v) in [(0.1f64, 1i32), (2.5, 2), (-7.25, 3)] {
+        let row = floats.get(&[Value::Float(f)], Some(&[1])).unwrap().expect("the stored key is found");
+        assert_eq!(row.column(0).as_primitive::<Int32Type>().value(0), v);
+    }
+    assert!(floats.get(&[Value::Float(0.2)], None).unwrap().is_none());
+}
