@@ -330,16 +330,56 @@ impl<'a> KeyCodec<'a> {
         capacity: usize,
     ) -> Result<KeyFilter> {
         let mut filter = KeyFilter::with_capacity(capacity);
-        let mut key = KeyBuf::default();
         for (main, delta, delta_len) in shards {
             self.main_hashes(main, |_, hash| filter.insert(hash))?;
-            let reader = delta.reader(delta_len);
-            for row in 0..delta_len {
-                self.key_of_delta(&reader, row, &mut key);
-                filter.insert(self.hash(&key));
-            }
+            self.delta_hashes(&delta.reader(delta_len), 0, |_, hash| filter.insert(hash));
         }
         Ok(filter)
+    }
+
+    /// Calls `f(row, hash)` for every delta row of `reader` from `from`
+    /// on, in order: packed keys are read a chunk at a time, a column's
+    /// type matched once per chunk.
+    fn delta_hashes(&self, reader: &DeltaReader<'_>, from: usize, mut f: impl FnMut(usize, u64)) {
+        let len = reader.len();
+        if !self.packed {
+            let mut key = KeyBuf::default();
+            for row in from..len {
+                self.key_of_delta(reader, row, &mut key);
+                f(row, self.hash(&key));
+            }
+            return;
+        }
+        let mut keys = [[0u64; DELTA_CHUNK_ROWS]; 2];
+        let mut row = from;
+        while row < len {
+            let (chunk, at) = (row / DELTA_CHUNK_ROWS, row % DELTA_CHUNK_ROWS);
+            let end = reader.chunk_len(chunk);
+            for (out, &c) in keys.iter_mut().zip(self.columns) {
+                let column = reader.column(c);
+                with_native!(self.schema.physical(c),
+                    T => {
+                        for (o, v) in out[at..end].iter_mut().zip(&column.values::<T>(chunk)[at..end]) {
+                            *o = v.to_key();
+                        }
+                    },
+                    bool => {
+                        let mut words = [0u64; 16];
+                        column.booleans(chunk, &mut words);
+                        for (i, o) in out.iter_mut().enumerate().take(end).skip(at) {
+                            *o = (words[i / 64] >> (i % 64)) & 1;
+                        }
+                    },
+                    bytes => unreachable!("packed keys have no string column"),
+                )
+            }
+            let [first, second] = &keys;
+            for (i, (&k0, &k1)) in first.iter().zip(second).enumerate().take(end).skip(at) {
+                let key = if self.columns.len() == 2 { ((k0 as u128) << 64) | k1 as u128 } else { k0 as u128 };
+                f(chunk * DELTA_CHUNK_ROWS + i, HASHER.hash_one(key));
+            }
+            row = chunk * DELTA_CHUNK_ROWS + end;
+        }
     }
 
     /// Catches `index`'s hashes (and range) up with the committed delta
@@ -350,14 +390,11 @@ impl<'a> KeyCodec<'a> {
         }
         self.catch_up_range(index, delta, len)?;
         let mut keys = index.keys.write().map_err(|_| poisoned())?;
-        let reader = delta.reader(len);
-        let mut key = KeyBuf::default();
-        for row in keys.prev.len()..len {
-            self.key_of_delta(&reader, row, &mut key);
-            let hash = self.hash(&key);
+        let from = keys.prev.len();
+        self.delta_hashes(&delta.reader(len), from, |row, hash| {
             let previous = keys.heads.insert(hash as u32, row as u32).unwrap_or(NONE);
             keys.prev.push(previous);
-        }
+        });
         Ok(())
     }
 
@@ -511,12 +548,6 @@ impl DeltaIndex {
             row = keys.prev[row as usize];
         }
         Ok(())
-    }
-
-    /// True when a row caught up may have first key column `route`.
-    pub(crate) fn may_hold(&self, route: u64) -> Result<bool> {
-        let keys = self.keys.read().map_err(|_| poisoned())?;
-        Ok(keys.lo <= route && route <= keys.hi)
     }
 
     /// The first key column's range over the rows caught up, if any.

@@ -312,9 +312,9 @@ impl<'a> ShardSnapshot<'a> {
         Ok(slot.get_or_init(|| built))
     }
 
-    /// The first key column's range over main and the indexed delta rows
-    /// (`None`: the keys cannot be ranged, or no row is indexed), after
-    /// catching the delta index up with this snapshot.
+    /// The first key column's range over main and the delta rows of this
+    /// snapshot (`Any` for a string column), after catching the delta
+    /// index's range up with them.
     pub(crate) fn key_range(&self, codec: &KeyCodec<'_>) -> Result<KeyRange> {
         let main = self.main();
         let main_range = match main.rows() {
@@ -373,9 +373,7 @@ impl<'a> ShardSnapshot<'a> {
         }
         let index = &self.state.data.index.delta;
         codec.catch_up_range(index, self.delta(), len)?;
-        if let Some(r) = route
-            && !index.may_hold(r)?
-        {
+        if !in_range(index.range()?) {
             return Ok(None);
         }
         codec.catch_up(index, self.delta(), len)?;
